@@ -1,0 +1,136 @@
+import { execFile } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createConnection } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { GenericContainer, type StartedTestContainer, Wait } from 'testcontainers';
+
+const run = promisify(execFile);
+
+/** Every test-bed container carries this label, so leftovers of a crashed run can be swept. */
+export const TESTBED_LABEL = 'kubebyon.testbed';
+
+export type HaproxyVersion = '3.0' | '2.6';
+
+export function haproxyVersionUnderTest(): HaproxyVersion {
+  const v = process.env.KUBEBYON_TEST_HAPROXY_VERSION ?? '3.0';
+  if (v !== '3.0' && v !== '2.6')
+    throw new Error(`KUBEBYON_TEST_HAPROXY_VERSION must be 3.0 or 2.6, got ${v}`);
+  return v;
+}
+
+export interface HaproxyTestbed {
+  version: HaproxyVersion;
+  /** Host folder mounted at /etc/kubebyon in the container: haproxy.cfg and the sockets live here. */
+  dir: string;
+  configPath: string;
+  readConfig(): string;
+  /** Sends one command to the master CLI and returns its answer. */
+  masterCli(command: string): Promise<string>;
+  /** Writes a new haproxy.cfg and reloads through the master socket; resolves once the new workers run. */
+  reloadWith(config: string): Promise<void>;
+  /** How many times HAProxy has (re)loaded a configuration successfully, from its own log. */
+  loadCount(): number;
+  stop(): Promise<void>;
+}
+
+/** Talks to a unix socket the way HAProxy's CLI wants: write, half-close, read to the end. */
+export async function unixSocketCommand(path: string, command: string, attempts = 20): Promise<string> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await new Promise<string>((resolve, reject) => {
+        const socket = createConnection(path);
+        let out = '';
+        socket.setEncoding('utf8');
+        socket.on('connect', () => socket.end(`${command}\n`));
+        socket.on('data', (chunk: string) => {
+          out += chunk;
+        });
+        socket.on('error', reject);
+        socket.on('close', () => resolve(out));
+      });
+    } catch (err) {
+      // The socket file appears before HAProxy accepts on it.
+      if (attempt >= attempts) throw err;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+}
+
+/** Removes test-bed containers left by an earlier run that died before its cleanup. */
+export async function sweepTestbedContainers(): Promise<void> {
+  const { stdout } = await run('docker', ['ps', '-aq', '--filter', `label=${TESTBED_LABEL}`]);
+  const ids = stdout.split('\n').filter(Boolean);
+  if (ids.length > 0) await run('docker', ['rm', '-f', ...ids]);
+}
+
+async function waitFor(predicate: () => boolean, timeoutMs: number, what: string): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!predicate()) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+/**
+ * Starts a fresh HAProxy (master-worker, host networking) from the local test-bed image with `config`,
+ * and waits until it has loaded it. The caller must `stop()` it; the label lets a sweep catch what it misses.
+ */
+export async function startHaproxyTestbed(
+  config: string,
+  version = haproxyVersionUnderTest(),
+): Promise<HaproxyTestbed> {
+  const dir = mkdtempSync(join(tmpdir(), 'kubebyon-haproxy-'));
+  const configPath = join(dir, 'haproxy.cfg');
+  writeFileSync(configPath, config);
+  const logLines: string[] = [];
+  let container: StartedTestContainer | undefined;
+  try {
+    container = await new GenericContainer(`kubebyon-testbed/haproxy:${version}`)
+      .withNetworkMode('host')
+      .withLabels({ [TESTBED_LABEL]: 'true' })
+      .withBindMounts([{ source: dir, target: '/etc/kubebyon', mode: 'rw' }])
+      .withWaitStrategy(Wait.forLogMessage(/Loading success/))
+      .withStartupTimeout(30_000)
+      .start();
+  } catch (err) {
+    await sweepOne(dir);
+    throw err;
+  }
+  const logs = await container.logs();
+  logs.on('data', (line: Buffer | string) => logLines.push(line.toString()));
+  const loadCount = () => logLines.filter((l) => l.includes('Loading success')).length;
+  // The startup line may have been read by the wait strategy before our stream attached.
+  await waitFor(() => loadCount() >= 1, 10_000, 'the first "Loading success" in the log stream');
+
+  const started = container;
+  const masterSocket = join(dir, 'master.sock');
+  return {
+    version,
+    dir,
+    configPath,
+    readConfig: () => readFileSync(configPath, 'utf8'),
+    masterCli: (command) => unixSocketCommand(masterSocket, command),
+    loadCount,
+    async reloadWith(newConfig) {
+      writeFileSync(configPath, newConfig);
+      const before = loadCount();
+      // 2.6 answers nothing to `reload`; both versions log "Loading success" once new workers run.
+      await unixSocketCommand(masterSocket, 'reload');
+      await waitFor(() => loadCount() > before, 10_000, 'HAProxy to reload');
+    },
+    async stop() {
+      try {
+        await started.stop({ remove: true, removeVolumes: true });
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    },
+  };
+}
+
+async function sweepOne(dir: string): Promise<void> {
+  await sweepTestbedContainers().catch(() => {});
+  rmSync(dir, { recursive: true, force: true });
+}

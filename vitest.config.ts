@@ -1,0 +1,29 @@
+import { defineConfig } from 'vitest/config';
+
+export default defineConfig({
+  test: {
+    projects: [
+      {
+        test: {
+          name: 'unit',
+          include: ['test/unit/**/*.test.ts'],
+        },
+      },
+      {
+        test: {
+          name: 'integration',
+          include: ['test/integration/**/*.test.ts'],
+          globalSetup: ['test/global-setup.ts'],
+          // Containers share two cores and host ports: one file at a time.
+          fileParallelism: false,
+          testTimeout: 60_000,
+          hookTimeout: 90_000,
+          env: {
+            TESTCONTAINERS_RYUK_DISABLED: 'true',
+            TESTCONTAINERS_HOST_OVERRIDE: 'localhost',
+          },
+        },
+      },
+    ],
+  },
+});
