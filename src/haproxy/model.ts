@@ -1,0 +1,82 @@
+/**
+ * The slice of HAProxy's configuration this service reasons about, independent of how it is read or written.
+ * `owned` comes from the ownership tag the service stores in each object's metadata: the planner only ever
+ * changes or removes objects whose `owned` is true.
+ */
+export const OWNER = 'kubebyon-haproxy-adapter';
+
+export type BalanceAlgorithm = 'leastconn' | 'roundrobin' | 'source';
+
+export interface Bind {
+  address: string;
+  port: number;
+}
+
+export interface ServerState {
+  name: string;
+  address: string;
+  port: number;
+  check: boolean;
+  owned: boolean;
+}
+
+export interface BackendState {
+  name: string;
+  owned: boolean;
+  /** The cluster id recorded in the ownership tag (owned backends only). */
+  cluster?: string;
+  balance: string;
+  servers: ServerState[];
+}
+
+/** `use_backend <backend> if { req.ssl_sni -i <host> }` */
+export interface SwitchingRule {
+  backend: string;
+  host: string;
+  owned: boolean;
+}
+
+export interface FrontendState {
+  name: string;
+  owned: boolean;
+  bind: Bind | null;
+  /** `tcp-request inspect-delay`, and whether `tcp-request content accept if { req.ssl_hello_type 1 }` is set. */
+  inspectDelayMs: number | null;
+  acceptsTlsHello: boolean;
+  defaultBackend: string | null;
+  rules: SwitchingRule[];
+}
+
+/** What is in HAProxy now: owned and foreign objects alike. */
+export interface HaproxyState {
+  frontends: FrontendState[];
+  backends: BackendState[];
+}
+
+export interface DesiredServer {
+  address: string;
+  port: number;
+  check: boolean;
+}
+
+export interface DesiredBackend {
+  name: string;
+  cluster: string;
+  balance: BalanceAlgorithm;
+  servers: DesiredServer[];
+}
+
+export interface DesiredFrontend {
+  name: string;
+  bind: Bind;
+  inspectDelayMs: number;
+  defaultBackend: string | null;
+  /** In evaluation order. */
+  rules: Array<{ backend: string; host: string }>;
+}
+
+/** What the service wants to own in HAProxy: one SNI frontend and one backend per route. */
+export interface DesiredConfig {
+  frontend: DesiredFrontend;
+  backends: DesiredBackend[];
+}

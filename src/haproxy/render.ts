@@ -1,0 +1,45 @@
+import { backendNameFor } from '../naming/names.js';
+import type { Route } from '../routes/route.js';
+import type { BalanceAlgorithm, Bind, DesiredConfig } from './model.js';
+
+export interface RenderOptions {
+  frontendName: string;
+  bind: Bind;
+  /** How long to wait for the TLS ClientHello that carries the SNI. */
+  inspectDelayMs: number;
+  /** An existing backend the service does not own, for SNI that matches no route; null closes those. */
+  defaultBackend: string | null;
+  namePrefix: string;
+  /**
+   * `leastconn` by default: API clients hold long-lived watch connections, so spreading by open
+   * connections keeps nodes even where round-robin would pile streams onto whichever came first.
+   */
+  balance: BalanceAlgorithm;
+  healthChecks: boolean;
+}
+
+/** Renders validated routes into the HAProxy objects the service should own. Pure: same input, same output. */
+export function renderDesired(routes: readonly Route[], options: RenderOptions): DesiredConfig {
+  const ordered = [...routes]
+    .sort((a, b) => (a.host < b.host ? -1 : a.host > b.host ? 1 : 0))
+    .map((route) => ({ route, backend: backendNameFor(route.cluster, options.namePrefix) }));
+  return {
+    frontend: {
+      name: options.frontendName,
+      bind: options.bind,
+      inspectDelayMs: options.inspectDelayMs,
+      defaultBackend: options.defaultBackend,
+      rules: ordered.map(({ route, backend }) => ({ backend, host: route.host })),
+    },
+    backends: ordered.map(({ route, backend }) => ({
+      name: backend,
+      cluster: route.cluster,
+      balance: options.balance,
+      servers: route.endpoints.map((e) => ({
+        address: e.address,
+        port: e.port,
+        check: options.healthChecks,
+      })),
+    })),
+  };
+}

@@ -1,0 +1,86 @@
+import type { BackendState, FrontendState, HaproxyState } from '../haproxy/model.js';
+import type { Operation } from './plan.js';
+
+/**
+ * What HAProxy's configuration becomes once `operations` are applied to `state`: the meaning of each
+ * operation, without I/O. Used for dry-run previews and to check the planner against its own semantics.
+ */
+export function applyToState(state: HaproxyState, operations: readonly Operation[]): HaproxyState {
+  const frontends = new Map(state.frontends.map((f) => [f.name, structuredClone(f)]));
+  const backends = new Map(state.backends.map((b) => [b.name, structuredClone(b)]));
+  const backend = (name: string): BackendState => {
+    const b = backends.get(name);
+    if (!b) throw new Error(`operation on missing backend ${name}`);
+    return b;
+  };
+  const frontend = (name: string): FrontendState => {
+    const f = frontends.get(name);
+    if (!f) throw new Error(`operation on missing frontend ${name}`);
+    return f;
+  };
+
+  for (const op of operations) {
+    switch (op.kind) {
+      case 'create_frontend':
+        if (frontends.has(op.frontend.name)) throw new Error(`frontend ${op.frontend.name} exists`);
+        frontends.set(op.frontend.name, {
+          name: op.frontend.name,
+          owned: true,
+          bind: op.frontend.bind,
+          inspectDelayMs: op.frontend.inspectDelayMs,
+          acceptsTlsHello: true,
+          defaultBackend: op.frontend.defaultBackend,
+          rules: [],
+        });
+        break;
+      case 'update_frontend':
+        Object.assign(frontend(op.frontend.name), {
+          bind: op.frontend.bind,
+          inspectDelayMs: op.frontend.inspectDelayMs,
+          acceptsTlsHello: true,
+          defaultBackend: op.frontend.defaultBackend,
+        });
+        break;
+      case 'delete_frontend':
+        frontend(op.name);
+        frontends.delete(op.name);
+        break;
+      case 'create_backend':
+        if (backends.has(op.backend.name)) throw new Error(`backend ${op.backend.name} exists`);
+        backends.set(op.backend.name, { ...op.backend, owned: true, servers: [] });
+        break;
+      case 'update_backend':
+        Object.assign(backend(op.backend.name), { balance: op.backend.balance, cluster: op.backend.cluster });
+        break;
+      case 'delete_backend':
+        backend(op.name);
+        backends.delete(op.name);
+        break;
+      case 'create_server': {
+        const b = backend(op.backend);
+        if (b.servers.some((s) => s.name === op.server.name))
+          throw new Error(`server ${op.server.name} exists`);
+        b.servers.push({ ...op.server });
+        break;
+      }
+      case 'update_server': {
+        const b = backend(op.backend);
+        const i = b.servers.findIndex((s) => s.name === op.server.name);
+        if (i < 0) throw new Error(`update of missing server ${op.server.name}`);
+        b.servers[i] = { ...op.server };
+        break;
+      }
+      case 'delete_server': {
+        const b = backend(op.backend);
+        const before = b.servers.length;
+        b.servers = b.servers.filter((s) => s.name !== op.server.name);
+        if (b.servers.length === before) throw new Error(`delete of missing server ${op.server.name}`);
+        break;
+      }
+      case 'set_switching_rules':
+        frontend(op.frontend).rules = op.rules.map((r) => ({ ...r }));
+        break;
+    }
+  }
+  return { frontends: [...frontends.values()], backends: [...backends.values()] };
+}

@@ -1,0 +1,51 @@
+import { endpointKey } from '../routes/endpoint.js';
+import { bindText, type FieldChange, type Operation, type Plan } from './plan.js';
+
+/** A plan as text for dry runs and logs: one line per change, `+` create, `~` update, `-` delete. */
+export function formatPlan(p: Plan): string {
+  const lines = p.operations.flatMap(formatOperation);
+  for (const c of p.conflicts) lines.push(`! ${c.kind} ${c.name}: ${c.detail}`);
+  return lines.length === 0 ? 'no changes' : lines.join('\n');
+}
+
+function changesText(changes: FieldChange[]): string {
+  return changes.map((c) => `${c.field} ${c.from} -> ${c.to}`).join(', ');
+}
+
+function formatOperation(op: Operation): string[] {
+  switch (op.kind) {
+    case 'create_frontend':
+      return [
+        `+ frontend ${op.frontend.name} bind ${bindText(op.frontend.bind)} inspect-delay ${op.frontend.inspectDelayMs}ms` +
+          ` default_backend ${op.frontend.defaultBackend ?? 'none'}`,
+      ];
+    case 'update_frontend':
+      return [`~ frontend ${op.frontend.name}: ${changesText(op.changes)}`];
+    case 'delete_frontend':
+      return [`- frontend ${op.name}`];
+    case 'create_backend':
+      return [`+ backend ${op.backend.name} (cluster ${op.backend.cluster}) balance ${op.backend.balance}`];
+    case 'update_backend':
+      return [`~ backend ${op.backend.name}: ${changesText(op.changes)}`];
+    case 'delete_backend':
+      return [`- backend ${op.name}`];
+    case 'create_server':
+      return [
+        `+ server ${op.backend}/${op.server.name} ${endpointKey(op.server)}${op.server.check ? ' check' : ''}`,
+      ];
+    case 'update_server':
+      return [`~ server ${op.backend}/${op.server.name}: ${changesText(op.changes)}`];
+    case 'delete_server':
+      return [`- server ${op.backend}/${op.server.name} ${endpointKey(op.server)}`];
+    case 'set_switching_rules':
+      return [
+        ...op.removed.map(
+          (r) => `- rule ${op.frontend}: use_backend ${r.backend} if { req.ssl_sni -i ${r.host} }`,
+        ),
+        ...op.added.map(
+          (r) => `+ rule ${op.frontend}: use_backend ${r.backend} if { req.ssl_sni -i ${r.host} }`,
+        ),
+        ...(op.added.length === 0 && op.removed.length === 0 ? [`~ rules ${op.frontend}: reordered`] : []),
+      ];
+  }
+}

@@ -1,0 +1,250 @@
+import type {
+  BackendState,
+  DesiredBackend,
+  DesiredConfig,
+  DesiredFrontend,
+  DesiredServer,
+  HaproxyState,
+  ServerState,
+  SwitchingRule,
+} from '../haproxy/model.js';
+import { serverSlotName, serverSlotNumber } from '../naming/names.js';
+
+export interface FieldChange {
+  field: string;
+  from: string;
+  to: string;
+}
+
+export interface BackendSettings {
+  name: string;
+  cluster: string;
+  balance: string;
+}
+
+export type Operation =
+  | { kind: 'create_frontend'; frontend: Omit<DesiredFrontend, 'rules'> }
+  | { kind: 'update_frontend'; frontend: Omit<DesiredFrontend, 'rules'>; changes: FieldChange[] }
+  | { kind: 'delete_frontend'; name: string }
+  | { kind: 'create_backend'; backend: BackendSettings }
+  | { kind: 'update_backend'; backend: BackendSettings; changes: FieldChange[] }
+  | { kind: 'delete_backend'; name: string }
+  | { kind: 'create_server'; backend: string; server: ServerState }
+  | { kind: 'update_server'; backend: string; server: ServerState; changes: FieldChange[] }
+  | { kind: 'delete_server'; backend: string; server: ServerState }
+  | {
+      kind: 'set_switching_rules';
+      frontend: string;
+      rules: SwitchingRule[];
+      added: SwitchingRule[];
+      removed: SwitchingRule[];
+    };
+
+export type ConflictKind = 'frontend_not_owned' | 'backend_not_owned' | 'default_backend_missing';
+
+/** Something the desired state asks for that would mean touching an object the service does not own. */
+export interface Conflict {
+  kind: ConflictKind;
+  name: string;
+  detail: string;
+}
+
+export interface Plan {
+  operations: Operation[];
+  conflicts: Conflict[];
+}
+
+// Creations come before the rules that reference them; rules go before the backends they referenced.
+const ORDER: Record<Operation['kind'], number> = {
+  create_frontend: 0,
+  update_frontend: 1,
+  create_backend: 2,
+  update_backend: 3,
+  create_server: 4,
+  update_server: 5,
+  delete_server: 6,
+  set_switching_rules: 7,
+  delete_frontend: 8,
+  delete_backend: 9,
+};
+
+/**
+ * Diffs what the service wants against what HAProxy has. Pure and deterministic. Only objects tagged as
+ * owned are ever updated or deleted; a desired object whose name is taken by a foreign object is reported
+ * as a conflict and left out, never overwritten.
+ */
+export function plan(desired: DesiredConfig, current: HaproxyState): Plan {
+  const conflicts: Conflict[] = [];
+  const ops: Operation[] = [];
+  const currentFrontend = current.frontends.find((f) => f.name === desired.frontend.name);
+  if (currentFrontend && !currentFrontend.owned) {
+    conflicts.push({
+      kind: 'frontend_not_owned',
+      name: desired.frontend.name,
+      detail: `frontend ${desired.frontend.name} exists but is not owned by this service; nothing is applied`,
+    });
+    return { operations: [], conflicts };
+  }
+  const backends = new Map(current.backends.map((b) => [b.name, b]));
+
+  let defaultBackend = desired.frontend.defaultBackend;
+  if (defaultBackend !== null) {
+    const target = backends.get(defaultBackend);
+    if (!target || target.owned) {
+      conflicts.push({
+        kind: 'default_backend_missing',
+        name: defaultBackend,
+        detail: `default backend ${defaultBackend} is not an existing backend of another owner; unmatched SNI is closed instead`,
+      });
+      defaultBackend = null;
+    }
+  }
+  const frontend = {
+    name: desired.frontend.name,
+    bind: desired.frontend.bind,
+    inspectDelayMs: desired.frontend.inspectDelayMs,
+    defaultBackend,
+  };
+  if (!currentFrontend) {
+    ops.push({ kind: 'create_frontend', frontend });
+  } else {
+    const changes = diffFields([
+      ['bind', bindText(currentFrontend.bind), bindText(frontend.bind)],
+      ['inspect_delay', String(currentFrontend.inspectDelayMs), String(frontend.inspectDelayMs)],
+      ['accept_tls_hello', String(currentFrontend.acceptsTlsHello), 'true'],
+      ['default_backend', String(currentFrontend.defaultBackend), String(frontend.defaultBackend)],
+    ]);
+    if (changes.length > 0) ops.push({ kind: 'update_frontend', frontend, changes });
+  }
+
+  const placed = new Set<string>();
+  for (const want of desired.backends) {
+    const have = backends.get(want.name);
+    if (have && !have.owned) {
+      conflicts.push({
+        kind: 'backend_not_owned',
+        name: want.name,
+        detail: `backend ${want.name} exists but is not owned by this service; cluster ${want.cluster} is not routed`,
+      });
+      continue;
+    }
+    placed.add(want.name);
+    planBackend(want, have, ops);
+  }
+
+  const ownRules: SwitchingRule[] = desired.frontend.rules
+    .filter((r) => placed.has(r.backend))
+    .map((r) => ({ ...r, owned: true }));
+  const foreignRules = currentFrontend?.rules.filter((r) => !r.owned) ?? [];
+  const rules = [...ownRules, ...foreignRules];
+  const currentRules = currentFrontend?.rules ?? [];
+  if (!sameRules(rules, currentRules)) {
+    const key = (r: SwitchingRule) => `${r.owned}|${r.backend}|${r.host}`;
+    const before = new Set(currentRules.map(key));
+    const after = new Set(rules.map(key));
+    ops.push({
+      kind: 'set_switching_rules',
+      frontend: frontend.name,
+      rules,
+      added: rules.filter((r) => !before.has(key(r))),
+      removed: currentRules.filter((r) => !after.has(key(r))),
+    });
+  }
+
+  for (const f of current.frontends) {
+    if (f.owned && f.name !== desired.frontend.name) ops.push({ kind: 'delete_frontend', name: f.name });
+  }
+  const wanted = new Set(desired.backends.map((b) => b.name));
+  for (const b of current.backends) {
+    if (b.owned && !wanted.has(b.name)) ops.push({ kind: 'delete_backend', name: b.name });
+  }
+
+  // A stable sort: within one kind, operations keep the order they were planned in.
+  return { operations: ops.sort((a, b) => ORDER[a.kind] - ORDER[b.kind]), conflicts };
+}
+
+function planBackend(want: DesiredBackend, have: BackendState | undefined, ops: Operation[]): void {
+  const settings: BackendSettings = { name: want.name, cluster: want.cluster, balance: want.balance };
+  if (!have) {
+    ops.push({ kind: 'create_backend', backend: settings });
+  } else {
+    const changes = diffFields([
+      ['balance', have.balance, want.balance],
+      ['cluster', String(have.cluster), want.cluster],
+    ]);
+    if (changes.length > 0) ops.push({ kind: 'update_backend', backend: settings, changes });
+  }
+  planServers(want.name, want.servers, have?.servers ?? [], ops);
+}
+
+/**
+ * Servers are matched by address and port first; desired endpoints left over then take over the slots of
+ * servers left over (an address change becomes one update, which HAProxy can apply without a reload);
+ * only then are new slots created or old ones deleted.
+ */
+function planServers(backend: string, want: DesiredServer[], have: ServerState[], ops: Operation[]): void {
+  const spare = have.filter((s) => s.owned).sort(bySlot);
+  const unmatched: DesiredServer[] = [];
+  for (const w of want) {
+    const i = spare.findIndex((s) => s.address === w.address && s.port === w.port);
+    if (i < 0) {
+      unmatched.push(w);
+      continue;
+    }
+    const [s] = spare.splice(i, 1);
+    if (s && s.check !== w.check) {
+      ops.push({
+        kind: 'update_server',
+        backend,
+        server: { ...s, check: w.check },
+        changes: [{ field: 'check', from: String(s.check), to: String(w.check) }],
+      });
+    }
+  }
+  const taken = new Set(have.map((s) => s.name));
+  let nextSlot = 1;
+  for (const w of unmatched) {
+    const reuse = spare.shift();
+    if (reuse) {
+      const server = { ...reuse, address: w.address, port: w.port, check: w.check };
+      ops.push({
+        kind: 'update_server',
+        backend,
+        server,
+        changes: diffFields([
+          ['address', reuse.address, w.address],
+          ['port', String(reuse.port), String(w.port)],
+          ['check', String(reuse.check), String(w.check)],
+        ]),
+      });
+      continue;
+    }
+    while (taken.has(serverSlotName(nextSlot))) nextSlot++;
+    const name = serverSlotName(nextSlot);
+    taken.add(name);
+    ops.push({ kind: 'create_server', backend, server: { name, ...w, owned: true } });
+  }
+  for (const s of spare) ops.push({ kind: 'delete_server', backend, server: s });
+}
+
+function bySlot(a: ServerState, b: ServerState): number {
+  const sa = serverSlotNumber(a.name) ?? Number.MAX_SAFE_INTEGER;
+  const sb = serverSlotNumber(b.name) ?? Number.MAX_SAFE_INTEGER;
+  return sa - sb || (a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
+}
+
+function diffFields(fields: Array<[string, string, string]>): FieldChange[] {
+  return fields.filter(([, from, to]) => from !== to).map(([field, from, to]) => ({ field, from, to }));
+}
+
+export function bindText(bind: { address: string; port: number } | null): string {
+  if (!bind) return 'none';
+  return bind.address.includes(':') ? `[${bind.address}]:${bind.port}` : `${bind.address}:${bind.port}`;
+}
+
+function sameRules(a: SwitchingRule[], b: SwitchingRule[]): boolean {
+  return (
+    a.length === b.length &&
+    a.every((r, i) => r.backend === b[i]?.backend && r.host === b[i]?.host && r.owned === b[i]?.owned)
+  );
+}

@@ -1,0 +1,75 @@
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { validateHost } from '../../src/routes/host.js';
+
+describe('validateHost', () => {
+  it.each([
+    ['api.demo.example.com', 'api.demo.example.com'],
+    ['API.Demo.Example.COM', 'api.demo.example.com'],
+    ['api.demo.example.com.', 'api.demo.example.com'],
+    ['demo.206-189-80-126.sslip.io', 'demo.206-189-80-126.sslip.io'],
+    ['xn--bcher-kva.example', 'xn--bcher-kva.example'],
+    ['a-b.c1', 'a-b.c1'],
+  ])('accepts %s as %s', (raw, host) => {
+    expect(validateHost(raw)).toEqual({ ok: true, host });
+  });
+
+  it.each([
+    '10.0.0.1',
+    '206.189.80.126',
+    '::1',
+    '[::1]',
+    '2001:db8::1',
+    '[2001:db8::1]',
+    'fe80::1%eth0',
+    '127.1',
+    '0x7f.1',
+    '10.0.0.1.',
+  ])('rejects the IP literal %s with host_is_ip_literal', (raw) => {
+    const result = validateHost(raw);
+    expect(result).toMatchObject({ ok: false, reason: 'host_is_ip_literal' });
+  });
+
+  it.each([
+    ['api.example.com\nbackend evil', 'host_invalid_characters'],
+    ['api.example.com }', 'host_invalid_characters'],
+    ['api.example.com if { always_true }', 'host_invalid_characters'],
+    ['"api.example.com"', 'host_invalid_characters'],
+    ["api'.example.com", 'host_invalid_characters'],
+    ['api.example.com#comment', 'host_invalid_characters'],
+    ['api example.com', 'host_invalid_characters'],
+    ['bücher.example', 'host_invalid_characters'],
+    ['*.example.com', 'host_invalid_characters'],
+    ['api_x.example.com', 'host_invalid_characters'],
+    ['api.example.com\r', 'host_invalid_characters'],
+    ['', 'host_empty'],
+    ['localhost', 'host_single_label'],
+    ['-api.example.com', 'host_label_invalid'],
+    ['api-.example.com', 'host_label_invalid'],
+    ['api..example.com', 'host_label_invalid'],
+    ['.example.com', 'host_label_invalid'],
+    [`${'a'.repeat(64)}.example.com`, 'host_label_too_long'],
+    [`${'a.'.repeat(127)}com`, 'host_too_long'],
+  ])('rejects %j with %s', (raw, reason) => {
+    expect(validateHost(raw)).toMatchObject({ ok: false, reason });
+  });
+
+  it('accepts a 63-character label and a 253-character name', () => {
+    expect(validateHost(`${'a'.repeat(63)}.example.com`).ok).toBe(true);
+    const long = `${'a'.repeat(63)}.${'b'.repeat(63)}.${'c'.repeat(63)}.${'d'.repeat(58)}.io`;
+    expect(long).toHaveLength(253);
+    expect(validateHost(long).ok).toBe(true);
+    expect(validateHost(`${long}.`).ok).toBe(true);
+    expect(validateHost(`x${long}`)).toMatchObject({ ok: false, reason: 'host_too_long' });
+  });
+
+  it('never lets through a character HAProxy could read as syntax', () => {
+    fc.assert(
+      fc.property(fc.string({ unit: 'binary', maxLength: 80 }), (raw) => {
+        const result = validateHost(raw);
+        if (result.ok) expect(result.host).toMatch(/^[a-z0-9-]+(\.[a-z0-9-]+)+$/);
+      }),
+      { numRuns: 2000 },
+    );
+  });
+});
