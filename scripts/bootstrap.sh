@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs what this project needs on a fresh Debian 12 machine with Node 20: system packages, npm
+# dependencies, a running Docker engine and the local HAProxy test-bed images. Safe to run again.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+
+log() { echo "[bootstrap] $*" >&2; }
+
+need=()
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
+command -v dpkg-deb >/dev/null 2>&1 || need+=(dpkg)
+command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
+if [ ${#need[@]} -gt 0 ]; then
+  log "installing ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+node_major=$(node -p 'process.versions.node.split(".")[0]')
+if [ "$node_major" -lt 20 ]; then
+  log "Node.js >= 20 is required, found $(node --version)"
+  exit 1
+fi
+
+# Reinstall only when the lock file changed since the last install.
+stamp=node_modules/.kubebyon-lock-hash
+want=$(sha256sum package-lock.json | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  log "installing npm dependencies"
+  npm ci --no-audit --no-fund --loglevel=error
+  echo "$want" >"$stamp"
+fi
+
+scripts/ensure-dockerd.sh
+scripts/build-testbed-images.sh

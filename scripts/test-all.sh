@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Runs every check and test: type check, lint, unit tests, and the integration suite against a real
+# HAProxy 3.0 and then 2.6 (each in a local container with host networking). Prints one closing line
+# "tests: N passed, N failed".
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+scripts/bootstrap.sh
+
+export TESTCONTAINERS_RYUK_DISABLED=true TESTCONTAINERS_HOST_OVERRIDE=localhost
+results=$(mktemp -d)
+trap 'rm -rf "$results"' EXIT
+
+npm run --silent typecheck
+npm run --silent lint
+
+status=0
+npx vitest run --project unit --reporter=default --reporter=json --outputFile="$results/unit.json" || status=1
+for v in 3.0 2.6; do
+  echo "== integration suite against HAProxy $v"
+  KUBEBYON_TEST_HAPROXY_VERSION=$v npx vitest run --project integration \
+    --reporter=default --reporter=json --outputFile="$results/integration-$v.json" || status=1
+done
+
+node -e '
+  const fs = require("fs");
+  let passed = 0, failed = 0;
+  for (const f of process.argv.slice(1)) {
+    if (!fs.existsSync(f)) { failed++; continue; }
+    const r = JSON.parse(fs.readFileSync(f, "utf8"));
+    passed += r.numPassedTests; failed += r.numFailedTests + (r.success ? 0 : r.numFailedTestSuites);
+  }
+  console.log(`tests: ${passed} passed, ${failed} failed`);
+' "$results/unit.json" "$results/integration-3.0.json" "$results/integration-2.6.json"
+exit $status
