@@ -1,0 +1,69 @@
+import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
+
+const NS = 'kubebyon_haproxy_adapter';
+
+/**
+ * Every metric the service exports. Labels only carry values from small fixed sets (results, states, reasons,
+ * route templates), never cluster names or hosts.
+ */
+export function createMetrics() {
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry });
+  return {
+    registry,
+    reconciles: new Counter({
+      name: `${NS}_reconciles_total`,
+      help: 'Reconcile passes by result: changed (a plan was applied), unchanged (nothing to do), failed.',
+      labelNames: ['result'] as const,
+      registers: [registry],
+    }),
+    reconcileDuration: new Histogram({
+      name: `${NS}_reconcile_duration_seconds`,
+      help: 'Duration of reconcile passes, reading HAProxy and applying included.',
+      buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+      registers: [registry],
+    }),
+    transactions: new Counter({
+      name: `${NS}_transactions_total`,
+      help: 'Plans applied to HAProxy as one transaction, by result: committed, conflict (retried), failed.',
+      labelNames: ['result'] as const,
+      registers: [registry],
+    }),
+    reloads: new Counter({
+      name: `${NS}_reloads_total`,
+      help: 'HAProxy reloads caused by applied plans, by outcome: succeeded, failed.',
+      labelNames: ['result'] as const,
+      registers: [registry],
+    }),
+    routes: new Gauge({
+      name: `${NS}_routes`,
+      help: 'Clusters known to the service, by state.',
+      labelNames: ['state'] as const,
+      registers: [registry],
+    }),
+    rejectedRoutes: new Gauge({
+      name: `${NS}_rejected_routes`,
+      help: 'Clusters whose route is rejected, by reason.',
+      labelNames: ['reason'] as const,
+      registers: [registry],
+    }),
+    driftCorrections: new Counter({
+      name: `${NS}_drift_corrections_total`,
+      help: 'Periodic resyncs that found HAProxy changed behind the service and repaired it.',
+      registers: [registry],
+    }),
+    lastSuccess: new Gauge({
+      name: `${NS}_last_successful_reconcile_timestamp_seconds`,
+      help: 'Unix time of the last reconcile pass that succeeded.',
+      registers: [registry],
+    }),
+    webhookRequests: new Counter({
+      name: `${NS}_webhook_requests_total`,
+      help: 'Webhook API requests by method, route template and status code.',
+      labelNames: ['method', 'route', 'status'] as const,
+      registers: [registry],
+    }),
+  };
+}
+
+export type Metrics = ReturnType<typeof createMetrics>;

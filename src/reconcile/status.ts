@@ -1,0 +1,60 @@
+import type { ClusterRecord } from '../store/cluster-store.js';
+import type { DesiredRoutes } from './desired.js';
+
+export type ClusterState = 'pending' | 'applied' | 'rejected' | 'degraded' | 'error';
+
+export interface ClusterStatus {
+  name: string;
+  host: string;
+  api_endpoint: string | null;
+  state: ClusterState;
+  reason: string | null;
+  last_applied_at: string | null;
+}
+
+/** The outcome of the last reconcile pass, as far as cluster status is concerned. */
+export interface PassResult {
+  /** When the pass read the desired state; changes after that are still pending. */
+  startedAt: number;
+  ok: boolean;
+  error?: string;
+  desired: DesiredRoutes;
+  /** Backends the plan could not create because a foreign object holds the name. */
+  conflicted: Map<string, string>;
+}
+
+/**
+ * Each cluster's state for the API: rejected or degraded by validation and topology, applied once a pass that
+ * saw its current version succeeded, error when that pass failed, pending until then. Pure.
+ */
+export function clusterStatuses(
+  records: readonly ClusterRecord[],
+  last: PassResult | undefined,
+  appliedAt: ReadonlyMap<string, number>,
+  publicPort: number,
+): ClusterStatus[] {
+  const rejected = new Map(last?.desired.rejected.map((r) => [r.cluster, r]) ?? []);
+  return records.map((record) => {
+    const base = {
+      name: record.name,
+      host: record.host,
+      api_endpoint: null as string | null,
+      last_applied_at: appliedAt.has(record.name)
+        ? new Date(appliedAt.get(record.name) ?? 0).toISOString()
+        : null,
+    };
+    if (!last || record.updatedAt > last.startedAt) return { ...base, state: 'pending', reason: null };
+    const rejection = rejected.get(record.name);
+    if (rejection) return { ...base, state: 'rejected', reason: `${rejection.reason}: ${rejection.detail}` };
+    const conflict = last.conflicted.get(record.name);
+    if (conflict) return { ...base, state: 'rejected', reason: `backend_not_owned: ${conflict}` };
+    if (!last.ok) return { ...base, state: 'error', reason: last.error ?? 'reconcile failed' };
+    const route = last.desired.routes.find((r) => r.cluster === record.name);
+    const api_endpoint = route ? `https://${route.host}:${publicPort}` : null;
+    const problem = last.desired.topologyProblems.get(record.name);
+    if (problem || route?.endpoints.length === 0) {
+      return { ...base, api_endpoint, state: 'degraded', reason: problem ?? 'no_endpoints' };
+    }
+    return { ...base, api_endpoint, state: 'applied', reason: null };
+  });
+}

@@ -1,0 +1,129 @@
+import { mkdir, readFile } from 'node:fs/promises';
+import { dirname } from 'node:path';
+import { z } from 'zod';
+import { writeFileAtomic } from './atomic-file.js';
+
+/** Where a cluster's NodePort comes from: a Service on the host cluster, or a fixed port from the webhook. */
+export const ClusterTarget = z.union([
+  z.object({
+    service: z.object({
+      namespace: z.string(),
+      name: z.string(),
+      port: z.union([z.number().int(), z.string()]),
+    }),
+  }),
+  z.object({ nodePort: z.number().int() }),
+]);
+export type ClusterTarget = z.infer<typeof ClusterTarget>;
+
+/** One accepted cluster, as kubebyon-api described it. */
+export const ClusterRecord = z.object({
+  name: z.string(),
+  host: z.string(),
+  target: ClusterTarget,
+  /** When this cluster first asked for its current host: the older claim wins a contested host. */
+  claimedAt: z.number(),
+  updatedAt: z.number(),
+});
+export type ClusterRecord = z.infer<typeof ClusterRecord>;
+
+const StoreFile = z.object({ version: z.literal(1), clusters: z.array(ClusterRecord) });
+
+/**
+ * The desired state: every accepted cluster, kept in one JSON file that is replaced atomically on each
+ * change, so that whatever the webhook acknowledged survives a restart or a `kill -9`. Writes are
+ * serialised; reads come from memory.
+ */
+export class ClusterStore {
+  private clusters = new Map<string, ClusterRecord>();
+  private queue: Promise<unknown> = Promise.resolve();
+
+  private constructor(private readonly path: string) {}
+
+  static async open(path: string): Promise<ClusterStore> {
+    const store = new ClusterStore(path);
+    await mkdir(dirname(path), { recursive: true });
+    let text: string | undefined;
+    try {
+      text = await readFile(path, 'utf8');
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+    }
+    if (text !== undefined) {
+      const parsed = StoreFile.safeParse(JSON.parse(text));
+      if (!parsed.success)
+        throw new Error(`state file ${path} is not a valid cluster store: ${parsed.error.message}`);
+      for (const c of parsed.data.clusters) store.clusters.set(c.name, c);
+    }
+    return store;
+  }
+
+  list(): ClusterRecord[] {
+    return [...this.clusters.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  }
+
+  get(name: string): ClusterRecord | undefined {
+    return this.clusters.get(name);
+  }
+
+  /** Inserts or replaces one cluster; resolves once the change is on disk. */
+  upsert(
+    input: { name: string; host: string; target: ClusterTarget },
+    now = Date.now(),
+  ): Promise<ClusterRecord> {
+    return this.change((clusters) => {
+      const previous = clusters.get(input.name);
+      const record: ClusterRecord = {
+        ...input,
+        claimedAt: previous && previous.host === input.host ? previous.claimedAt : now,
+        updatedAt: now,
+      };
+      clusters.set(input.name, record);
+      return record;
+    });
+  }
+
+  /** Removes one cluster; resolves with whether it existed, once the change is on disk. */
+  delete(name: string): Promise<boolean> {
+    return this.change((clusters) => clusters.delete(name));
+  }
+
+  /** Makes `inputs` the whole desired set (clusters not in it are removed); resolves once on disk. */
+  replaceAll(inputs: Array<{ name: string; host: string; target: ClusterTarget }>, now = Date.now()) {
+    return this.change((clusters) => {
+      const next = new Map<string, ClusterRecord>();
+      for (const input of inputs) {
+        const previous = clusters.get(input.name);
+        next.set(input.name, {
+          ...input,
+          claimedAt: previous && previous.host === input.host ? previous.claimedAt : now,
+          updatedAt: previous && sameInput(previous, input) ? previous.updatedAt : now,
+        });
+      }
+      const removed = [...clusters.keys()].filter((name) => !next.has(name));
+      clusters.clear();
+      for (const [name, record] of next) clusters.set(name, record);
+      return { removed };
+    });
+  }
+
+  // Applies `mutate` to a copy, writes the copy, and only then makes it the live state: a failed write
+  // changes nothing, in memory or on disk.
+  private change<T>(mutate: (clusters: Map<string, ClusterRecord>) => T): Promise<T> {
+    const run = async () => {
+      const copy = new Map(this.clusters);
+      const result = mutate(copy);
+      const file = { version: 1 as const, clusters: [...copy.values()] };
+      await writeFileAtomic(this.path, `${JSON.stringify(file, null, 2)}\n`);
+      this.clusters = copy;
+      return result;
+    };
+    const next = this.queue.then(run, run);
+    this.queue = next.catch(() => {});
+    return next;
+  }
+}
+
+function sameInput(a: ClusterRecord, b: { host: string; target: ClusterTarget }): boolean {
+  return a.host === b.host && JSON.stringify(a.target) === JSON.stringify(b.target);
+}

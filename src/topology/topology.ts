@@ -1,0 +1,34 @@
+import type { Endpoint } from '../routes/endpoint.js';
+import type { ClusterTarget } from '../store/cluster-store.js';
+
+/** Why a cluster has no (or fewer) endpoints than it should: reported as its `degraded` reason. */
+export type TopologyProblem =
+  | 'no_nodes'
+  | 'service_lookup_unavailable'
+  | 'service_not_found'
+  | 'service_not_nodeport'
+  | 'service_port_not_found';
+
+export interface TopologyAnswer {
+  endpoints: Endpoint[];
+  problem?: TopologyProblem;
+}
+
+/** Where a cluster's endpoints come from: node addresses × the NodePort that reaches its API server. */
+export interface Topology {
+  endpointsFor(target: ClusterTarget): TopologyAnswer;
+}
+
+/**
+ * Node addresses from configuration, NodePorts from the webhook's `node_port`: for setups without a
+ * Kubernetes API to watch. A cluster that names a Service cannot be resolved here and is degraded.
+ */
+export class StaticTopology implements Topology {
+  constructor(private readonly nodeAddresses: readonly string[]) {}
+
+  endpointsFor(target: ClusterTarget): TopologyAnswer {
+    if (!('nodePort' in target)) return { endpoints: [], problem: 'service_lookup_unavailable' };
+    if (this.nodeAddresses.length === 0) return { endpoints: [], problem: 'no_nodes' };
+    return { endpoints: this.nodeAddresses.map((address) => ({ address, port: target.nodePort })) };
+  }
+}

@@ -1,0 +1,123 @@
+import { spawn } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { ClusterStore } from '../../src/store/cluster-store.js';
+
+describe('ClusterStore', () => {
+  let dir: string;
+  let path: string;
+  beforeEach(() => {
+    dir = mkdtempSync(join(tmpdir(), 'kubebyon-store-'));
+    path = join(dir, 'nested', 'state.json');
+  });
+  afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('keeps every change across a reopen', async () => {
+    const store = await ClusterStore.open(path);
+    await store.upsert({ name: 'a', host: 'a.example.com', target: { nodePort: 30001 } }, 10);
+    await store.upsert(
+      {
+        name: 'b',
+        host: 'b.example.com',
+        target: { service: { namespace: 'ns', name: 'b', port: 'https' } },
+      },
+      11,
+    );
+    await store.delete('a');
+    const reopened = await ClusterStore.open(path);
+    expect(reopened.list()).toEqual([
+      {
+        name: 'b',
+        host: 'b.example.com',
+        target: { service: { namespace: 'ns', name: 'b', port: 'https' } },
+        claimedAt: 11,
+        updatedAt: 11,
+      },
+    ]);
+    expect(readdirSync(join(dir, 'nested'))).toEqual(['state.json']);
+  });
+
+  it('keeps the claim time while the host stays, and restarts it when the host changes', async () => {
+    const store = await ClusterStore.open(path);
+    await store.upsert({ name: 'a', host: 'a.example.com', target: { nodePort: 1 } }, 10);
+    expect(
+      await store.upsert({ name: 'a', host: 'a.example.com', target: { nodePort: 2 } }, 20),
+    ).toMatchObject({ claimedAt: 10, updatedAt: 20 });
+    expect(
+      await store.upsert({ name: 'a', host: 'z.example.com', target: { nodePort: 2 } }, 30),
+    ).toMatchObject({ claimedAt: 30 });
+  });
+
+  it('replaces the whole set, reporting what it removed', async () => {
+    const store = await ClusterStore.open(path);
+    await store.upsert({ name: 'a', host: 'a.example.com', target: { nodePort: 1 } }, 10);
+    await store.upsert({ name: 'b', host: 'b.example.com', target: { nodePort: 2 } }, 10);
+    const result = await store.replaceAll(
+      [
+        { name: 'b', host: 'b.example.com', target: { nodePort: 2 } },
+        { name: 'c', host: 'c.example.com', target: { nodePort: 3 } },
+      ],
+      50,
+    );
+    expect(result).toEqual({ removed: ['a'] });
+    expect(store.list().map((c) => [c.name, c.updatedAt])).toEqual([
+      ['b', 10],
+      ['c', 50],
+    ]);
+  });
+
+  it('changes nothing, in memory or on disk, when a write fails', async () => {
+    const store = await ClusterStore.open(path);
+    await store.upsert({ name: 'a', host: 'a.example.com', target: { nodePort: 1 } });
+    rmSync(join(dir, 'nested'), { recursive: true });
+    await expect(
+      store.upsert({ name: 'b', host: 'b.example.com', target: { nodePort: 2 } }),
+    ).rejects.toThrow();
+    expect(store.list().map((c) => c.name)).toEqual(['a']);
+    // Once the directory is back, the next write holds the earlier state and not the failed change.
+    mkdirSync(join(dir, 'nested'));
+    await store.upsert({ name: 'c', host: 'c.example.com', target: { nodePort: 3 } });
+    const onDisk = readFileSync(path, 'utf8');
+    expect(onDisk).toContain('a.example.com');
+    expect(onDisk).toContain('c.example.com');
+    expect(onDisk).not.toContain('b.example.com');
+  });
+
+  it('refuses to start from a state file it cannot read, instead of starting empty', async () => {
+    const store = await ClusterStore.open(path);
+    await store.upsert({ name: 'a', host: 'a.example.com', target: { nodePort: 1 } });
+    writeFileSync(path, '{"version":1,"clusters":[{"name":1}]}');
+    await expect(ClusterStore.open(path)).rejects.toThrow(/not a valid cluster store/);
+  });
+
+  it('loses nothing it acknowledged when the process is killed with SIGKILL', async () => {
+    const child = spawn(
+      process.execPath,
+      ['--import', 'tsx', join(import.meta.dirname, '../fixtures/store-writer.ts'), path],
+      {
+        stdio: ['ignore', 'pipe', 'inherit'],
+      },
+    );
+    const acked: string[] = [];
+    await new Promise<void>((resolve, reject) => {
+      child.on('error', reject);
+      child.on('exit', (code, signal) =>
+        signal === 'SIGKILL' ? resolve() : reject(new Error(`writer exited ${code}`)),
+      );
+      let buffer = '';
+      child.stdout.setEncoding('utf8');
+      child.stdout.on('data', (chunk: string) => {
+        buffer += chunk;
+        const lines = buffer.split('\n');
+        buffer = lines.pop() ?? '';
+        for (const line of lines) acked.push(line.replace('acked ', ''));
+        if (acked.length >= 200) child.kill('SIGKILL');
+      });
+    });
+    const names = new Set((await ClusterStore.open(path)).list().map((c) => c.name));
+    expect(acked.length).toBeGreaterThanOrEqual(200);
+    for (const name of acked) expect(names.has(name)).toBe(true);
+  });
+});

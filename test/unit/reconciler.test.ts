@@ -1,0 +1,168 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pino from 'pino';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { RenderOptions } from '../../src/haproxy/render.js';
+import { createMetrics, type Metrics } from '../../src/metrics/metrics.js';
+import { ConcurrentChangeError } from '../../src/reconcile/provider.js';
+import { Reconciler } from '../../src/reconcile/reconciler.js';
+import { ClusterStore } from '../../src/store/cluster-store.js';
+import { StaticTopology } from '../../src/topology/topology.js';
+import { MemoryProvider } from '../support/memory-provider.js';
+
+const render: RenderOptions = {
+  frontendName: 'kubebyon_sni',
+  bind: { address: '*', port: 443 },
+  inspectDelayMs: 5000,
+  defaultBackend: null,
+  namePrefix: 'kubebyon_',
+  balance: 'leastconn',
+  healthChecks: true,
+};
+
+describe('Reconciler', () => {
+  let dir: string;
+  let store: ClusterStore;
+  let provider: MemoryProvider;
+  let metrics: Metrics;
+  let reconciler: Reconciler;
+
+  const make = (overrides: { debounceMs?: number; retries?: number; nodes?: string[] } = {}) => {
+    metrics = createMetrics();
+    reconciler = new Reconciler({
+      store,
+      topology: new StaticTopology(overrides.nodes ?? ['10.0.0.1', '10.0.0.2']),
+      provider,
+      render,
+      metrics,
+      logger: pino({ level: 'silent' }),
+      debounceMs: overrides.debounceMs ?? 20,
+      maxDelayMs: 2000,
+      resyncIntervalMs: 0,
+      retries: overrides.retries ?? 3,
+      publicPort: 443,
+    });
+    return reconciler;
+  };
+  const metric = async (name: string, labels: Record<string, string> = {}) => {
+    const m = (await metrics.registry.getMetricsAsJSON()).find((x) => x.name === name);
+    const v = m?.values.find((x) => Object.entries(labels).every(([k, val]) => x.labels[k] === val));
+    return v?.value ?? 0;
+  };
+
+  beforeEach(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'kubebyon-reconciler-'));
+    store = await ClusterStore.open(join(dir, 'state.json'));
+    provider = new MemoryProvider();
+  });
+  afterEach(async () => {
+    await reconciler?.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('coalesces a burst of 100 changes into one or two applies', async () => {
+    make({ debounceMs: 50 });
+    const outcomes = [];
+    // Each upsert waits for its fsync, so the requests arrive spread out as webhooks would.
+    for (let i = 0; i < 100; i++) {
+      await store.upsert({ name: `c${i}`, host: `c${i}.example.com`, target: { nodePort: 30000 + i } });
+      outcomes.push(reconciler.request('webhook'));
+    }
+    await Promise.all(outcomes);
+    expect(provider.applies.length).toBeGreaterThanOrEqual(1);
+    expect(provider.applies.length).toBeLessThanOrEqual(2);
+    expect(provider.state.backends).toHaveLength(100);
+    expect(reconciler.statuses().every((s) => s.state === 'applied')).toBe(true);
+  });
+
+  it('applies nothing when HAProxy already matches', async () => {
+    make();
+    await store.upsert({ name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30443 } });
+    expect(await reconciler.request('test')).toEqual({ ok: true, changed: true });
+    const reads = provider.reads;
+    expect(await reconciler.request('test')).toEqual({ ok: true, changed: false });
+    expect(provider.applies).toHaveLength(1);
+    expect(provider.reads).toBe(reads + 1);
+    expect(await metric('kubebyon_haproxy_adapter_reconciles_total', { result: 'unchanged' })).toBe(1);
+  });
+
+  it('re-reads and re-plans after a concurrent change, then converges', async () => {
+    make();
+    provider.failures.push(new ConcurrentChangeError('version mismatch'));
+    await store.upsert({ name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30443 } });
+    expect(await reconciler.request('test')).toEqual({ ok: true, changed: true });
+    expect(provider.reads).toBe(2);
+    expect(await metric('kubebyon_haproxy_adapter_transactions_total', { result: 'conflict' })).toBe(1);
+    expect(await metric('kubebyon_haproxy_adapter_transactions_total', { result: 'committed' })).toBe(1);
+  });
+
+  it('reports error when every attempt fails, and recovers on the next pass', async () => {
+    make({ retries: 1 });
+    provider.failures.push(new Error('dataplane down'), new Error('dataplane down'));
+    await store.upsert({ name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30443 } });
+    expect(await reconciler.request('test')).toMatchObject({ ok: false, error: 'dataplane down' });
+    expect(reconciler.statuses()[0]).toMatchObject({ state: 'error', reason: 'dataplane down' });
+    expect(reconciler.ready).toBe(false);
+    expect(await reconciler.request('test')).toEqual({ ok: true, changed: true });
+    expect(reconciler.statuses()[0]).toMatchObject({
+      state: 'applied',
+      api_endpoint: 'https://api.demo.example.com:443',
+    });
+    expect(reconciler.ready).toBe(true);
+  });
+
+  it('repairs drift found by a resync and counts it', async () => {
+    make();
+    await store.upsert({ name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30443 } });
+    await reconciler.request('test');
+    const backend = provider.state.backends[0];
+    if (!backend) throw new Error('no backend');
+    backend.servers = backend.servers.slice(1);
+    expect(await reconciler.request('resync')).toEqual({ ok: true, changed: true });
+    expect(provider.state.backends[0]?.servers).toHaveLength(2);
+    expect(await metric('kubebyon_haproxy_adapter_drift_corrections_total')).toBe(1);
+    expect(await reconciler.request('resync')).toEqual({ ok: true, changed: false });
+    expect(await metric('kubebyon_haproxy_adapter_drift_corrections_total')).toBe(1);
+  });
+
+  it('reports pending, rejected and degraded clusters with their reasons', async () => {
+    make({ nodes: [] });
+    await store.upsert({ name: 'a', host: 'api.example.com', target: { nodePort: 30443 } }, 1);
+    await store.upsert({ name: 'b', host: 'api.example.com', target: { nodePort: 30444 } }, 2);
+    await store.upsert(
+      { name: 'c', host: 'c.example.com', target: { service: { namespace: 'v', name: 'c', port: 443 } } },
+      3,
+    );
+    expect(reconciler.statuses().map((s) => s.state)).toEqual(['pending', 'pending', 'pending']);
+    await reconciler.request('test');
+    expect(reconciler.statuses()).toEqual([
+      expect.objectContaining({
+        name: 'a',
+        state: 'degraded',
+        reason: 'no_nodes',
+        api_endpoint: 'https://api.example.com:443',
+      }),
+      expect.objectContaining({
+        name: 'b',
+        state: 'rejected',
+        reason: expect.stringContaining('already routed to cluster a'),
+      }),
+      expect.objectContaining({ name: 'c', state: 'degraded', reason: 'service_lookup_unavailable' }),
+    ]);
+    expect(
+      await metric('kubebyon_haproxy_adapter_rejected_routes', { reason: 'host_claimed_by_other_cluster' }),
+    ).toBe(1);
+    expect(await metric('kubebyon_haproxy_adapter_routes', { state: 'degraded' })).toBe(2);
+  });
+
+  it('waits for an in-flight pass on stop', async () => {
+    make();
+    await store.upsert({ name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30443 } });
+    const outcome = reconciler.request('test');
+    await new Promise((r) => setTimeout(r, 30));
+    await reconciler.stop();
+    expect(await outcome).toEqual({ ok: true, changed: true });
+    expect(await reconciler.request('late')).toMatchObject({ ok: false, error: 'shutting down' });
+  });
+});
