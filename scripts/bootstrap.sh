@@ -11,6 +11,7 @@ need=()
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 command -v dpkg-deb >/dev/null 2>&1 || need+=(dpkg)
 command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
+command -v promtool >/dev/null 2>&1 || need+=(prometheus) # promtool parses /metrics in tests
 if [ ${#need[@]} -gt 0 ]; then
   log "installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -1,0 +1,54 @@
+import { validateHost } from '../routes/host.js';
+import { validateClusterName } from '../routes/route.js';
+import type { ClusterTarget } from '../store/cluster-store.js';
+import type { ClusterBody } from './schemas.js';
+
+/** Only this mode is routed through HAProxy; a cluster with any other mode has no route. */
+export const ROUTED_MODE = 'loadbalancer';
+
+export interface FieldError {
+  status: 400 | 422;
+  field: string;
+  reason: string;
+  detail: string;
+}
+
+export type CheckedCluster =
+  | { ok: true; routed: true; input: { name: string; host: string; target: ClusterTarget } }
+  | { ok: true; routed: false }
+  | { ok: false; error: FieldError };
+
+/**
+ * Applies the runbook's rules to one well-formed cluster body. `field` prefixes error fields, so that an item
+ * of the full set is named (`clusters.3.control_plane_host`). Pure.
+ */
+export function checkCluster(name: string, body: ClusterBody, field = ''): CheckedCluster {
+  const nameCheck = validateClusterName(name);
+  if (!nameCheck.ok) {
+    return {
+      ok: false,
+      error: { status: 400, field: `${field}name`, reason: 'cluster_name_invalid', detail: nameCheck.detail },
+    };
+  }
+  if (body.public_access_mode !== ROUTED_MODE) return { ok: true, routed: false };
+  const host = validateHost(body.control_plane_host);
+  if (!host.ok) {
+    return {
+      ok: false,
+      error: { status: 422, field: `${field}control_plane_host`, reason: host.reason, detail: host.detail },
+    };
+  }
+  if ((body.service === undefined) === (body.node_port === undefined)) {
+    return {
+      ok: false,
+      error: {
+        status: 422,
+        field: `${field}service`,
+        reason: body.service ? 'target_ambiguous' : 'target_missing',
+        detail: 'give exactly one of service (a NodePort Service to look up) or node_port',
+      },
+    };
+  }
+  const target: ClusterTarget = body.service ? { service: body.service } : { nodePort: body.node_port ?? 0 };
+  return { ok: true, routed: true, input: { name, host: host.host, target } };
+}

@@ -1,0 +1,145 @@
+import { z } from 'zod';
+import { ClusterBody, ClusterSetBody } from './schemas.js';
+
+const schema = (s: z.ZodType) => {
+  const { $schema: _ignored, ...rest } = z.toJSONSchema(s) as Record<string, unknown>;
+  return rest;
+};
+
+const ErrorBody = {
+  type: 'object',
+  properties: {
+    error: { type: 'string' },
+    field: { type: 'string' },
+    reason: { type: 'string' },
+    detail: { type: 'string' },
+  },
+  required: ['error'],
+};
+
+const ClusterStatus = {
+  type: 'object',
+  properties: {
+    name: { type: 'string' },
+    host: { type: 'string' },
+    api_endpoint: { type: ['string', 'null'], examples: ['https://api.demo.example.com:443'] },
+    state: { type: 'string', enum: ['pending', 'applied', 'rejected', 'degraded', 'error'] },
+    reason: { type: ['string', 'null'] },
+    last_applied_at: { type: ['string', 'null'], format: 'date-time' },
+  },
+  required: ['name', 'host', 'api_endpoint', 'state', 'reason', 'last_applied_at'],
+};
+
+const responses = (ok: Record<string, unknown>) => ({
+  ...ok,
+  '400': {
+    description: 'Malformed request: the field and reason are named',
+    content: { 'application/json': { schema: ErrorBody } },
+  },
+  '401': {
+    description: 'Missing or bad credentials',
+    content: { 'application/json': { schema: ErrorBody } },
+  },
+  '422': {
+    description: 'Well-formed but refused by the routing rules',
+    content: { 'application/json': { schema: ErrorBody } },
+  },
+});
+
+const wait = {
+  name: 'wait',
+  in: 'query',
+  required: false,
+  schema: { type: 'boolean' },
+  description: 'Answer only once the change is applied or failed (bounded by the service timeout).',
+};
+const name = { name: 'name', in: 'path', required: true, schema: { type: 'string', maxLength: 253 } };
+const json = (s: unknown) => ({ 'application/json': { schema: s } });
+
+/** The webhook API's OpenAPI 3.1 document, served at /openapi.json; request schemas come from the validators. */
+export function openApiDocument(version: string) {
+  return {
+    openapi: '3.1.0',
+    info: {
+      title: 'kubebyon-haproxy-adapter webhook API',
+      version,
+      description:
+        'Every /v1 call is authenticated: X-Kubebyon-Timestamp (unix seconds) and X-Kubebyon-Signature ' +
+        '(sha256=hex HMAC-SHA256 of "<timestamp>\\n<METHOD>\\n<path?query>\\n<body>" with the shared secret), ' +
+        'or a bearer token when the service runs with KUBEBYON_WEBHOOK_AUTH=bearer.',
+    },
+    components: {
+      securitySchemes: {
+        signature: { type: 'apiKey', in: 'header', name: 'X-Kubebyon-Signature' },
+        bearer: { type: 'http', scheme: 'bearer' },
+      },
+    },
+    security: [{ signature: [] }, { bearer: [] }],
+    paths: {
+      '/v1/clusters': {
+        get: {
+          summary: 'Every cluster with its state and api_endpoint',
+          responses: responses({
+            '200': {
+              description: 'Clusters',
+              content: json({
+                type: 'object',
+                properties: { clusters: { type: 'array', items: ClusterStatus } },
+              }),
+            },
+          }),
+        },
+        put: {
+          summary: 'Replace the full desired set; clusters not in it are removed',
+          parameters: [wait],
+          requestBody: { required: true, content: json(schema(ClusterSetBody)) },
+          responses: responses({
+            '202': { description: 'Accepted and stored' },
+            '200': { description: 'Applied (wait=true)' },
+          }),
+        },
+      },
+      '/v1/clusters/{name}': {
+        get: {
+          summary: 'One cluster',
+          parameters: [name],
+          responses: responses({
+            '200': { description: 'The cluster', content: json(ClusterStatus) },
+            '404': { description: 'Unknown cluster' },
+          }),
+        },
+        put: {
+          summary:
+            'Create or update one cluster; a public_access_mode other than loadbalancer removes its route',
+          parameters: [name, wait],
+          requestBody: { required: true, content: json(schema(ClusterBody)) },
+          responses: responses({
+            '202': { description: 'Accepted and stored', content: json(ClusterStatus) },
+            '200': { description: 'Applied (wait=true)', content: json(ClusterStatus) },
+          }),
+        },
+        delete: {
+          summary: 'Remove one cluster',
+          parameters: [name, wait],
+          responses: responses({ '202': { description: 'Removed from the desired state' } }),
+        },
+      },
+      '/v1/plan': {
+        get: {
+          summary: 'The changes the next reconcile would apply, without applying them',
+          responses: responses({ '200': { description: 'The plan as text and JSON' } }),
+        },
+      },
+      '/v1/reconcile': {
+        post: {
+          summary: 'Reconcile now',
+          parameters: [wait],
+          responses: responses({
+            '202': { description: 'Started' },
+            '200': { description: 'Done (wait=true)' },
+          }),
+        },
+      },
+    },
+  };
+}

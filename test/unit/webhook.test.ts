@@ -1,0 +1,308 @@
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import type { Server } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pino from 'pino';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { createMetrics } from '../../src/metrics/metrics.js';
+import { Reconciler } from '../../src/reconcile/reconciler.js';
+import { ClusterStore } from '../../src/store/cluster-store.js';
+import { StaticTopology } from '../../src/topology/topology.js';
+import { createApp } from '../../src/webhook/app.js';
+import { sign, WebhookAuthenticator } from '../../src/webhook/auth.js';
+import { MemoryProvider } from '../support/memory-provider.js';
+import { type SignedClient, signedClient } from '../support/webhook-client.js';
+
+const SECRET = 'test-secret-0123456789';
+const body = (host: string, extra: Record<string, unknown> = { node_port: 30443 }) => ({
+  control_plane_host: host,
+  public_access_mode: 'loadbalancer',
+  ...extra,
+});
+
+describe('webhook API', () => {
+  let dir: string;
+  let store: ClusterStore;
+  let provider: MemoryProvider;
+  let reconciler: Reconciler;
+  let server: Server;
+  let base: string;
+  let client: SignedClient;
+  let metrics: ReturnType<typeof createMetrics>;
+
+  beforeEach(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'kubebyon-webhook-'));
+    store = await ClusterStore.open(join(dir, 'state.json'));
+    provider = new MemoryProvider();
+    metrics = createMetrics();
+    const logger = pino({ level: 'silent' });
+    reconciler = new Reconciler({
+      store,
+      topology: new StaticTopology(['10.0.0.1']),
+      provider,
+      render: {
+        frontendName: 'kubebyon_sni',
+        bind: { address: '*', port: 443 },
+        inspectDelayMs: 5000,
+        defaultBackend: null,
+        namePrefix: 'kubebyon_',
+        balance: 'leastconn',
+        healthChecks: true,
+      },
+      metrics,
+      logger,
+      debounceMs: 10,
+      maxDelayMs: 1000,
+      resyncIntervalMs: 0,
+      retries: 1,
+      publicPort: 443,
+    });
+    const app = createApp({
+      store,
+      reconciler,
+      metrics,
+      logger,
+      auth: new WebhookAuthenticator({ mode: 'hmac', secret: SECRET, replayWindowSeconds: 300 }),
+      waitTimeoutMs: 5000,
+      bodyLimitBytes: 64 * 1024,
+      readiness: async () => ({ ready: reconciler.ready, checks: { reconcile: { ok: reconciler.ready } } }),
+      version: 'test',
+    });
+    await new Promise<void>((resolve) => {
+      server = app.listen(0, '127.0.0.1', () => resolve());
+    });
+    const address = server.address();
+    if (!address || typeof address === 'string') throw new Error('no address');
+    base = `http://127.0.0.1:${address.port}`;
+    client = signedClient(base, SECRET);
+  });
+
+  afterEach(async () => {
+    await reconciler.stop();
+    await new Promise((r) => server.close(r));
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('stores a signed upsert, answers 202 at once, and reports it applied once reconciled', async () => {
+    const res = await client.request('PUT', '/v1/clusters/demo', body('API.Demo.Example.com'));
+    expect(res).toMatchObject({
+      status: 202,
+      body: { name: 'demo', host: 'api.demo.example.com', state: 'pending' },
+    });
+    expect(store.get('demo')).toMatchObject({ host: 'api.demo.example.com', target: { nodePort: 30443 } });
+    const waited = await client.request('POST', '/v1/reconcile?wait=true');
+    expect(waited.status).toBe(200);
+    const got = await client.request('GET', '/v1/clusters/demo');
+    expect(got.body).toMatchObject({ state: 'applied', api_endpoint: 'https://api.demo.example.com:443' });
+    expect(got.body.last_applied_at).toMatch(/^\d{4}-\d\d-\d\dT/);
+    expect(provider.state.backends[0]?.servers).toEqual([
+      expect.objectContaining({ address: '10.0.0.1', port: 30443 }),
+    ]);
+  });
+
+  it('with wait=true answers once the change is applied', async () => {
+    const res = await client.request('PUT', '/v1/clusters/demo?wait=true', body('api.demo.example.com'));
+    expect(res).toMatchObject({ status: 200, body: { state: 'applied' } });
+  });
+
+  it.each([
+    [
+      'no signature',
+      async () =>
+        fetch(`${base}/v1/clusters/demo`, { method: 'PUT', body: JSON.stringify(body('a.example.com')) }),
+      'missing_credentials',
+    ],
+    [
+      'a wrong secret',
+      async () => client.request('PUT', '/v1/clusters/demo', body('a.example.com'), { secret: 'wrong' }),
+      'bad_credentials',
+    ],
+    [
+      'an old timestamp',
+      async () =>
+        client.request('PUT', '/v1/clusters/demo', body('a.example.com'), {
+          timestamp: Math.floor(Date.now() / 1000) - 301,
+        }),
+      'stale_timestamp',
+    ],
+  ])('refuses a call with %s with 401 and changes nothing', async (_what, send, reason) => {
+    const res = await send();
+    const status = 'status' in res ? res.status : 0;
+    const payload = res instanceof Response ? await res.json() : res.body;
+    expect(status).toBe(401);
+    expect(payload).toEqual({ error: 'unauthorized', reason });
+    expect(store.list()).toEqual([]);
+  });
+
+  it('refuses a signature made for another path or verb, and an exact replay', async () => {
+    const raw = Buffer.alloc(0);
+    const ts = String(Math.floor(Date.now() / 1000));
+    await client.request('PUT', '/v1/clusters/victim', body('v.example.com'));
+    const forOther = sign(SECRET, ts, 'DELETE', '/v1/clusters/other', raw);
+    const moved = await fetch(`${base}/v1/clusters/victim`, {
+      method: 'DELETE',
+      headers: { 'x-kubebyon-timestamp': ts, 'x-kubebyon-signature': forOther },
+    });
+    expect(moved.status).toBe(401);
+    const signature = sign(SECRET, ts, 'GET', '/v1/clusters', raw);
+    const headers = { 'x-kubebyon-timestamp': ts, 'x-kubebyon-signature': signature };
+    expect((await fetch(`${base}/v1/clusters`, { headers })).status).toBe(200);
+    const replay = await fetch(`${base}/v1/clusters`, { headers });
+    expect(replay.status).toBe(401);
+    expect(await replay.json()).toEqual({ error: 'unauthorized', reason: 'replayed' });
+    expect(store.get('victim')).toBeDefined();
+  });
+
+  it.each([
+    [{ public_access_mode: 'loadbalancer', node_port: 30443 }, 400, 'control_plane_host', 'invalid_type'],
+    [{ ...body('a.example.com'), extra: 1 }, 400, 'extra', 'unrecognized_keys'],
+    [body('a.example.com', { node_port: 70000 }), 400, 'node_port', 'too_big'],
+    [
+      body('a.example.com', { service: { namespace: 'NS!', name: 'x', port: 443 } }),
+      400,
+      'service.namespace',
+      'invalid_format',
+    ],
+    [body('10.1.2.3'), 422, 'control_plane_host', 'host_is_ip_literal'],
+    [body('[2001:db8::1]'), 422, 'control_plane_host', 'host_is_ip_literal'],
+    [body('a.example.com\nbackend x'), 422, 'control_plane_host', 'host_invalid_characters'],
+    [body('a.example.com', {}), 422, 'service', 'target_missing'],
+    [
+      body('a.example.com', { node_port: 1, service: { namespace: 'n', name: 'x', port: 443 } }),
+      422,
+      'service',
+      'target_ambiguous',
+    ],
+  ])('refuses %j with %s naming %s (%s) and changes nothing', async (payload, status, field, reason) => {
+    await client.request('PUT', '/v1/clusters/keep', body('keep.example.com'));
+    const res = await client.request('PUT', '/v1/clusters/keep', payload);
+    expect(res.status).toBe(status);
+    expect(res.body).toMatchObject({ error: 'invalid_request', field, reason });
+    expect(store.get('keep')?.host).toBe('keep.example.com');
+  });
+
+  it('refuses a bad cluster name, a body that is not JSON, and one over the size limit', async () => {
+    expect(
+      (await client.request('PUT', '/v1/clusters/bad%20name', body('a.example.com'))).body,
+    ).toMatchObject({
+      field: 'name',
+      reason: 'cluster_name_invalid',
+    });
+    const ts = String(Math.floor(Date.now() / 1000));
+    const raw = Buffer.from('{not json');
+    const res = await fetch(`${base}/v1/clusters/x`, {
+      method: 'PUT',
+      body: raw,
+      headers: {
+        'x-kubebyon-timestamp': ts,
+        'x-kubebyon-signature': sign(SECRET, ts, 'PUT', '/v1/clusters/x', raw),
+      },
+    });
+    expect(res.status).toBe(400);
+    const big = await client.request(
+      'PUT',
+      '/v1/clusters/x',
+      body('a.example.com', { node_port: 1, pad: 'x'.repeat(70_000) }),
+    );
+    expect(big.status).toBe(413);
+    expect(store.list()).toEqual([]);
+  });
+
+  it('removes the route of a cluster whose mode is no longer loadbalancer, and on DELETE', async () => {
+    await client.request('PUT', '/v1/clusters/a?wait=true', body('a.example.com'));
+    await client.request('PUT', '/v1/clusters/b?wait=true', body('b.example.com'));
+    expect(provider.state.backends).toHaveLength(2);
+    await client.request('PUT', '/v1/clusters/a?wait=true', {
+      ...body('a.example.com'),
+      public_access_mode: 'nodeport',
+    });
+    expect((await client.request('DELETE', '/v1/clusters/b?wait=true')).body).toEqual({
+      name: 'b',
+      deleted: true,
+    });
+    expect(provider.state.backends).toEqual([]);
+    expect((await client.request('GET', '/v1/clusters/a')).status).toBe(404);
+  });
+
+  it('takes the full set as authoritative, and refuses the whole set when one item is bad', async () => {
+    await client.request('PUT', '/v1/clusters/old', body('old.example.com'));
+    const bad = await client.request('PUT', '/v1/clusters', {
+      clusters: [
+        { name: 'x', ...body('x.example.com') },
+        { name: 'y', ...body('1.2.3.4') },
+      ],
+    });
+    expect(bad).toMatchObject({
+      status: 422,
+      body: { field: 'clusters.1.control_plane_host', reason: 'host_is_ip_literal' },
+    });
+    expect(store.list().map((c) => c.name)).toEqual(['old']);
+    const ok = await client.request('PUT', '/v1/clusters?wait=true', {
+      clusters: [
+        { name: 'x', ...body('x.example.com') },
+        { name: 'z', ...body('z.example.com', { node_port: 31000 }) },
+      ],
+    });
+    expect(ok).toMatchObject({ status: 200, body: { clusters: 2, removed: ['old'] } });
+    const all = await client.request('GET', '/v1/clusters');
+    expect(all.body.clusters.map((c: { name: string; state: string }) => [c.name, c.state])).toEqual([
+      ['x', 'applied'],
+      ['z', 'applied'],
+    ]);
+  });
+
+  it('shows the plan without applying it', async () => {
+    await client.request('PUT', '/v1/clusters/demo', body('api.demo.example.com'));
+    const res = await client.request('GET', '/v1/plan');
+    expect(res.status).toBe(200);
+    expect(res.body.text).toContain('+ rule kubebyon_sni: use_backend kubebyon_demo_');
+    expect(res.body.operations.length).toBeGreaterThan(0);
+    expect(provider.applies).toEqual([]);
+  });
+
+  it('serves health, readiness, the OpenAPI document and metrics without credentials', async () => {
+    expect((await fetch(`${base}/healthz`)).status).toBe(200);
+    expect((await fetch(`${base}/readyz`)).status).toBe(503);
+    await client.request('POST', '/v1/reconcile?wait=true');
+    expect((await fetch(`${base}/readyz`)).status).toBe(200);
+    // biome-ignore lint/suspicious/noExplicitAny: the document is read as plain JSON
+    const doc: any = await (await fetch(`${base}/openapi.json`)).json();
+    expect(doc.openapi).toBe('3.1.0');
+    expect(Object.keys(doc.paths)).toEqual([
+      '/v1/clusters',
+      '/v1/clusters/{name}',
+      '/v1/plan',
+      '/v1/reconcile',
+    ]);
+    expect(
+      doc.paths['/v1/clusters/{name}'].put.requestBody.content['application/json'].schema.required,
+    ).toEqual(['control_plane_host', 'public_access_mode']);
+  });
+
+  it('exposes metrics in valid Prometheus text format, with bounded labels', async () => {
+    await client.request('PUT', '/v1/clusters/secret-cluster-name?wait=true', body('hidden.example.com'));
+    await fetch(`${base}/v1/clusters`);
+    const text = await (await fetch(`${base}/metrics`)).text();
+    // promtool (Debian's prometheus package) parses and lints the exposition: exit 1 is a parse error, 3 lint
+    // findings. The only findings allowed are prom-client's own gauges named *_total; ours must lint clean.
+    const check = spawnSync('promtool', ['check', 'metrics'], { input: text, encoding: 'utf8' });
+    expect(check.error).toBeUndefined();
+    expect([0, 3]).toContain(check.status);
+    const findings = `${check.stdout}${check.stderr}`.split('\n').filter(Boolean);
+    expect(
+      findings.filter((f) => !/^nodejs_active_(handles|requests|resources)_total non-counter/.test(f)),
+    ).toEqual([]);
+    expect(text).toMatch(
+      /^kubebyon_haproxy_adapter_webhook_requests_total\{method="PUT",route="\/v1\/clusters\/:name",status="200"\} 1$/m,
+    );
+    expect(text).toMatch(
+      /^kubebyon_haproxy_adapter_webhook_requests_total\{method="GET",route="unmatched",status="401"\} 1$/m,
+    );
+    expect(text).toMatch(/^kubebyon_haproxy_adapter_routes\{state="applied"\} 1$/m);
+    expect(text).toMatch(/^kubebyon_haproxy_adapter_reconciles_total\{result="changed"\} 1$/m);
+    expect(text).toMatch(/^process_resident_memory_bytes \d+/m);
+    expect(text).not.toContain('secret-cluster-name');
+    expect(text).not.toContain('hidden.example.com');
+  });
+});
