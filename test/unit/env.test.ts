@@ -1,0 +1,78 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { ConfigError, loadConfig } from '../../src/config/env.js';
+
+const secret = { KUBEBYON_WEBHOOK_SECRET: 'a-long-enough-secret' };
+
+describe('loadConfig', () => {
+  it('applies the documented defaults', () => {
+    const c = loadConfig(secret);
+    expect(c.haproxy).toEqual({
+      bind: { address: '*', port: 443 },
+      frontendName: 'kubebyon_sni',
+      namePrefix: 'kubebyon_',
+      defaultBackend: null,
+      inspectDelayMs: 5000,
+      balance: 'leastconn',
+      healthChecks: true,
+      nodeAddressType: 'internal',
+    });
+    expect(c.listen).toEqual({ host: '0.0.0.0', port: 8080 });
+    expect(c.reconcile).toEqual({ debounceMs: 200, maxDelayMs: 2000, resyncIntervalMs: 60000, retries: 5 });
+    expect(c.webhook).toMatchObject({
+      auth: 'hmac',
+      secret: 'a-long-enough-secret',
+      replayWindowSeconds: 300,
+    });
+  });
+
+  it('reads the runbook variables and a secret from a file', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'kubebyon-env-'));
+    try {
+      writeFileSync(join(dir, 'secret'), 'from-a-mounted-secret-file\n');
+      const c = loadConfig({
+        KUBEBYON_WEBHOOK_SECRET_FILE: join(dir, 'secret'),
+        KUBEBYON_HAPROXY_BIND_ADDR: '0.0.0.0:8443',
+        KUBEBYON_HAPROXY_NODE_ADDRESS_TYPE: 'external',
+        KUBEBYON_STATIC_NODE_ADDRESSES: '10.0.0.1, fd00::1',
+        KUBEBYON_HAPROXY_DEFAULT_BACKEND: 'console_https',
+      });
+      expect(c.webhook.secret).toBe('from-a-mounted-secret-file');
+      expect(c.haproxy.bind).toEqual({ address: '0.0.0.0', port: 8443 });
+      expect(c.haproxy.nodeAddressType).toBe('external');
+      expect(c.haproxy.defaultBackend).toBe('console_https');
+      expect(c.topology.nodeAddresses).toEqual(['10.0.0.1', 'fd00::1']);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('names every bad variable at once', () => {
+    let error: unknown;
+    try {
+      loadConfig({
+        KUBEBYON_HAPROXY_BIND_ADDR: '443',
+        KUBEBYON_HAPROXY_NODE_ADDRESS_TYPE: 'both',
+        KUBEBYON_HAPROXY_DEFAULT_BACKEND: 'console }\nbackend x',
+        KUBEBYON_STATIC_NODE_ADDRESSES: 'node-1',
+        KUBEBYON_RESYNC_INTERVAL_MS: 'soon',
+      });
+    } catch (err) {
+      error = err;
+    }
+    expect(error).toBeInstanceOf(ConfigError);
+    const problems = (error as ConfigError).problems.map((p) => p.split(':')[0]);
+    expect(problems.sort()).toEqual(
+      [
+        'KUBEBYON_HAPROXY_BIND_ADDR',
+        'KUBEBYON_HAPROXY_DEFAULT_BACKEND',
+        'KUBEBYON_HAPROXY_NODE_ADDRESS_TYPE',
+        'KUBEBYON_RESYNC_INTERVAL_MS',
+        'KUBEBYON_STATIC_NODE_ADDRESSES',
+        'KUBEBYON_WEBHOOK_SECRET',
+      ].sort(),
+    );
+  });
+});
