@@ -57,6 +57,18 @@ export function createMetrics() {
       help: 'Unix time of the last reconcile pass that succeeded.',
       registers: [registry],
     }),
+    kubernetesWatchUp: new Gauge({
+      name: `${NS}_kubernetes_watch_up`,
+      help: 'Whether the watch on a Kubernetes resource (nodes, services) is connected: 1 up, 0 down.',
+      labelNames: ['resource'] as const,
+      registers: [registry],
+    }),
+    kubernetesWatchErrors: new Counter({
+      name: `${NS}_kubernetes_watch_errors_total`,
+      help: 'Errors of the list or watch on a Kubernetes resource; each is followed by a restart with backoff.',
+      labelNames: ['resource'] as const,
+      registers: [registry],
+    }),
     webhookRequests: new Counter({
       name: `${NS}_webhook_requests_total`,
       help: 'Webhook API requests by method, route template and status code.',

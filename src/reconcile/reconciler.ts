@@ -136,6 +136,11 @@ export class Reconciler {
   private async pass(resyncOnly: boolean): Promise<PassOutcome> {
     const { metrics, logger } = this.o;
     const startedAt = Date.now();
+    if (!this.o.topology.synced()) {
+      // Unknown topology is not an empty one: applying now would remove every server.
+      logger.info('topology not read yet; nothing applied');
+      return { ok: false, changed: false, error: 'topology_not_synced' };
+    }
     const endTimer = metrics.reconcileDuration.startTimer();
     const records = this.o.store.list();
     const desired = desiredRoutes(records, this.o.topology);

@@ -17,6 +17,11 @@ export interface TopologyAnswer {
 /** Where a cluster's endpoints come from: node addresses × the NodePort that reaches its API server. */
 export interface Topology {
   endpointsFor(target: ClusterTarget): TopologyAnswer;
+  /**
+   * Whether the topology has been read at least once. Until then its answers mean "unknown", not "no nodes",
+   * and nothing may be applied from them (that would wipe every server).
+   */
+  synced(): boolean;
 }
 
 /**
@@ -25,6 +30,10 @@ export interface Topology {
  */
 export class StaticTopology implements Topology {
   constructor(private readonly nodeAddresses: readonly string[]) {}
+
+  synced(): boolean {
+    return true;
+  }
 
   endpointsFor(target: ClusterTarget): TopologyAnswer {
     if (!('nodePort' in target)) return { endpoints: [], problem: 'service_lookup_unavailable' };

@@ -8,7 +8,7 @@ import { createMetrics, type Metrics } from '../../src/metrics/metrics.js';
 import { ConcurrentChangeError } from '../../src/reconcile/provider.js';
 import { Reconciler } from '../../src/reconcile/reconciler.js';
 import { ClusterStore } from '../../src/store/cluster-store.js';
-import { StaticTopology } from '../../src/topology/topology.js';
+import { StaticTopology, type Topology } from '../../src/topology/topology.js';
 import { MemoryProvider } from '../support/memory-provider.js';
 
 const render: RenderOptions = {
@@ -28,11 +28,13 @@ describe('Reconciler', () => {
   let metrics: Metrics;
   let reconciler: Reconciler;
 
-  const make = (overrides: { debounceMs?: number; retries?: number; nodes?: string[] } = {}) => {
+  const make = (
+    overrides: { debounceMs?: number; retries?: number; nodes?: string[]; topology?: Topology } = {},
+  ) => {
     metrics = createMetrics();
     reconciler = new Reconciler({
       store,
-      topology: new StaticTopology(overrides.nodes ?? ['10.0.0.1', '10.0.0.2']),
+      topology: overrides.topology ?? new StaticTopology(overrides.nodes ?? ['10.0.0.1', '10.0.0.2']),
       provider,
       render,
       metrics,
@@ -154,6 +156,21 @@ describe('Reconciler', () => {
       await metric('kubebyon_haproxy_adapter_rejected_routes', { reason: 'host_claimed_by_other_cluster' }),
     ).toBe(1);
     expect(await metric('kubebyon_haproxy_adapter_routes', { state: 'degraded' })).toBe(2);
+  });
+
+  it('applies nothing before the topology has been read once', async () => {
+    let synced = false;
+    const nodes = new StaticTopology(['10.0.0.1']);
+    make({ topology: { endpointsFor: (t) => nodes.endpointsFor(t), synced: () => synced } });
+    await store.upsert({ name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30443 } });
+    expect(await reconciler.request('test')).toEqual({
+      ok: false,
+      changed: false,
+      error: 'topology_not_synced',
+    });
+    expect(provider.reads).toBe(0);
+    synced = true;
+    expect(await reconciler.request('test')).toEqual({ ok: true, changed: true });
   });
 
   it('waits for an in-flight pass on stop', async () => {

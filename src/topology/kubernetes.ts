@@ -1,0 +1,179 @@
+import { existsSync } from 'node:fs';
+import {
+  CoreV1Api,
+  type Informer,
+  KubeConfig,
+  makeInformer,
+  type ObjectCache,
+  type V1Node,
+  type V1Service,
+} from '@kubernetes/client-node';
+import type { Logger } from 'pino';
+import type { Metrics } from '../metrics/metrics.js';
+import type { ClusterTarget } from '../store/cluster-store.js';
+import {
+  type NodeSelection,
+  nodeFingerprint,
+  selectNodeAddresses,
+  serviceFingerprint,
+  serviceNodePort,
+} from './kube-select.js';
+import type { Topology, TopologyAnswer } from './topology.js';
+
+const SERVICE_ACCOUNT_TOKEN = '/var/run/secrets/kubernetes.io/serviceaccount/token';
+
+/** Credentials in the usual order: the pod's service account, else KUBECONFIG or ~/.kube/config. */
+export function loadKubeConfig(env: NodeJS.ProcessEnv = process.env): KubeConfig {
+  const kc = new KubeConfig();
+  if (env.KUBERNETES_SERVICE_HOST && existsSync(SERVICE_ACCOUNT_TOKEN)) kc.loadFromCluster();
+  else kc.loadFromDefault();
+  return kc;
+}
+
+type Watched<T extends V1Node | V1Service> = Informer<T> & ObjectCache<T>;
+
+interface WatchState {
+  up: boolean;
+  synced: boolean;
+  lastError?: string | undefined;
+  restartDelayMs: number;
+}
+
+const MIN_RESTART_MS = 500;
+const MAX_RESTART_MS = 30_000;
+
+/**
+ * Node addresses and Service NodePorts from the host cluster, kept current by informers (list, then watch;
+ * a 410 relists). A broken watch keeps the last known objects and restarts with backoff; routes are never
+ * wiped because the API went away. Changes that matter to routing call `onChange`; heartbeats do not.
+ */
+export class KubernetesTopology implements Topology {
+  private readonly nodes: Watched<V1Node>;
+  private readonly services: Watched<V1Service>;
+  private readonly state: Record<'nodes' | 'services', WatchState> = {
+    nodes: { up: false, synced: false, restartDelayMs: MIN_RESTART_MS },
+    services: { up: false, synced: false, restartDelayMs: MIN_RESTART_MS },
+  };
+  private readonly fingerprints = new Map<string, string>();
+  private readonly timers = new Set<NodeJS.Timeout>();
+  private stopped = false;
+
+  constructor(
+    kc: KubeConfig,
+    private readonly selection: NodeSelection,
+    private readonly onChange: (reason: string) => void,
+    private readonly metrics: Metrics,
+    private readonly logger: Logger,
+  ) {
+    const core = kc.makeApiClient(CoreV1Api);
+    this.nodes = makeInformer(kc, '/api/v1/nodes', () => core.listNode());
+    this.services = makeInformer(kc, '/api/v1/services', () => core.listServiceForAllNamespaces());
+    this.watch('nodes', this.nodes, (n) => nodeFingerprint(n, this.selection));
+    this.watch('services', this.services, serviceFingerprint);
+  }
+
+  /** Starts both watches; resolves after the first attempt of each (check `synced()` for success). */
+  async start(): Promise<void> {
+    await Promise.all([this.run('nodes', this.nodes), this.run('services', this.services)]);
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    for (const t of this.timers) clearTimeout(t);
+    await Promise.all([this.nodes.stop(), this.services.stop()]);
+  }
+
+  synced(): boolean {
+    return this.state.nodes.synced && this.state.services.synced;
+  }
+
+  /** For /readyz: whether each watch is connected, and its last error. */
+  health(): Record<string, { ok: boolean; detail?: string }> {
+    const out: Record<string, { ok: boolean; detail?: string }> = {};
+    for (const resource of ['nodes', 'services'] as const) {
+      const s = this.state[resource];
+      out[`kubernetes_${resource}`] = {
+        ok: s.up,
+        ...(s.up ? {} : { detail: s.lastError ?? 'not connected yet' }),
+      };
+    }
+    return out;
+  }
+
+  endpointsFor(target: ClusterTarget): TopologyAnswer {
+    let port: number;
+    if ('nodePort' in target) {
+      port = target.nodePort;
+    } else {
+      const svc = this.services.get(target.service.name, target.service.namespace);
+      const found = serviceNodePort(svc, target.service.port);
+      if ('problem' in found) return { endpoints: [], problem: found.problem };
+      port = found.nodePort;
+    }
+    const addresses = selectNodeAddresses(this.nodes.list(), this.selection);
+    if (addresses.length === 0) return { endpoints: [], problem: 'no_nodes' };
+    return { endpoints: addresses.map((address) => ({ address, port })) };
+  }
+
+  private watch<T extends V1Node | V1Service>(
+    resource: 'nodes' | 'services',
+    informer: Watched<T>,
+    fingerprint: (o: T) => string,
+  ) {
+    const key = (o: T) => `${resource}/${o.metadata?.namespace ?? ''}/${o.metadata?.name ?? ''}`;
+    const seen = (o: T) => {
+      const k = key(o);
+      const f = fingerprint(o);
+      if (this.fingerprints.get(k) === f) return;
+      this.fingerprints.set(k, f);
+      this.onChange(resource);
+    };
+    informer.on('add', seen);
+    informer.on('update', seen);
+    informer.on('delete', (o) => {
+      this.fingerprints.delete(key(o));
+      this.onChange(resource);
+    });
+    informer.on('connect', () => {
+      this.state[resource].up = true;
+      this.metrics.kubernetesWatchUp.set({ resource }, 1);
+    });
+    informer.on('error', (err) => {
+      const s = this.state[resource];
+      s.up = false;
+      s.lastError = err instanceof Error ? err.message : String(err);
+      this.metrics.kubernetesWatchUp.set({ resource }, 0);
+      this.metrics.kubernetesWatchErrors.inc({ resource });
+      if (this.stopped) return;
+      this.logger.warn(
+        { resource, err: s.lastError, retryInMs: s.restartDelayMs },
+        'kubernetes watch failed; keeping last known state',
+      );
+      const timer = setTimeout(() => {
+        this.timers.delete(timer);
+        void this.run(resource, informer);
+      }, s.restartDelayMs);
+      this.timers.add(timer);
+      s.restartDelayMs = Math.min(s.restartDelayMs * 2, MAX_RESTART_MS);
+    });
+  }
+
+  private async run<T extends V1Node | V1Service>(
+    resource: 'nodes' | 'services',
+    informer: Watched<T>,
+  ): Promise<void> {
+    const s = this.state[resource];
+    const errorsBefore = s.lastError;
+    s.lastError = undefined;
+    await informer.start();
+    if (s.lastError === undefined) {
+      // The list went through: the cache is the cluster's truth from here on.
+      const first = !s.synced;
+      s.synced = true;
+      s.up = true;
+      s.restartDelayMs = MIN_RESTART_MS;
+      this.metrics.kubernetesWatchUp.set({ resource }, 1);
+      if (first || errorsBefore !== undefined) this.onChange(resource);
+    }
+  }
+}
