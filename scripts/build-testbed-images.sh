@@ -21,35 +21,22 @@ suite_for() {
   esac
 }
 
-# apt options that point every piece of apt state at a private directory for one suite.
-apt_opts() {
-  local dir=$1
-  echo "-o Dir::Etc::sourcelist=$dir/sources.list -o Dir::Etc::sourceparts=- \
--o Dir::State=$dir/state -o Dir::State::status=$dir/state/status \
--o Dir::Cache=$dir/cache -o Dir::Cache::archives=$dir/archives \
--o APT::Install-Recommends=false -o Debug::NoLocking=true"
-}
+# shellcheck source=lib/private-apt.sh
+. "$here/lib/private-apt.sh"
 
 fetch_packages() {
   local suite=$1 dir=$2
-  mkdir -p "$dir/state/lists/partial" "$dir/cache" "$dir/archives/partial"
-  : >"$dir/state/status"
-  cat >"$dir/sources.list" <<SRC
-deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian $suite main
-deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian-security $suite-security main
-SRC
-  # shellcheck disable=SC2046
-  apt-get $(apt_opts "$dir") update -qq
-  # With an empty status file apt resolves the whole dependency closure (libc included) and only downloads it.
-  # shellcheck disable=SC2046
-  apt-get $(apt_opts "$dir") install -y -qq --download-only haproxy busybox-static >/dev/null
+  private_apt_init "$suite" "$dir"
+  # With an empty dpkg status apt resolves the whole dependency closure (libc included) and only downloads it.
+  rm -f "$dir"/cache/archives/*.deb
+  apt-get "${PRIVATE_APT_OPTS[@]}" install -y -qq --download-only haproxy busybox-static >/dev/null
 }
 
 build_rootfs() {
   local dir=$1 root=$2
   rm -rf "$root"
   mkdir -p "$root"
-  for deb in "$dir"/archives/*.deb; do
+  for deb in "$dir"/cache/archives/*.deb; do
     dpkg-deb -x "$deb" "$root"
   done
   # Debian ships merged /usr: recreate the top-level links that dpkg-deb -x does not make.
