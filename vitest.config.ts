@@ -11,6 +11,15 @@ export default defineConfig({
       },
       {
         test: {
+          name: 'kubernetes',
+          include: ['test/kubernetes/**/*.test.ts'],
+          fileParallelism: false,
+          testTimeout: 60_000,
+          hookTimeout: 300_000,
+        },
+      },
+      {
+        test: {
           name: 'integration',
           include: ['test/integration/**/*.test.ts'],
           globalSetup: ['test/global-setup.ts'],

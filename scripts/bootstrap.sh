@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what this project needs on a fresh Debian 12 machine with Node 20: system packages, npm
-# dependencies, a running Docker engine and the local HAProxy test-bed images. Safe to run again.
+# dependencies, a running Docker engine, the local HAProxy test-bed images, and kube-apiserver + etcd.
+# Safe to run again: every step is skipped when its result is already there.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
@@ -10,6 +11,7 @@ log() { echo "[bootstrap] $*" >&2; }
 need=()
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 command -v dpkg-deb >/dev/null 2>&1 || need+=(dpkg)
+command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus) # promtool parses /metrics in tests
 if [ ${#need[@]} -gt 0 ]; then
@@ -36,3 +38,6 @@ fi
 
 scripts/ensure-dockerd.sh
 scripts/build-testbed-images.sh
+# A real kube-apiserver (built through the Go module proxy; minutes when cold, cached after) and etcd.
+scripts/kube/build-apiserver.sh >/dev/null
+scripts/kube/install-etcd.sh >/dev/null

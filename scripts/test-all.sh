@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Runs every check and test: type check, lint, unit tests, and the integration suite against a real
-# HAProxy 3.0 and then 2.6 (each in a local container with host networking). Prints one closing line
-# "tests: N passed, N failed".
+# Runs every check and test: type check, lint, unit tests, the Kubernetes suite against a real
+# kube-apiserver + etcd on loopback, and the integration suite against a real HAProxy 3.0 and then 2.6
+# (each in a local container with host networking). Prints one closing line "tests: N passed, N failed".
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
@@ -16,6 +16,7 @@ npm run --silent lint
 
 status=0
 npx vitest run --project unit --reporter=default --reporter=json --outputFile="$results/unit.json" || status=1
+npx vitest run --project kubernetes --reporter=default --reporter=json --outputFile="$results/kubernetes.json" || status=1
 for v in 3.0 2.6; do
   echo "== integration suite against HAProxy $v"
   KUBEBYON_TEST_HAPROXY_VERSION=$v npx vitest run --project integration \
@@ -31,5 +32,5 @@ node -e '
     passed += r.numPassedTests; failed += r.numFailedTests + (r.success ? 0 : r.numFailedTestSuites);
   }
   console.log(`tests: ${passed} passed, ${failed} failed`);
-' "$results/unit.json" "$results/integration-3.0.json" "$results/integration-2.6.json"
+' "$results/unit.json" "$results/kubernetes.json" "$results/integration-3.0.json" "$results/integration-2.6.json"
 exit $status

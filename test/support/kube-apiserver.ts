@@ -1,0 +1,102 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { KubeConfig } from '@kubernetes/client-node';
+
+const SCRIPT = join(import.meta.dirname, '../../scripts/kube/run-apiserver.sh');
+
+export interface KubeApiserver {
+  env: Record<string, string>;
+  /** system:masters: sets up the cluster. */
+  admin: KubeConfig;
+  /** The adapter's own identity: only what deploy/kubernetes/rbac.yaml grants it. */
+  adapter: KubeConfig;
+  /** Stops kube-apiserver (etcd keeps the data) until `up()`. */
+  down(): Promise<void>;
+  up(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+async function waitFor(check: () => boolean, timeoutMs: number, what: string): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+function kubeConfig(env: Record<string, string>, token: string): KubeConfig {
+  const kc = new KubeConfig();
+  kc.loadFromOptions({
+    clusters: [{ name: 'test', server: env.KUBE_APISERVER_URL ?? '', caFile: env.KUBE_CA_FILE ?? '' }],
+    users: [{ name: 'user', token }],
+    contexts: [{ name: 'ctx', cluster: 'test', user: 'user' }],
+    currentContext: 'ctx',
+  });
+  return kc;
+}
+
+/**
+ * A real etcd + kube-apiserver on loopback (RBAC, static tokens), from scripts/kube/run-apiserver.sh.
+ * The adapter's token belongs to the ServiceAccount that deploy/kubernetes/rbac.yaml binds.
+ */
+export async function startKubeApiserver(): Promise<KubeApiserver> {
+  const dir = mkdtempSync(join(tmpdir(), 'kubebyon-kube-test-'));
+  const runDir = join(dir, 'run');
+  const child: ChildProcess = spawn('bash', [SCRIPT], {
+    detached: true,
+    stdio: ['ignore', 'ignore', 'inherit'],
+    env: {
+      ...process.env,
+      KUBEBYON_KUBE_RUN_DIR: runDir,
+      KUBEBYON_ADAPTER_USER: 'system:serviceaccount:kubebyon-system:kubebyon-haproxy-adapter',
+    },
+  });
+  let exited = false;
+  child.on('exit', () => {
+    exited = true;
+  });
+  const envFile = join(runDir, 'env');
+  const stateFile = join(runDir, 'apiserver.state');
+  try {
+    await waitFor(() => exited || existsSync(envFile), 300_000, 'kube-apiserver to become ready');
+    if (exited) throw new Error('run-apiserver.sh exited before kube-apiserver was ready');
+  } catch (err) {
+    if (child.pid) process.kill(-child.pid, 'SIGKILL');
+    rmSync(dir, { recursive: true, force: true });
+    throw err;
+  }
+  const env = Object.fromEntries(
+    readFileSync(envFile, 'utf8')
+      .split('\n')
+      .filter(Boolean)
+      .map((line) => [line.slice(0, line.indexOf('=')), line.slice(line.indexOf('=') + 1)]),
+  ) as Record<string, string>;
+  const apiState = () => (existsSync(stateFile) ? readFileSync(stateFile, 'utf8').trim() : 'up');
+  const signal = (sig: NodeJS.Signals) => {
+    if (child.pid) process.kill(child.pid, sig);
+  };
+  return {
+    env,
+    admin: kubeConfig(env, env.KUBE_ADMIN_TOKEN ?? ''),
+    adapter: kubeConfig(env, env.KUBE_ADAPTER_TOKEN ?? ''),
+    async down() {
+      signal('SIGUSR1');
+      await waitFor(() => apiState() === 'down', 30_000, 'kube-apiserver to stop');
+    },
+    async up() {
+      signal('SIGUSR2');
+      await waitFor(() => apiState() === 'up', 120_000, 'kube-apiserver to come back');
+    },
+    async stop() {
+      if (!exited && child.pid) {
+        process.kill(-child.pid, 'SIGTERM');
+        await waitFor(() => exited, 30_000, 'run-apiserver.sh to stop').catch(() => {
+          if (child.pid) process.kill(-child.pid, 'SIGKILL');
+        });
+      }
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
