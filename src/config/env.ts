@@ -28,6 +28,9 @@ export const ENV_DEFAULTS = {
   KUBEBYON_PUBLIC_PORT: '443',
   KUBEBYON_TOPOLOGY: 'static',
   KUBEBYON_STATIC_NODE_ADDRESSES: '',
+  KUBEBYON_KUBERNETES_EXCLUDE_NOT_READY: 'true',
+  KUBEBYON_DATAPLANE_URL: 'http://127.0.0.1:5555',
+  KUBEBYON_DATAPLANE_USERNAME: 'admin',
   KUBEBYON_RECONCILE_DEBOUNCE_MS: '200',
   KUBEBYON_RECONCILE_MAX_DELAY_MS: '2000',
   KUBEBYON_RESYNC_INTERVAL_MS: '60000',
@@ -59,8 +62,11 @@ const EnvSchema = z.object({
   KUBEBYON_HAPROXY_HEALTH_CHECKS: z.enum(['true', 'false']),
   KUBEBYON_HAPROXY_NODE_ADDRESS_TYPE: z.enum(['internal', 'external']),
   KUBEBYON_PUBLIC_PORT: int(1, 65535),
-  KUBEBYON_TOPOLOGY: z.enum(['static']),
+  KUBEBYON_TOPOLOGY: z.enum(['static', 'kubernetes']),
   KUBEBYON_STATIC_NODE_ADDRESSES: z.string(),
+  KUBEBYON_KUBERNETES_EXCLUDE_NOT_READY: z.enum(['true', 'false']),
+  KUBEBYON_DATAPLANE_URL: z.url({ protocol: /^https?$/ }),
+  KUBEBYON_DATAPLANE_USERNAME: z.string().min(1).max(128),
   KUBEBYON_RECONCILE_DEBOUNCE_MS: int(0, 60_000),
   KUBEBYON_RECONCILE_MAX_DELAY_MS: int(0, 600_000),
   KUBEBYON_RESYNC_INTERVAL_MS: int(0, 86_400_000),
@@ -89,7 +95,9 @@ export interface Config {
     nodeAddressType: 'internal' | 'external';
   };
   publicPort: number;
-  topology: { kind: 'static'; nodeAddresses: string[] };
+  topology: { kind: 'static' | 'kubernetes'; nodeAddresses: string[]; excludeNotReady: boolean };
+  /** HAProxy's Data Plane API: where the provider applies plans. */
+  dataplane: { url: string; username: string; password: string };
   reconcile: { debounceMs: number; maxDelayMs: number; resyncIntervalMs: number; retries: number };
 }
 
@@ -100,8 +108,11 @@ export class ConfigError extends Error {
   }
 }
 
+/** Variables that hold secrets: each may instead be read from the file that VAR_FILE names. */
+export const SECRET_VARS = ['KUBEBYON_WEBHOOK_SECRET', 'KUBEBYON_DATAPLANE_PASSWORD'] as const;
+
 /** A secret from VAR, or from the file VAR_FILE names (the usual way to mount Kubernetes secrets). */
-function secretFrom(env: NodeJS.ProcessEnv, name: string, problems: string[]): string {
+function secretFrom(env: NodeJS.ProcessEnv, name: string, problems: string[], minLength: number): string {
   const direct = env[name];
   const file = env[`${name}_FILE`];
   if (direct && file) problems.push(`${name}: set either ${name} or ${name}_FILE, not both`);
@@ -113,8 +124,9 @@ function secretFrom(env: NodeJS.ProcessEnv, name: string, problems: string[]): s
       problems.push(`${name}_FILE: cannot read ${file}: ${(err as Error).message}`);
     }
   }
-  if (value.length < 16)
-    problems.push(`${name}: required, at least 16 characters (set ${name} or ${name}_FILE)`);
+  if (value.length < minLength) {
+    problems.push(`${name}: required, at least ${minLength} characters (set ${name} or ${name}_FILE)`);
+  }
   return value;
 }
 
@@ -130,7 +142,8 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
   if (!parsed.success) {
     for (const issue of parsed.error.issues) problems.push(`${issue.path.join('.')}: ${issue.message}`);
   }
-  const secret = secretFrom(env, 'KUBEBYON_WEBHOOK_SECRET', problems);
+  const secret = secretFrom(env, 'KUBEBYON_WEBHOOK_SECRET', problems, 16);
+  const dataplanePassword = secretFrom(env, 'KUBEBYON_DATAPLANE_PASSWORD', problems, 1);
   const bind = parseBindAddr(merged.KUBEBYON_HAPROXY_BIND_ADDR ?? '');
   if (!bind.ok) problems.push(`KUBEBYON_HAPROXY_BIND_ADDR: ${bind.detail}`);
   const listen = parseBindAddr(merged.KUBEBYON_LISTEN_ADDR ?? '');
@@ -167,7 +180,16 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
       nodeAddressType: e.KUBEBYON_HAPROXY_NODE_ADDRESS_TYPE,
     },
     publicPort: e.KUBEBYON_PUBLIC_PORT,
-    topology: { kind: e.KUBEBYON_TOPOLOGY, nodeAddresses },
+    topology: {
+      kind: e.KUBEBYON_TOPOLOGY,
+      nodeAddresses,
+      excludeNotReady: e.KUBEBYON_KUBERNETES_EXCLUDE_NOT_READY === 'true',
+    },
+    dataplane: {
+      url: e.KUBEBYON_DATAPLANE_URL,
+      username: e.KUBEBYON_DATAPLANE_USERNAME,
+      password: dataplanePassword,
+    },
     reconcile: {
       debounceMs: e.KUBEBYON_RECONCILE_DEBOUNCE_MS,
       maxDelayMs: e.KUBEBYON_RECONCILE_MAX_DELAY_MS,

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig } from '../../src/config/env.js';
 
-const secret = { KUBEBYON_WEBHOOK_SECRET: 'a-long-enough-secret' };
+const secret = { KUBEBYON_WEBHOOK_SECRET: 'a-long-enough-secret', KUBEBYON_DATAPLANE_PASSWORD: 'pw' };
 
 describe('loadConfig', () => {
   it('applies the documented defaults', () => {
@@ -34,6 +34,7 @@ describe('loadConfig', () => {
       writeFileSync(join(dir, 'secret'), 'from-a-mounted-secret-file\n');
       const c = loadConfig({
         KUBEBYON_WEBHOOK_SECRET_FILE: join(dir, 'secret'),
+        KUBEBYON_DATAPLANE_PASSWORD: 'pw',
         KUBEBYON_HAPROXY_BIND_ADDR: '0.0.0.0:8443',
         KUBEBYON_HAPROXY_NODE_ADDRESS_TYPE: 'external',
         KUBEBYON_STATIC_NODE_ADDRESSES: '10.0.0.1, fd00::1',
@@ -58,6 +59,8 @@ describe('loadConfig', () => {
         KUBEBYON_HAPROXY_DEFAULT_BACKEND: 'console }\nbackend x',
         KUBEBYON_STATIC_NODE_ADDRESSES: 'node-1',
         KUBEBYON_RESYNC_INTERVAL_MS: 'soon',
+        KUBEBYON_DATAPLANE_URL: 'ftp://x',
+        KUBEBYON_DATAPLANE_PASSWORD: 'pw',
       });
     } catch (err) {
       error = err;
@@ -66,6 +69,7 @@ describe('loadConfig', () => {
     const problems = (error as ConfigError).problems.map((p) => p.split(':')[0]);
     expect(problems.sort()).toEqual(
       [
+        'KUBEBYON_DATAPLANE_URL',
         'KUBEBYON_HAPROXY_BIND_ADDR',
         'KUBEBYON_HAPROXY_DEFAULT_BACKEND',
         'KUBEBYON_HAPROXY_NODE_ADDRESS_TYPE',
