@@ -1,4 +1,4 @@
-import { spawnSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import type { Server } from 'node:http';
 import { tmpdir } from 'node:os';
@@ -133,6 +133,26 @@ describe('webhook API', () => {
     expect(status).toBe(401);
     expect(payload).toEqual({ error: 'unauthorized', reason });
     expect(store.list()).toEqual([]);
+  });
+
+  it('accepts a call signed with openssl the way the README shows', async () => {
+    const ts = String(Math.floor(Date.now() / 1000));
+    const payload = JSON.stringify(body('api.demo.example.com'));
+    const script = `printf '%s\\n%s\\n%s\\n%s' "$TS" PUT /v1/clusters/demo "$BODY" | openssl dgst -sha256 -hmac "$SECRET" -r | cut -d' ' -f1`;
+    const sig = execFileSync('sh', ['-c', script], {
+      env: { ...process.env, TS: ts, BODY: payload, SECRET },
+      encoding: 'utf8',
+    }).trim();
+    const res = await fetch(`${base}/v1/clusters/demo`, {
+      method: 'PUT',
+      body: payload,
+      headers: {
+        'content-type': 'application/json',
+        'x-kubebyon-timestamp': ts,
+        'x-kubebyon-signature': `sha256=${sig}`,
+      },
+    });
+    expect(res.status).toBe(202);
   });
 
   it('refuses a signature made for another path or verb, and an exact replay', async () => {
