@@ -13,6 +13,8 @@ export interface ApplyReport {
 export interface Provider {
   readState(): Promise<HaproxyState>;
   apply(plan: Plan): Promise<ApplyReport>;
+  /** A cheap request that proves HAProxy's API answers, for readiness. */
+  ping(): Promise<void>;
 }
 
 /** Someone else changed HAProxy's configuration meanwhile: read again, plan again, try again. */

@@ -15,6 +15,13 @@ export class MemoryProvider implements Provider {
 
   constructor(public state: HaproxyState = { frontends: [], backends: [] }) {}
 
+  /** When set, ping fails with it: HAProxy's API is unreachable. */
+  down: Error | undefined;
+
+  async ping(): Promise<void> {
+    if (this.down) throw this.down;
+  }
+
   async readState(): Promise<HaproxyState> {
     this.reads++;
     return structuredClone(this.state);

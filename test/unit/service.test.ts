@@ -1,0 +1,100 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pino from 'pino';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { loadConfig } from '../../src/config/env.js';
+import { type Service, startService } from '../../src/service.js';
+import { MemoryProvider } from '../support/memory-provider.js';
+import { freeLoopbackPort } from '../support/ports.js';
+import { signedClient } from '../support/webhook-client.js';
+
+const SECRET = 'service-test-secret-123';
+const cluster = (host: string, nodePort: number) => ({
+  control_plane_host: host,
+  public_access_mode: 'loadbalancer',
+  node_port: nodePort,
+});
+
+describe('startService (composition root)', () => {
+  let dir: string;
+  const started: Service[] = [];
+
+  const start = async (provider: MemoryProvider) => {
+    const config = loadConfig({
+      KUBEBYON_LISTEN_ADDR: `127.0.0.1:${await freeLoopbackPort()}`,
+      KUBEBYON_STATE_FILE: join(dir, 'clusters.json'),
+      KUBEBYON_WEBHOOK_SECRET: SECRET,
+      KUBEBYON_DATAPLANE_PASSWORD: 'unused-by-the-memory-provider',
+      KUBEBYON_STATIC_NODE_ADDRESSES: '10.0.0.1,10.0.0.2',
+      KUBEBYON_RECONCILE_DEBOUNCE_MS: '10',
+      KUBEBYON_RESYNC_INTERVAL_MS: '0',
+    });
+    const service = await startService(config, { provider, logger: pino({ level: 'silent' }) });
+    started.push(service);
+    return { service, client: signedClient(service.url, SECRET) };
+  };
+
+  beforeEach(() => {
+    dir = mkdtempSync(join(tmpdir(), 'kubebyon-service-'));
+  });
+  afterEach(async () => {
+    for (const s of started.splice(0)) await s.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('after a restart, converges a fresh HAProxy to everything accepted before', async () => {
+    const first = new MemoryProvider();
+    const a = await start(first);
+    expect(
+      (await a.client.request('PUT', '/v1/clusters/one?wait=true', cluster('one.example.com', 31001))).status,
+    ).toBe(200);
+    expect(
+      (await a.client.request('PUT', '/v1/clusters/two', cluster('two.example.com', 31002))).status,
+    ).toBe(202);
+    await a.service.stop();
+
+    const fresh = new MemoryProvider();
+    const b = await start(fresh);
+    const deadline = Date.now() + 5000;
+    while (fresh.applies.length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    expect(fresh.state.backends.map((x) => x.cluster).sort()).toEqual(['one', 'two']);
+    expect(
+      fresh.state.backends.flatMap((x) => x.servers.map((s) => `${s.address}:${s.port}`)).sort(),
+    ).toEqual(['10.0.0.1:31001', '10.0.0.1:31002', '10.0.0.2:31001', '10.0.0.2:31002']);
+    const list = await b.client.request('GET', '/v1/clusters');
+    expect(list.body.clusters.map((c: { state: string }) => c.state)).toEqual(['applied', 'applied']);
+  });
+
+  it('is ready only when HAProxy answers and a reconcile has succeeded', async () => {
+    const provider = new MemoryProvider();
+    provider.down = new Error('connect ECONNREFUSED 127.0.0.1:5555');
+    const { service, client } = await start(provider);
+    await client.request('POST', '/v1/reconcile?wait=true');
+    const notReady = await fetch(`${service.url}/readyz`);
+    expect(notReady.status).toBe(503);
+    expect(((await notReady.json()) as { checks: Record<string, unknown> }).checks.haproxy).toEqual({
+      ok: false,
+      detail: 'connect ECONNREFUSED 127.0.0.1:5555',
+    });
+    provider.down = undefined;
+    const ready = await fetch(`${service.url}/readyz`);
+    expect(ready.status).toBe(200);
+    expect(((await ready.json()) as { checks: unknown }).checks).toEqual({
+      state: { ok: true },
+      haproxy: { ok: true },
+      first_reconcile: { ok: true },
+    });
+  });
+
+  it('on stop, finishes the change in flight, then refuses new calls', async () => {
+    const provider = new MemoryProvider();
+    const { service, client } = await start(provider);
+    const inFlight = client.request('PUT', '/v1/clusters/late?wait=true', cluster('late.example.com', 31003));
+    await new Promise((r) => setTimeout(r, 5));
+    await service.stop();
+    expect((await inFlight).status).toBe(200);
+    expect(provider.state.backends.map((b) => b.cluster)).toEqual(['late']);
+    await expect(fetch(`${service.url}/healthz`)).rejects.toThrow();
+  });
+});
