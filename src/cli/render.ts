@@ -2,8 +2,7 @@ import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { parseBindAddr } from '../config/bind.js';
 import type { HaproxyState } from '../haproxy/model.js';
-import { renderDesired } from '../haproxy/render.js';
-import { DEFAULT_PREFIX } from '../naming/names.js';
+import { DEFAULT_RENDER_OPTIONS, renderDesired } from '../haproxy/render.js';
 import { formatPlan } from '../plan/format.js';
 import { plan } from '../plan/plan.js';
 import { resolveRoutes } from '../routes/route.js';
@@ -41,15 +40,7 @@ export function renderCommand(file: string, env: NodeJS.ProcessEnv): number {
     console.log(`cluster ${r.cluster}: ${state} -> https://${r.host}:${bind.bind.port}`);
   }
   for (const r of resolved.rejected) console.log(`cluster ${r.cluster}: rejected: ${r.reason} (${r.detail})`);
-  const desired = renderDesired(resolved.routes, {
-    frontendName: 'kubebyon_sni',
-    bind: bind.bind,
-    inspectDelayMs: 5000,
-    defaultBackend: null,
-    namePrefix: DEFAULT_PREFIX,
-    balance: 'leastconn',
-    healthChecks: true,
-  });
+  const desired = renderDesired(resolved.routes, { ...DEFAULT_RENDER_OPTIONS, bind: bind.bind });
   const empty: HaproxyState = { frontends: [], backends: [] };
   console.log('\nplan against an HAProxy with none of our objects:');
   console.log(formatPlan(plan(desired, empty)));

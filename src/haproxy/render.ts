@@ -1,4 +1,4 @@
-import { backendNameFor } from '../naming/names.js';
+import { backendNameFor, DEFAULT_PREFIX } from '../naming/names.js';
 import type { Route } from '../routes/route.js';
 import type { BalanceAlgorithm, Bind, DesiredConfig } from './model.js';
 
@@ -17,6 +17,17 @@ export interface RenderOptions {
   balance: BalanceAlgorithm;
   healthChecks: boolean;
 }
+
+/** The defaults the service runs with (KUBEBYON_HAPROXY_* unset). */
+export const DEFAULT_RENDER_OPTIONS: RenderOptions = {
+  frontendName: 'kubebyon_sni',
+  bind: { address: '*', port: 443 },
+  inspectDelayMs: 5000,
+  defaultBackend: null,
+  namePrefix: DEFAULT_PREFIX,
+  balance: 'leastconn',
+  healthChecks: true,
+};
 
 /** Renders validated routes into the HAProxy objects the service should own. Pure: same input, same output. */
 export function renderDesired(routes: readonly Route[], options: RenderOptions): DesiredConfig {

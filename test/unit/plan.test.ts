@@ -1,21 +1,13 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import type { BackendState, DesiredConfig, FrontendState, HaproxyState } from '../../src/haproxy/model.js';
-import { type RenderOptions, renderDesired } from '../../src/haproxy/render.js';
+import { DEFAULT_RENDER_OPTIONS, type RenderOptions, renderDesired } from '../../src/haproxy/render.js';
 import { applyToState } from '../../src/plan/apply-to-state.js';
 import { formatPlan } from '../../src/plan/format.js';
 import { plan } from '../../src/plan/plan.js';
 import { type Route, resolveRoutes } from '../../src/routes/route.js';
 
-const options: RenderOptions = {
-  frontendName: 'kubebyon_sni',
-  bind: { address: '*', port: 443 },
-  inspectDelayMs: 5000,
-  defaultBackend: null,
-  namePrefix: 'kubebyon_',
-  balance: 'leastconn',
-  healthChecks: true,
-};
+const options = DEFAULT_RENDER_OPTIONS;
 
 const empty: HaproxyState = { frontends: [], backends: [] };
 

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { RenderOptions } from '../../src/haproxy/render.js';
+import { DEFAULT_RENDER_OPTIONS } from '../../src/haproxy/render.js';
 import { createMetrics, type Metrics } from '../../src/metrics/metrics.js';
 import { ConcurrentChangeError } from '../../src/reconcile/provider.js';
 import { Reconciler } from '../../src/reconcile/reconciler.js';
@@ -11,15 +11,7 @@ import { ClusterStore } from '../../src/store/cluster-store.js';
 import { StaticTopology, type Topology } from '../../src/topology/topology.js';
 import { MemoryProvider } from '../support/memory-provider.js';
 
-const render: RenderOptions = {
-  frontendName: 'kubebyon_sni',
-  bind: { address: '*', port: 443 },
-  inspectDelayMs: 5000,
-  defaultBackend: null,
-  namePrefix: 'kubebyon_',
-  balance: 'leastconn',
-  healthChecks: true,
-};
+const render = DEFAULT_RENDER_OPTIONS;
 
 describe('Reconciler', () => {
   let dir: string;

@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { DEFAULT_RENDER_OPTIONS } from '../../src/haproxy/render.js';
 import { createMetrics } from '../../src/metrics/metrics.js';
 import { Reconciler } from '../../src/reconcile/reconciler.js';
 import { ClusterStore } from '../../src/store/cluster-store.js';
@@ -41,15 +42,7 @@ describe('webhook API', () => {
       store,
       topology: new StaticTopology(['10.0.0.1']),
       provider,
-      render: {
-        frontendName: 'kubebyon_sni',
-        bind: { address: '*', port: 443 },
-        inspectDelayMs: 5000,
-        defaultBackend: null,
-        namePrefix: 'kubebyon_',
-        balance: 'leastconn',
-        healthChecks: true,
-      },
+      render: DEFAULT_RENDER_OPTIONS,
       metrics,
       logger,
       debounceMs: 10,
