@@ -43,7 +43,8 @@ export function clusterStatuses(
         ? new Date(appliedAt.get(record.name) ?? 0).toISOString()
         : null,
     };
-    if (!last || record.updatedAt > last.startedAt) return { ...base, state: 'pending', reason: null };
+    // Same-millisecond changes count as pending: the request that followed them guarantees another pass.
+    if (!last || record.updatedAt >= last.startedAt) return { ...base, state: 'pending', reason: null };
     const rejection = rejected.get(record.name);
     if (rejection) return { ...base, state: 'rejected', reason: `${rejection.reason}: ${rejection.detail}` };
     const conflict = last.conflicted.get(record.name);

@@ -134,28 +134,32 @@ export class KubernetesTopology implements Topology {
       this.fingerprints.delete(key(o));
       this.onChange(resource);
     });
-    informer.on('connect', () => {
-      this.state[resource].up = true;
-      this.metrics.kubernetesWatchUp.set({ resource }, 1);
-    });
-    informer.on('error', (err) => {
-      const s = this.state[resource];
-      s.up = false;
-      s.lastError = err instanceof Error ? err.message : String(err);
-      this.metrics.kubernetesWatchUp.set({ resource }, 0);
-      this.metrics.kubernetesWatchErrors.inc({ resource });
-      if (this.stopped) return;
-      this.logger.warn(
-        { resource, err: s.lastError, retryInMs: s.restartDelayMs },
-        'kubernetes watch failed; keeping last known state',
-      );
-      const timer = setTimeout(() => {
-        this.timers.delete(timer);
-        void this.run(resource, informer);
-      }, s.restartDelayMs);
-      this.timers.add(timer);
-      s.restartDelayMs = Math.min(s.restartDelayMs * 2, MAX_RESTART_MS);
-    });
+    // 'connect' is not taken as "up": the informer says it before listing, also when the list then fails.
+    informer.on('error', (err) => this.failed(resource, informer, err));
+  }
+
+  // Marks the watch down, keeps every cached object, and tries again later with a growing delay.
+  private failed<T extends V1Node | V1Service>(
+    resource: 'nodes' | 'services',
+    informer: Watched<T>,
+    err: unknown,
+  ): void {
+    const s = this.state[resource];
+    s.up = false;
+    s.lastError = err instanceof Error ? err.message : String(err);
+    this.metrics.kubernetesWatchUp.set({ resource }, 0);
+    this.metrics.kubernetesWatchErrors.inc({ resource });
+    if (this.stopped) return;
+    this.logger.warn(
+      { resource, err: s.lastError, retryInMs: s.restartDelayMs },
+      'kubernetes watch failed; keeping last known state',
+    );
+    const timer = setTimeout(() => {
+      this.timers.delete(timer);
+      void this.run(resource, informer);
+    }, s.restartDelayMs);
+    this.timers.add(timer);
+    s.restartDelayMs = Math.min(s.restartDelayMs * 2, MAX_RESTART_MS);
   }
 
   private async run<T extends V1Node | V1Service>(
@@ -165,7 +169,13 @@ export class KubernetesTopology implements Topology {
     const s = this.state[resource];
     const errorsBefore = s.lastError;
     s.lastError = undefined;
-    await informer.start();
+    try {
+      await informer.start();
+    } catch (err) {
+      // The list went through but opening the watch threw: same handling as a watch that broke.
+      this.failed(resource, informer, err);
+      return;
+    }
     if (s.lastError === undefined) {
       // The list went through: the cache is the cluster's truth from here on.
       const first = !s.synced;
