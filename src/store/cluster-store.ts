@@ -31,12 +31,17 @@ const StoreFile = z.object({ version: z.literal(1), clusters: z.array(ClusterRec
 
 /**
  * The desired state: every accepted cluster, kept in one JSON file that is replaced atomically on each
- * change, so that whatever the webhook acknowledged survives a restart or a `kill -9`. Writes are
- * serialised; reads come from memory.
+ * change, so that whatever the webhook acknowledged survives a restart or a `kill -9`. Concurrent changes
+ * share one write; reads come from memory.
  */
 export class ClusterStore {
   private clusters = new Map<string, ClusterRecord>();
-  private queue: Promise<unknown> = Promise.resolve();
+  private pending: Array<{
+    mutate: (clusters: Map<string, ClusterRecord>) => unknown;
+    resolve: (value: unknown) => void;
+    reject: (err: unknown) => void;
+  }> = [];
+  private writing: Promise<void> | undefined;
 
   private constructor(private readonly path: string) {}
 
@@ -107,20 +112,35 @@ export class ClusterStore {
     });
   }
 
-  // Applies `mutate` to a copy, writes the copy, and only then makes it the live state: a failed write
-  // changes nothing, in memory or on disk.
+  // Group commit: changes that arrive while a write is under way are applied together to a copy and written
+  // in one go; each caller resolves once the file holding its change is on disk. A failed write rejects the
+  // whole batch and changes nothing, in memory or on disk.
   private change<T>(mutate: (clusters: Map<string, ClusterRecord>) => T): Promise<T> {
-    const run = async () => {
+    return new Promise<T>((resolve, reject) => {
+      this.pending.push({ mutate, resolve: resolve as (value: unknown) => void, reject });
+      if (!this.writing) this.writing = this.flush();
+    });
+  }
+
+  private async flush(): Promise<void> {
+    while (this.pending.length > 0) {
+      const batch = this.pending.splice(0);
       const copy = new Map(this.clusters);
-      const result = mutate(copy);
-      const file = { version: 1 as const, clusters: [...copy.values()] };
-      await writeFileAtomic(this.path, `${JSON.stringify(file, null, 2)}\n`);
+      const results: unknown[] = [];
+      try {
+        for (const change of batch) results.push(change.mutate(copy));
+        const file = { version: 1 as const, clusters: [...copy.values()] };
+        await writeFileAtomic(this.path, `${JSON.stringify(file, null, 2)}\n`);
+      } catch (err) {
+        for (const change of batch) change.reject(err);
+        continue;
+      }
       this.clusters = copy;
-      return result;
-    };
-    const next = this.queue.then(run, run);
-    this.queue = next.catch(() => {});
-    return next;
+      batch.forEach((change, i) => {
+        change.resolve(results[i]);
+      });
+    }
+    this.writing = undefined;
   }
 }
 
