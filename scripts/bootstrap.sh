@@ -21,6 +21,10 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
+# Go comes with the machine image; a non-login shell may not have it on PATH.
+if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then export PATH="$PATH:/usr/local/go/bin"; fi
+command -v go >/dev/null 2>&1 || { log "Go is needed to build kube-apiserver for the tests"; exit 1; }
+
 node_major=$(node -p 'process.versions.node.split(".")[0]')
 if [ "$node_major" -lt 20 ]; then
   log "Node.js >= 20 is required, found $(node --version)"
