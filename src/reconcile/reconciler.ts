@@ -40,6 +40,8 @@ interface Waiter {
   resolve: (outcome: PassOutcome) => void;
 }
 
+const PLAN_LOG_LINES = 50;
+
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /**
@@ -161,7 +163,16 @@ export class Reconciler {
           }
           if (p.operations.length === 0) return;
           for (const cluster of clustersTouched(p, config.backends)) touched.add(cluster);
-          logger.info({ operations: p.operations.length, plan: formatPlan(p) }, 'applying plan');
+          // A cold sync of thousands of routes is tens of thousands of lines: log the head only.
+          const lines = formatPlan(p).split('\n');
+          logger.info(
+            {
+              operations: p.operations.length,
+              plan: lines.slice(0, PLAN_LOG_LINES).join('\n'),
+              truncated: lines.length > PLAN_LOG_LINES,
+            },
+            'applying plan',
+          );
           try {
             const report = await this.o.provider.apply(p);
             metrics.transactions.inc({ result: 'committed' });
@@ -201,8 +212,9 @@ export class Reconciler {
       metrics.reconciles.inc({ result: 'failed' });
     }
     endTimer();
+    const routed = new Set(desired.routes.map((r) => r.cluster));
     for (const name of this.appliedAt.keys()) {
-      if (!desired.routes.some((r) => r.cluster === name)) this.appliedAt.delete(name);
+      if (!routed.has(name)) this.appliedAt.delete(name);
     }
     this.last = result;
     this.publishGauges();

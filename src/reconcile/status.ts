@@ -34,6 +34,7 @@ export function clusterStatuses(
   publicPort: number,
 ): ClusterStatus[] {
   const rejected = new Map(last?.desired.rejected.map((r) => [r.cluster, r]) ?? []);
+  const routes = new Map(last?.desired.routes.map((r) => [r.cluster, r]) ?? []);
   return records.map((record) => {
     const base = {
       name: record.name,
@@ -50,7 +51,7 @@ export function clusterStatuses(
     const conflict = last.conflicted.get(record.name);
     if (conflict) return { ...base, state: 'rejected', reason: `backend_not_owned: ${conflict}` };
     if (!last.ok) return { ...base, state: 'error', reason: last.error ?? 'reconcile failed' };
-    const route = last.desired.routes.find((r) => r.cluster === record.name);
+    const route = routes.get(record.name);
     const api_endpoint = route ? `https://${route.host}:${publicPort}` : null;
     const problem = last.desired.topologyProblems.get(record.name);
     if (problem || route?.endpoints.length === 0) {
