@@ -21,6 +21,8 @@ export type AuthResult =
   | { ok: true }
   | { ok: false; reason: 'missing_credentials' | 'bad_credentials' | 'stale_timestamp' | 'replayed' };
 
+const SAFE_METHODS = new Set(['GET', 'HEAD']);
+
 export const TIMESTAMP_HEADER = 'x-kubebyon-timestamp';
 export const SIGNATURE_HEADER = 'x-kubebyon-signature';
 
@@ -46,7 +48,7 @@ function constantTimeEqual(a: string, b: string): boolean {
 
 /** Checks webhook credentials: an HMAC signature with a replay window (default), or a bearer token. */
 export class WebhookAuthenticator {
-  // Signatures seen inside the window: an identical request cannot be replayed.
+  // Signatures of writes seen inside the window: an identical write cannot be replayed.
   private readonly seen = new Map<string, number>();
 
   constructor(
@@ -71,6 +73,8 @@ export class WebhookAuthenticator {
     const sent = /^[0-9]{1,12}$/.test(timestamp) ? Number(timestamp) : Number.NaN;
     if (!(Math.abs(nowSeconds - sent) <= this.options.replayWindowSeconds))
       return { ok: false, reason: 'stale_timestamp' };
+    // Reads may repeat within a second (a poller, the status command); only a replayed write does harm.
+    if (SAFE_METHODS.has(req.method.toUpperCase())) return { ok: true };
     this.forgetExpired(nowSeconds);
     if (this.seen.has(signature)) return { ok: false, reason: 'replayed' };
     this.seen.set(signature, sent);

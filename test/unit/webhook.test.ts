@@ -148,7 +148,7 @@ describe('webhook API', () => {
     expect(res.status).toBe(202);
   });
 
-  it('refuses a signature made for another path or verb, and an exact replay', async () => {
+  it('refuses a signature made for another path or verb, and a replayed write', async () => {
     const raw = Buffer.alloc(0);
     const ts = String(Math.floor(Date.now() / 1000));
     await client.request('PUT', '/v1/clusters/victim', body('v.example.com'));
@@ -158,13 +158,23 @@ describe('webhook API', () => {
       headers: { 'x-kubebyon-timestamp': ts, 'x-kubebyon-signature': forOther },
     });
     expect(moved.status).toBe(401);
-    const signature = sign(SECRET, ts, 'GET', '/v1/clusters', raw);
+    // A captured write replayed later would undo what came after it: refused.
+    const signature = sign(SECRET, ts, 'DELETE', '/v1/clusters/victim', raw);
     const headers = { 'x-kubebyon-timestamp': ts, 'x-kubebyon-signature': signature };
-    expect((await fetch(`${base}/v1/clusters`, { headers })).status).toBe(200);
-    const replay = await fetch(`${base}/v1/clusters`, { headers });
+    await client.request('PUT', '/v1/clusters/victim', body('v.example.com'));
+    expect((await fetch(`${base}/v1/clusters/victim`, { method: 'DELETE', headers })).status).toBe(202);
+    await client.request('PUT', '/v1/clusters/victim', body('v2.example.com'));
+    const replay = await fetch(`${base}/v1/clusters/victim`, { method: 'DELETE', headers });
     expect(replay.status).toBe(401);
     expect(await replay.json()).toEqual({ error: 'unauthorized', reason: 'replayed' });
-    expect(store.get('victim')).toBeDefined();
+    expect(store.get('victim')?.host).toBe('v2.example.com');
+    // Reads may repeat.
+    const read = {
+      'x-kubebyon-timestamp': ts,
+      'x-kubebyon-signature': sign(SECRET, ts, 'GET', '/v1/clusters', raw),
+    };
+    expect((await fetch(`${base}/v1/clusters`, { headers: read })).status).toBe(200);
+    expect((await fetch(`${base}/v1/clusters`, { headers: read })).status).toBe(200);
   });
 
   it.each([
