@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { main } from '../../src/cli/main.js';
 import { loadConfig } from '../../src/config/env.js';
 import { type Service, startService } from '../../src/service.js';
 import { MemoryProvider } from '../support/memory-provider.js';
@@ -85,6 +86,44 @@ describe('startService (composition root)', () => {
       haproxy: { ok: true },
       first_reconcile: { ok: true },
     });
+  });
+
+  it('answers the status command with every cluster and its state', async () => {
+    const { service, client } = await start(new MemoryProvider());
+    await client.request('PUT', '/v1/clusters/first', cluster('api.example.com', 31001));
+    await client.request('PUT', '/v1/clusters/second?wait=true', cluster('API.example.com', 31002));
+    const run = async (args: string[], env: NodeJS.ProcessEnv) => {
+      const out: string[] = [];
+      const err: string[] = [];
+      const code = await main(args, env, { out: (l) => out.push(l), err: (l) => err.push(l) });
+      return { code, out, err };
+    };
+    const env = { KUBEBYON_ADAPTER_URL: service.url, KUBEBYON_WEBHOOK_SECRET: SECRET };
+    const table = await run(['status'], env);
+    expect(table.code).toBe(0);
+    expect(table.out[0]).toMatch(/^NAME\s+HOST\s+STATE\s+API ENDPOINT\s+LAST APPLIED\s+REASON$/);
+    expect(table.out[1]).toMatch(
+      /^first\s+api\.example\.com\s+applied\s+https:\/\/api\.example\.com:443\s+\d{4}-/,
+    );
+    expect(table.out[2]).toMatch(
+      /^second\s+api\.example\.com\s+rejected\s+-\s+-\s+host_claimed_by_other_cluster: .*cluster first$/,
+    );
+    const json = await run(['status', '--json'], env);
+    expect(JSON.parse(json.out.join('\n')).map((c: { state: string }) => c.state)).toEqual([
+      'applied',
+      'rejected',
+    ]);
+    expect((await run(['status'], { ...env, KUBEBYON_WEBHOOK_SECRET: 'not-the-secret-at-all' })).code).toBe(
+      1,
+    );
+    expect(
+      (
+        await run(['status'], {
+          ...env,
+          KUBEBYON_ADAPTER_URL: `http://127.0.0.1:${await freeLoopbackPort()}`,
+        })
+      ).code,
+    ).toBe(1);
   });
 
   it('on stop, finishes the change in flight, then refuses new calls', async () => {

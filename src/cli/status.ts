@@ -1,0 +1,68 @@
+import { readFileSync } from 'node:fs';
+import type { ClusterStatus } from '../reconcile/status.js';
+import { sign } from '../webhook/auth.js';
+
+export interface Output {
+  out(line: string): void;
+  err(line: string): void;
+}
+
+function secretFrom(env: NodeJS.ProcessEnv): string | undefined {
+  if (env.KUBEBYON_WEBHOOK_SECRET_FILE) return readFileSync(env.KUBEBYON_WEBHOOK_SECRET_FILE, 'utf8').trim();
+  return env.KUBEBYON_WEBHOOK_SECRET;
+}
+
+/** `status`: every cluster of a running service with its state, as a table (or JSON with --json). */
+export async function statusCommand(args: string[], env: NodeJS.ProcessEnv, io: Output): Promise<number> {
+  const json = args.includes('--json');
+  const base = (env.KUBEBYON_ADAPTER_URL ?? 'http://127.0.0.1:8080').replace(/\/$/, '');
+  const secret = secretFrom(env);
+  if (!secret) {
+    io.err('status: set KUBEBYON_WEBHOOK_SECRET or KUBEBYON_WEBHOOK_SECRET_FILE (the API is signed)');
+    return 1;
+  }
+  const path = '/v1/clusters';
+  const timestamp = String(Math.floor(Date.now() / 1000));
+  let res: Response;
+  try {
+    res = await fetch(`${base}${path}`, {
+      headers: {
+        'x-kubebyon-timestamp': timestamp,
+        'x-kubebyon-signature': sign(secret, timestamp, 'GET', path, Buffer.alloc(0)),
+      },
+      signal: AbortSignal.timeout(10_000),
+    });
+  } catch (err) {
+    io.err(`status: cannot reach ${base}: ${err instanceof Error ? err.message : String(err)}`);
+    return 1;
+  }
+  if (!res.ok) {
+    io.err(`status: ${base}${path} answered ${res.status}: ${await res.text()}`);
+    return 1;
+  }
+  const { clusters } = (await res.json()) as { clusters: ClusterStatus[] };
+  if (json) {
+    io.out(JSON.stringify(clusters, null, 2));
+    return 0;
+  }
+  const rows = [
+    ['NAME', 'HOST', 'STATE', 'API ENDPOINT', 'LAST APPLIED', 'REASON'],
+    ...clusters.map((c) => [
+      c.name,
+      c.host,
+      c.state,
+      c.api_endpoint ?? '-',
+      c.last_applied_at ?? '-',
+      c.reason ?? '',
+    ]),
+  ];
+  const widths = rows[0]?.map((_, i) => Math.max(...rows.map((r) => (r[i] ?? '').length))) ?? [];
+  for (const r of rows)
+    io.out(
+      r
+        .map((cell, i) => (i === r.length - 1 ? cell : cell.padEnd(widths[i] ?? 0)))
+        .join('  ')
+        .trimEnd(),
+    );
+  return 0;
+}
