@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { GenericContainer, type StartedTestContainer, Wait } from 'testcontainers';
+import { waitFor } from './wait.js';
 
 const run = promisify(execFile);
 
@@ -63,14 +64,6 @@ export async function sweepTestbedContainers(): Promise<void> {
   const { stdout } = await run('docker', ['ps', '-aq', '--filter', `label=${TESTBED_LABEL}`]);
   const ids = stdout.split('\n').filter(Boolean);
   if (ids.length > 0) await run('docker', ['rm', '-f', ...ids]);
-}
-
-async function waitFor(predicate: () => boolean, timeoutMs: number, what: string): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!predicate()) {
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
 }
 
 /**

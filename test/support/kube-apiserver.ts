@@ -3,6 +3,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { KubeConfig } from '@kubernetes/client-node';
+import { waitFor } from './wait.js';
 
 const SCRIPT = join(import.meta.dirname, '../../scripts/kube/run-apiserver.sh');
 
@@ -16,14 +17,6 @@ export interface KubeApiserver {
   down(): Promise<void>;
   up(): Promise<void>;
   stop(): Promise<void>;
-}
-
-async function waitFor(check: () => boolean, timeoutMs: number, what: string): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
 }
 
 function kubeConfig(env: Record<string, string>, token: string): KubeConfig {
