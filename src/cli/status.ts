@@ -1,4 +1,4 @@
-import { readFileSync } from 'node:fs';
+import { readSecret } from '../config/env.js';
 import type { ClusterStatus } from '../reconcile/status.js';
 import { sign } from '../webhook/auth.js';
 
@@ -7,18 +7,15 @@ export interface Output {
   err(line: string): void;
 }
 
-function secretFrom(env: NodeJS.ProcessEnv): string | undefined {
-  if (env.KUBEBYON_WEBHOOK_SECRET_FILE) return readFileSync(env.KUBEBYON_WEBHOOK_SECRET_FILE, 'utf8').trim();
-  return env.KUBEBYON_WEBHOOK_SECRET;
-}
-
 /** `status`: every cluster of a running service with its state, as a table (or JSON with --json). */
 export async function statusCommand(args: string[], env: NodeJS.ProcessEnv, io: Output): Promise<number> {
   const json = args.includes('--json');
   const base = (env.KUBEBYON_ADAPTER_URL ?? 'http://127.0.0.1:8080').replace(/\/$/, '');
-  const secret = secretFrom(env);
-  if (!secret) {
-    io.err('status: set KUBEBYON_WEBHOOK_SECRET or KUBEBYON_WEBHOOK_SECRET_FILE (the API is signed)');
+  const { value: secret, problem } = readSecret(env, 'KUBEBYON_WEBHOOK_SECRET');
+  if (problem || !secret) {
+    io.err(
+      `status: ${problem ?? 'set KUBEBYON_WEBHOOK_SECRET or KUBEBYON_WEBHOOK_SECRET_FILE (the API is signed)'}`,
+    );
     return 1;
   }
   const path = '/v1/clusters';

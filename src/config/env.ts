@@ -111,20 +111,26 @@ export class ConfigError extends Error {
 /** Variables that hold secrets: each may instead be read from the file that VAR_FILE names. */
 export const SECRET_VARS = ['KUBEBYON_WEBHOOK_SECRET', 'KUBEBYON_DATAPLANE_PASSWORD'] as const;
 
-/** A secret from VAR, or from the file VAR_FILE names (the usual way to mount Kubernetes secrets). */
-function secretFrom(env: NodeJS.ProcessEnv, name: string, problems: string[], minLength: number): string {
+/**
+ * A secret from VAR, or from the file VAR_FILE names (the usual way to mount Kubernetes secrets).
+ * `problem` says why it could not be had; the value is then empty.
+ */
+export function readSecret(env: NodeJS.ProcessEnv, name: string): { value: string; problem?: string } {
   const direct = env[name];
   const file = env[`${name}_FILE`];
-  if (direct && file) problems.push(`${name}: set either ${name} or ${name}_FILE, not both`);
-  let value = direct ?? '';
-  if (file) {
-    try {
-      value = readFileSync(file, 'utf8').trim();
-    } catch (err) {
-      problems.push(`${name}_FILE: cannot read ${file}: ${(err as Error).message}`);
-    }
+  if (direct && file) return { value: '', problem: `${name}: set either ${name} or ${name}_FILE, not both` };
+  if (!file) return { value: direct ?? '' };
+  try {
+    return { value: readFileSync(file, 'utf8').trim() };
+  } catch (err) {
+    return { value: '', problem: `${name}_FILE: cannot read ${file}: ${(err as Error).message}` };
   }
-  if (value.length < minLength) {
+}
+
+function secretFrom(env: NodeJS.ProcessEnv, name: string, problems: string[], minLength: number): string {
+  const { value, problem } = readSecret(env, name);
+  if (problem) problems.push(problem);
+  else if (value.length < minLength) {
     problems.push(`${name}: required, at least ${minLength} characters (set ${name} or ${name}_FILE)`);
   }
   return value;
