@@ -1,6 +1,6 @@
 import type { Server } from 'node:http';
 import pino, { type Logger } from 'pino';
-import type { Config } from './config/env.js';
+import { type Config, renderOptionsOf } from './config/env.js';
 import { createMetrics, type Metrics } from './metrics/metrics.js';
 import type { Provider } from './reconcile/provider.js';
 import { Reconciler } from './reconcile/reconciler.js';
@@ -72,15 +72,7 @@ export async function startService(config: Config, deps: ServiceDeps): Promise<S
     store,
     topology,
     provider: deps.provider,
-    render: {
-      frontendName: config.haproxy.frontendName,
-      bind: config.haproxy.bind,
-      inspectDelayMs: config.haproxy.inspectDelayMs,
-      defaultBackend: config.haproxy.defaultBackend,
-      namePrefix: config.haproxy.namePrefix,
-      balance: config.haproxy.balance,
-      healthChecks: config.haproxy.healthChecks,
-    },
+    render: renderOptionsOf(config.haproxy),
     metrics,
     logger,
     debounceMs: config.reconcile.debounceMs,

@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { z } from 'zod';
 import type { Bind } from '../haproxy/model.js';
+import type { RenderOptions } from '../haproxy/render.js';
 import { DEFAULT_PREFIX, validatePrefix } from '../naming/names.js';
 import { parseBindAddr } from './bind.js';
 
@@ -203,4 +204,10 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
       retries: e.KUBEBYON_RECONCILE_RETRIES,
     },
   };
+}
+
+/** The rendering settings of a configuration (the HAProxy objects' names, bind and server options). */
+export function renderOptionsOf(haproxy: Config['haproxy']): RenderOptions {
+  const { nodeAddressType: _notRendered, ...render } = haproxy;
+  return render;
 }

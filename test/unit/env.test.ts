@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { ConfigError, loadConfig } from '../../src/config/env.js';
+import { ConfigError, loadConfig, renderOptionsOf } from '../../src/config/env.js';
 import { DEFAULT_RENDER_OPTIONS } from '../../src/haproxy/render.js';
 
 const secret = { KUBEBYON_WEBHOOK_SECRET: 'a-long-enough-secret', KUBEBYON_DATAPLANE_PASSWORD: 'pw' };
@@ -84,15 +84,6 @@ describe('loadConfig', () => {
 
 describe('render defaults', () => {
   it('are what the service runs with when no KUBEBYON_HAPROXY_* variable is set', () => {
-    const c = loadConfig(secret).haproxy;
-    expect(DEFAULT_RENDER_OPTIONS).toEqual({
-      frontendName: c.frontendName,
-      bind: c.bind,
-      inspectDelayMs: c.inspectDelayMs,
-      defaultBackend: c.defaultBackend,
-      namePrefix: c.namePrefix,
-      balance: c.balance,
-      healthChecks: c.healthChecks,
-    });
+    expect(renderOptionsOf(loadConfig(secret).haproxy)).toEqual(DEFAULT_RENDER_OPTIONS);
   });
 });
