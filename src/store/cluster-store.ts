@@ -80,7 +80,7 @@ export class ClusterStore {
       const previous = clusters.get(input.name);
       const record: ClusterRecord = {
         ...input,
-        claimedAt: previous && previous.host === input.host ? previous.claimedAt : now,
+        claimedAt: claimedAt(previous, input.host, now),
         updatedAt: now,
       };
       clusters.set(input.name, record);
@@ -101,7 +101,7 @@ export class ClusterStore {
         const previous = clusters.get(input.name);
         next.set(input.name, {
           ...input,
-          claimedAt: previous && previous.host === input.host ? previous.claimedAt : now,
+          claimedAt: claimedAt(previous, input.host, now),
           updatedAt: previous && sameInput(previous, input) ? previous.updatedAt : now,
         });
       }
@@ -142,6 +142,11 @@ export class ClusterStore {
     }
     this.writing = undefined;
   }
+}
+
+// A claim on a host dates from when the cluster first asked for that host; a new host is a new claim.
+function claimedAt(previous: ClusterRecord | undefined, host: string, now: number): number {
+  return previous && previous.host === host ? previous.claimedAt : now;
 }
 
 function sameInput(a: ClusterRecord, b: { host: string; target: ClusterTarget }): boolean {
