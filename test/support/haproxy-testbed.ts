@@ -59,10 +59,37 @@ export async function unixSocketCommand(path: string, command: string, attempts 
   }
 }
 
-/** Removes test-bed containers left by an earlier run that died before its cleanup. */
+/** The label's value: the process that started the container, so a sweep spares runs still alive. */
+export const testbedLabelValue = (): string => String(process.pid);
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/**
+ * Removes test-bed containers left by a run that died before its cleanup: those whose starting process is
+ * gone. Containers of runs still going (another suite in parallel) are left alone.
+ */
 export async function sweepTestbedContainers(): Promise<void> {
-  const { stdout } = await run('docker', ['ps', '-aq', '--filter', `label=${TESTBED_LABEL}`]);
-  const ids = stdout.split('\n').filter(Boolean);
+  const { stdout } = await run('docker', [
+    'ps',
+    '-a',
+    '--filter',
+    `label=${TESTBED_LABEL}`,
+    '--format',
+    `{{.ID}} {{.Label "${TESTBED_LABEL}"}}`,
+  ]);
+  const ids = stdout
+    .split('\n')
+    .filter(Boolean)
+    .map((line) => line.split(' '))
+    .filter(([, owner]) => !(owner && /^[0-9]+$/.test(owner) && alive(Number(owner))))
+    .map(([id]) => id as string);
   if (ids.length > 0) await run('docker', ['rm', '-f', ...ids]);
 }
 
@@ -82,7 +109,7 @@ export async function startHaproxyTestbed(
   try {
     container = await new GenericContainer(`kubebyon-testbed/haproxy:${version}`)
       .withNetworkMode('host')
-      .withLabels({ [TESTBED_LABEL]: 'true' })
+      .withLabels({ [TESTBED_LABEL]: testbedLabelValue() })
       .withBindMounts([{ source: dir, target: '/etc/kubebyon', mode: 'rw' }])
       .withWaitStrategy(Wait.forLogMessage(/Loading success/))
       .withStartupTimeout(30_000)
