@@ -1,8 +1,10 @@
 import type { Server } from 'node:http';
+import type { Express } from 'express';
 import pino, { type Logger } from 'pino';
 import { type Config, renderOptionsOf } from './config/env.js';
 import { createMetrics, type Metrics } from './metrics/metrics.js';
-import type { Provider } from './reconcile/provider.js';
+import { createProvider } from './providers/index.js';
+import { errorText, type Provider } from './providers/provider.js';
 import { Reconciler } from './reconcile/reconciler.js';
 import { ClusterStore } from './store/cluster-store.js';
 import { KubernetesTopology, loadKubeConfig } from './topology/kubernetes.js';
@@ -18,13 +20,14 @@ export interface Service {
   store: ClusterStore;
   reconciler: Reconciler;
   metrics: Metrics;
-  /** Stops accepting calls, lets the pass in flight finish, stops the watches. */
+  provider: Provider;
+  /** Stops accepting calls, answers the calls in flight (their changes applied), stops the loop and watches. */
   stop(): Promise<void>;
 }
 
 export interface ServiceDeps {
-  /** Where plans are applied (HAProxy's Data Plane API in production). */
-  provider: Provider;
+  /** Where plans are applied; by default the provider the configuration names. */
+  provider?: Provider;
   logger?: Logger;
 }
 
@@ -37,67 +40,102 @@ export function createLogger(config: Pick<Config, 'logLevel'>): Logger {
       'req.headers.authorization',
       'req.headers["x-kubebyon-signature"]',
       'config.webhook.secret',
-      'config.dataplane.password',
+      'config.provider.password',
     ],
   });
+}
+
+function buildTopology(config: Config, request: (reason: string) => void, metrics: Metrics, logger: Logger) {
+  if (config.topology.kind !== 'kubernetes') {
+    return { topology: new StaticTopology(config.topology.nodeAddresses) as Topology, kube: undefined };
+  }
+  const kube = new KubernetesTopology(
+    loadKubeConfig(),
+    { addressType: config.haproxy.nodeAddressType, excludeNotReady: config.topology.excludeNotReady },
+    request,
+    metrics,
+    logger,
+  );
+  return { topology: kube as Topology, kube };
+}
+
+const PING_TIMEOUT_MS = 5_000;
+
+function readinessOf(
+  store: ClusterStore,
+  provider: Provider,
+  loop: Reconciler,
+  kube: KubernetesTopology | undefined,
+): () => Promise<Readiness> {
+  return async () => {
+    const checks: Readiness['checks'] = { state: await store.health() };
+    try {
+      await provider.ping(AbortSignal.timeout(PING_TIMEOUT_MS));
+      checks.haproxy = { ok: true };
+    } catch (err) {
+      checks.haproxy = { ok: false, detail: errorText(err) };
+    }
+    const lastError = loop.lastError;
+    checks.reconcile = !loop.ready
+      ? { ok: false, detail: lastError ?? 'no reconcile has succeeded yet' }
+      : lastError
+        ? { ok: false, detail: lastError }
+        : { ok: true };
+    Object.assign(checks, kube?.health() ?? {});
+    return { ready: Object.values(checks).every((c) => c.ok), checks };
+  };
+}
+
+async function listen(app: Express, host: string, port: number): Promise<Server> {
+  return new Promise((resolve, reject) => {
+    const s = app.listen(port, host, () => resolve(s));
+    s.once('error', reject);
+  });
+}
+
+/** Counts requests being answered, so that a graceful stop can wait for them. */
+function trackRequests(server: Server): { idle(deadline: number): Promise<void> } {
+  let active = 0;
+  server.on('request', (_req, res) => {
+    active++;
+    res.once('close', () => {
+      active--;
+    });
+  });
+  return {
+    async idle(deadline) {
+      while (active > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    },
+  };
 }
 
 /**
  * The composition root: opens the desired state, starts the topology, the reconcile loop and the HTTP API,
  * and reconciles at once (so a restart converges HAProxy to what was accepted before it).
  */
-export async function startService(config: Config, deps: ServiceDeps): Promise<Service> {
+export async function startService(config: Config, deps: ServiceDeps = {}): Promise<Service> {
   const logger = deps.logger ?? createLogger(config);
   const metrics = createMetrics();
   const store = await ClusterStore.open(config.stateFile);
+  const provider = deps.provider ?? (await createProvider(config.provider, { logger }));
   let reconciler: Reconciler | undefined;
-  const request = (reason: string) => void reconciler?.request(reason);
-
-  let topology: Topology;
-  let kube: KubernetesTopology | undefined;
-  if (config.topology.kind === 'kubernetes') {
-    kube = new KubernetesTopology(
-      loadKubeConfig(),
-      { addressType: config.haproxy.nodeAddressType, excludeNotReady: config.topology.excludeNotReady },
-      request,
-      metrics,
-      logger,
-    );
-    topology = kube;
-  } else {
-    topology = new StaticTopology(config.topology.nodeAddresses);
-  }
-
-  reconciler = new Reconciler({
+  const { topology, kube } = buildTopology(
+    config,
+    (reason) => void reconciler?.request(reason),
+    metrics,
+    logger,
+  );
+  const loop = new Reconciler({
     store,
     topology,
-    provider: deps.provider,
+    provider,
     render: renderOptionsOf(config.haproxy),
     metrics,
     logger,
-    debounceMs: config.reconcile.debounceMs,
-    maxDelayMs: config.reconcile.maxDelayMs,
-    resyncIntervalMs: config.reconcile.resyncIntervalMs,
-    retries: config.reconcile.retries,
+    ...config.reconcile,
     publicPort: config.publicPort,
   });
-  const loop = reconciler;
-
-  const readiness = async (): Promise<Readiness> => {
-    const checks: Readiness['checks'] = { state: { ok: true } };
-    try {
-      await deps.provider.ping();
-      checks.haproxy = { ok: true };
-    } catch (err) {
-      checks.haproxy = { ok: false, detail: err instanceof Error ? err.message : String(err) };
-    }
-    checks.first_reconcile = loop.ready
-      ? { ok: true }
-      : { ok: false, detail: 'no reconcile has succeeded yet' };
-    Object.assign(checks, kube?.health() ?? {});
-    return { ready: Object.values(checks).every((c) => c.ok), checks };
-  };
-
+  reconciler = loop;
   const app = createApp({
     store,
     reconciler: loop,
@@ -110,19 +148,31 @@ export async function startService(config: Config, deps: ServiceDeps): Promise<S
     }),
     waitTimeoutMs: config.webhook.waitTimeoutMs,
     bodyLimitBytes: config.webhook.bodyLimitBytes,
-    readiness,
+    readiness: readinessOf(store, provider, loop, kube),
     version: VERSION,
   });
 
   if (kube) await kube.start();
-  const server: Server = await new Promise((resolve, reject) => {
-    const s = app.listen(config.listen.port, config.listen.host, () => resolve(s));
-    s.once('error', reject);
-  });
+  const server = await listen(app, config.listen.host, config.listen.port);
+  const requests = trackRequests(server);
   const address = server.address();
   const port = address && typeof address !== 'string' ? address.port : config.listen.port;
+  // HAProxy may be away at start: webhooks are still accepted and stored, and the loop converges later.
+  const reached = await provider.ping(AbortSignal.timeout(PING_TIMEOUT_MS)).then(
+    (info) => ({ haproxy: info.version, endpoint: info.endpoint }),
+    (err) => ({ haproxy: null, unreachable: errorText(err) }),
+  );
   loop.start();
-  logger.info({ port, clusters: store.list().length, topology: config.topology.kind }, 'service started');
+  logger.info(
+    {
+      provider: provider.name,
+      ...reached,
+      listen: `${config.listen.host}:${port}`,
+      clusters: store.list().length,
+      topology: config.topology.kind,
+    },
+    'service started',
+  );
 
   let stopping: Promise<void> | undefined;
   return {
@@ -130,15 +180,19 @@ export async function startService(config: Config, deps: ServiceDeps): Promise<S
     store,
     reconciler: loop,
     metrics,
+    provider,
     stop() {
       stopping ??= (async () => {
-        logger.info('stopping: no new calls, finishing the pass in flight');
+        const deadline = Date.now() + config.shutdownGraceMs;
+        logger.info('stopping: no new calls; answering the calls in flight');
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));
         server.closeIdleConnections();
-        await loop.stop();
-        // Waiting calls were answered by the last pass; their keep-alive connections are idle now.
-        server.closeIdleConnections();
+        // The loop keeps running meanwhile, so that acknowledged changes that callers wait for get applied.
+        await requests.idle(deadline);
+        await loop.stop(Math.max(0, deadline - Date.now()));
+        server.closeAllConnections();
         await kube?.stop();
+        await provider.close?.();
         await closed;
         logger.info('stopped');
       })();

@@ -18,6 +18,8 @@ export const ENV_DEFAULTS = {
   KUBEBYON_WEBHOOK_REPLAY_WINDOW_SECONDS: '300',
   KUBEBYON_WEBHOOK_BODY_LIMIT_BYTES: '1048576',
   KUBEBYON_WAIT_TIMEOUT_MS: '30000',
+  KUBEBYON_SHUTDOWN_GRACE_MS: '20000',
+  KUBEBYON_PROVIDER: 'dataplaneapi',
   KUBEBYON_HAPROXY_BIND_ADDR: ':443',
   KUBEBYON_HAPROXY_FRONTEND_NAME: 'kubebyon_sni',
   KUBEBYON_HAPROXY_NAME_PREFIX: DEFAULT_PREFIX,
@@ -32,6 +34,13 @@ export const ENV_DEFAULTS = {
   KUBEBYON_KUBERNETES_EXCLUDE_NOT_READY: 'true',
   KUBEBYON_DATAPLANE_URL: 'http://127.0.0.1:5555',
   KUBEBYON_DATAPLANE_USERNAME: 'admin',
+  KUBEBYON_DATAPLANE_TIMEOUT_MS: '30000',
+  KUBEBYON_DATAPLANE_RELOAD_TIMEOUT_MS: '60000',
+  KUBEBYON_HAPROXY_OWNED_FILE: '/etc/haproxy/kubebyon.cfg',
+  KUBEBYON_HAPROXY_CHECK_FILES: '/etc/haproxy/haproxy.cfg',
+  KUBEBYON_HAPROXY_MASTER_SOCKET: '/run/haproxy-master.sock',
+  KUBEBYON_HAPROXY_BIN: 'haproxy',
+  KUBEBYON_HAPROXY_RELOAD_TIMEOUT_MS: '30000',
   KUBEBYON_RECONCILE_DEBOUNCE_MS: '200',
   KUBEBYON_RECONCILE_MAX_DELAY_MS: '2000',
   KUBEBYON_RESYNC_INTERVAL_MS: '60000',
@@ -40,67 +49,148 @@ export const ENV_DEFAULTS = {
 
 const HAPROXY_NAME = /^[A-Za-z0-9_.:-]{1,64}$/;
 const int = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
-
-const EnvSchema = z.object({
-  KUBEBYON_LISTEN_ADDR: z.string(),
-  KUBEBYON_STATE_FILE: z.string().min(1),
-  KUBEBYON_LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']),
-  KUBEBYON_WEBHOOK_AUTH: z.enum(['hmac', 'bearer']),
-  KUBEBYON_WEBHOOK_REPLAY_WINDOW_SECONDS: int(10, 3600),
-  KUBEBYON_WEBHOOK_BODY_LIMIT_BYTES: int(1024, 64 * 1024 * 1024),
-  KUBEBYON_WAIT_TIMEOUT_MS: int(100, 600_000),
-  KUBEBYON_HAPROXY_BIND_ADDR: z.string(),
-  KUBEBYON_HAPROXY_FRONTEND_NAME: z.string().regex(HAPROXY_NAME, 'must be 1-64 of A-Z a-z 0-9 _ . : -'),
-  KUBEBYON_HAPROXY_NAME_PREFIX: z
-    .string()
-    .refine(validatePrefix, 'must be a lower-case letter then up to 23 of a-z 0-9 _'),
-  KUBEBYON_HAPROXY_DEFAULT_BACKEND: z.union([
-    z.literal(''),
-    z.string().regex(HAPROXY_NAME, 'must be an HAProxy backend name'),
-  ]),
-  KUBEBYON_HAPROXY_INSPECT_DELAY_MS: int(100, 60_000),
-  KUBEBYON_HAPROXY_BALANCE: z.enum(['leastconn', 'roundrobin', 'source']),
-  KUBEBYON_HAPROXY_HEALTH_CHECKS: z.enum(['true', 'false']),
-  KUBEBYON_HAPROXY_NODE_ADDRESS_TYPE: z.enum(['internal', 'external']),
-  KUBEBYON_PUBLIC_PORT: int(1, 65535),
-  KUBEBYON_TOPOLOGY: z.enum(['static', 'kubernetes']),
-  KUBEBYON_STATIC_NODE_ADDRESSES: z.string(),
-  KUBEBYON_KUBERNETES_EXCLUDE_NOT_READY: z.enum(['true', 'false']),
-  KUBEBYON_DATAPLANE_URL: z.url({ protocol: /^https?$/ }),
-  KUBEBYON_DATAPLANE_USERNAME: z.string().min(1).max(128),
-  KUBEBYON_RECONCILE_DEBOUNCE_MS: int(0, 60_000),
-  KUBEBYON_RECONCILE_MAX_DELAY_MS: int(0, 600_000),
-  KUBEBYON_RESYNC_INTERVAL_MS: int(0, 86_400_000),
-  KUBEBYON_RECONCILE_RETRIES: int(0, 20),
+const bool = z.enum(['true', 'false']).transform((v) => v === 'true');
+const bindAddr = z.string().transform((raw, ctx) => {
+  const parsed = parseBindAddr(raw);
+  if (parsed.ok) return parsed.bind;
+  ctx.addIssue({ code: 'custom', message: parsed.detail });
+  return z.NEVER;
 });
+const ipList = z.string().transform((raw, ctx) => {
+  const list = raw
+    .split(',')
+    .map((a) => a.trim())
+    .filter(Boolean);
+  for (const a of list) {
+    if (isIP(a) === 0) ctx.addIssue({ code: 'custom', message: `${JSON.stringify(a)} is not an IP address` });
+  }
+  return list;
+});
+const pathList = z.string().transform((raw) =>
+  raw
+    .split(',')
+    .map((a) => a.trim())
+    .filter(Boolean),
+);
+const absolutePath = z.string().regex(/^\//, 'must be an absolute path');
+const secretOf = (name: string, min: number) =>
+  z.string().min(min, `required, at least ${min} characters (set ${name} or ${name}_FILE)`);
 
-export interface Config {
-  listen: { host: string; port: number };
-  stateFile: string;
-  logLevel: z.infer<typeof EnvSchema>['KUBEBYON_LOG_LEVEL'];
-  webhook: {
-    auth: 'hmac' | 'bearer';
-    secret: string;
-    replayWindowSeconds: number;
-    bodyLimitBytes: number;
-    waitTimeoutMs: number;
-  };
-  haproxy: {
-    bind: Bind;
-    frontendName: string;
-    namePrefix: string;
-    defaultBackend: string | null;
-    inspectDelayMs: number;
-    balance: 'leastconn' | 'roundrobin' | 'source';
-    healthChecks: boolean;
-    nodeAddressType: 'internal' | 'external';
-  };
-  publicPort: number;
-  topology: { kind: 'static' | 'kubernetes'; nodeAddresses: string[]; excludeNotReady: boolean };
-  /** HAProxy's Data Plane API: where the provider applies plans. */
-  dataplane: { url: string; username: string; password: string };
-  reconcile: { debounceMs: number; maxDelayMs: number; resyncIntervalMs: number; retries: number };
-}
+/** Settings every provider shares: the webhook, the objects rendered, the topology, the loop. */
+const BaseEnv = z
+  .object({
+    KUBEBYON_LISTEN_ADDR: bindAddr,
+    KUBEBYON_STATE_FILE: z.string().min(1),
+    KUBEBYON_LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']),
+    KUBEBYON_WEBHOOK_SECRET: secretOf('KUBEBYON_WEBHOOK_SECRET', 16),
+    KUBEBYON_WEBHOOK_AUTH: z.enum(['hmac', 'bearer']),
+    KUBEBYON_WEBHOOK_REPLAY_WINDOW_SECONDS: int(10, 3600),
+    KUBEBYON_WEBHOOK_BODY_LIMIT_BYTES: int(1024, 64 * 1024 * 1024),
+    KUBEBYON_WAIT_TIMEOUT_MS: int(100, 600_000),
+    KUBEBYON_SHUTDOWN_GRACE_MS: int(0, 600_000),
+    KUBEBYON_PROVIDER: z.enum(['dataplaneapi', 'haproxy']),
+    KUBEBYON_HAPROXY_BIND_ADDR: bindAddr,
+    KUBEBYON_HAPROXY_FRONTEND_NAME: z.string().regex(HAPROXY_NAME, 'must be 1-64 of A-Z a-z 0-9 _ . : -'),
+    KUBEBYON_HAPROXY_NAME_PREFIX: z
+      .string()
+      .refine(validatePrefix, 'must be a lower-case letter then up to 23 of a-z 0-9 _'),
+    KUBEBYON_HAPROXY_DEFAULT_BACKEND: z.union([
+      z.literal(''),
+      z.string().regex(HAPROXY_NAME, 'must be an HAProxy backend name'),
+    ]),
+    KUBEBYON_HAPROXY_INSPECT_DELAY_MS: int(100, 60_000),
+    KUBEBYON_HAPROXY_BALANCE: z.enum(['leastconn', 'roundrobin', 'source']),
+    KUBEBYON_HAPROXY_HEALTH_CHECKS: bool,
+    KUBEBYON_HAPROXY_NODE_ADDRESS_TYPE: z.enum(['internal', 'external']),
+    KUBEBYON_PUBLIC_PORT: int(1, 65535),
+    KUBEBYON_TOPOLOGY: z.enum(['static', 'kubernetes']),
+    KUBEBYON_STATIC_NODE_ADDRESSES: ipList,
+    KUBEBYON_KUBERNETES_EXCLUDE_NOT_READY: bool,
+    KUBEBYON_RECONCILE_DEBOUNCE_MS: int(0, 60_000),
+    KUBEBYON_RECONCILE_MAX_DELAY_MS: int(0, 600_000),
+    KUBEBYON_RESYNC_INTERVAL_MS: int(0, 86_400_000),
+    KUBEBYON_RECONCILE_RETRIES: int(0, 20),
+  })
+  .transform((e) => ({
+    listen: {
+      host: e.KUBEBYON_LISTEN_ADDR.address === '*' ? '0.0.0.0' : e.KUBEBYON_LISTEN_ADDR.address,
+      port: e.KUBEBYON_LISTEN_ADDR.port,
+    },
+    stateFile: e.KUBEBYON_STATE_FILE,
+    logLevel: e.KUBEBYON_LOG_LEVEL,
+    shutdownGraceMs: e.KUBEBYON_SHUTDOWN_GRACE_MS,
+    webhook: {
+      auth: e.KUBEBYON_WEBHOOK_AUTH,
+      secret: e.KUBEBYON_WEBHOOK_SECRET,
+      replayWindowSeconds: e.KUBEBYON_WEBHOOK_REPLAY_WINDOW_SECONDS,
+      bodyLimitBytes: e.KUBEBYON_WEBHOOK_BODY_LIMIT_BYTES,
+      waitTimeoutMs: e.KUBEBYON_WAIT_TIMEOUT_MS,
+    },
+    haproxy: {
+      bind: e.KUBEBYON_HAPROXY_BIND_ADDR,
+      frontendName: e.KUBEBYON_HAPROXY_FRONTEND_NAME,
+      namePrefix: e.KUBEBYON_HAPROXY_NAME_PREFIX,
+      defaultBackend: e.KUBEBYON_HAPROXY_DEFAULT_BACKEND || null,
+      inspectDelayMs: e.KUBEBYON_HAPROXY_INSPECT_DELAY_MS,
+      balance: e.KUBEBYON_HAPROXY_BALANCE,
+      healthChecks: e.KUBEBYON_HAPROXY_HEALTH_CHECKS,
+      nodeAddressType: e.KUBEBYON_HAPROXY_NODE_ADDRESS_TYPE,
+    },
+    publicPort: e.KUBEBYON_PUBLIC_PORT,
+    topology: {
+      kind: e.KUBEBYON_TOPOLOGY,
+      nodeAddresses: e.KUBEBYON_STATIC_NODE_ADDRESSES,
+      excludeNotReady: e.KUBEBYON_KUBERNETES_EXCLUDE_NOT_READY,
+    },
+    reconcile: {
+      debounceMs: e.KUBEBYON_RECONCILE_DEBOUNCE_MS,
+      maxDelayMs: e.KUBEBYON_RECONCILE_MAX_DELAY_MS,
+      resyncIntervalMs: e.KUBEBYON_RESYNC_INTERVAL_MS,
+      retries: e.KUBEBYON_RECONCILE_RETRIES,
+    },
+  }));
+
+/** `KUBEBYON_PROVIDER=dataplaneapi` (the default): HAProxy's Data Plane API v3. */
+const DataplaneEnv = z
+  .object({
+    KUBEBYON_DATAPLANE_URL: z.url({ protocol: /^https?$/ }),
+    KUBEBYON_DATAPLANE_USERNAME: z.string().min(1).max(128),
+    KUBEBYON_DATAPLANE_PASSWORD: secretOf('KUBEBYON_DATAPLANE_PASSWORD', 1),
+    KUBEBYON_DATAPLANE_TIMEOUT_MS: int(100, 600_000),
+    KUBEBYON_DATAPLANE_RELOAD_TIMEOUT_MS: int(1000, 600_000),
+  })
+  .transform((e) => ({
+    kind: 'dataplaneapi' as const,
+    url: e.KUBEBYON_DATAPLANE_URL,
+    username: e.KUBEBYON_DATAPLANE_USERNAME,
+    password: e.KUBEBYON_DATAPLANE_PASSWORD,
+    timeoutMs: e.KUBEBYON_DATAPLANE_TIMEOUT_MS,
+    reloadTimeoutMs: e.KUBEBYON_DATAPLANE_RELOAD_TIMEOUT_MS,
+  }));
+
+/** `KUBEBYON_PROVIDER=haproxy`: a stock HAProxy, through an owned `-f` file, the master CLI and the runtime API. */
+const StockHaproxyEnv = z
+  .object({
+    KUBEBYON_HAPROXY_OWNED_FILE: absolutePath,
+    KUBEBYON_HAPROXY_CHECK_FILES: pathList,
+    KUBEBYON_HAPROXY_MASTER_SOCKET: absolutePath,
+    KUBEBYON_HAPROXY_BIN: z.string().min(1),
+    KUBEBYON_HAPROXY_RELOAD_TIMEOUT_MS: int(1000, 600_000),
+  })
+  .transform((e) => ({
+    kind: 'haproxy' as const,
+    ownedFile: e.KUBEBYON_HAPROXY_OWNED_FILE,
+    checkFiles: e.KUBEBYON_HAPROXY_CHECK_FILES,
+    masterSocket: e.KUBEBYON_HAPROXY_MASTER_SOCKET,
+    haproxyBin: e.KUBEBYON_HAPROXY_BIN,
+    reloadTimeoutMs: e.KUBEBYON_HAPROXY_RELOAD_TIMEOUT_MS,
+  }));
+
+export type DataplaneConfig = z.output<typeof DataplaneEnv>;
+export type StockHaproxyConfig = z.output<typeof StockHaproxyEnv>;
+export type ProviderConfig = DataplaneConfig | StockHaproxyConfig;
+/** The whole configuration: inferred from the schemas above, never written beside them. */
+export type Config = z.output<typeof BaseEnv> & { provider: ProviderConfig };
 
 export class ConfigError extends Error {
   constructor(readonly problems: string[]) {
@@ -128,15 +218,6 @@ export function readSecret(env: NodeJS.ProcessEnv, name: string): { value: strin
   }
 }
 
-function secretFrom(env: NodeJS.ProcessEnv, name: string, problems: string[], minLength: number): string {
-  const { value, problem } = readSecret(env, name);
-  if (problem) problems.push(problem);
-  else if (value.length < minLength) {
-    problems.push(`${name}: required, at least ${minLength} characters (set ${name} or ${name}_FILE)`);
-  }
-  return value;
-}
-
 /** Reads and checks the configuration; throws a ConfigError listing every problem at once. */
 export function loadConfig(env: NodeJS.ProcessEnv): Config {
   const merged: Record<string, string> = { ...ENV_DEFAULTS };
@@ -145,65 +226,25 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     if (value !== undefined && value !== '') merged[key] = value;
   }
   const problems: string[] = [];
-  const parsed = EnvSchema.safeParse(merged);
-  if (!parsed.success) {
-    for (const issue of parsed.error.issues) problems.push(`${issue.path.join('.')}: ${issue.message}`);
+  for (const name of SECRET_VARS) {
+    const { value, problem } = readSecret(env, name);
+    if (problem) problems.push(problem);
+    merged[name] = value;
   }
-  const secret = secretFrom(env, 'KUBEBYON_WEBHOOK_SECRET', problems, 16);
-  const dataplanePassword = secretFrom(env, 'KUBEBYON_DATAPLANE_PASSWORD', problems, 1);
-  const bind = parseBindAddr(merged.KUBEBYON_HAPROXY_BIND_ADDR ?? '');
-  if (!bind.ok) problems.push(`KUBEBYON_HAPROXY_BIND_ADDR: ${bind.detail}`);
-  const listen = parseBindAddr(merged.KUBEBYON_LISTEN_ADDR ?? '');
-  if (!listen.ok) problems.push(`KUBEBYON_LISTEN_ADDR: ${listen.detail}`);
-  const nodeAddresses = (merged.KUBEBYON_STATIC_NODE_ADDRESSES ?? '')
-    .split(',')
-    .map((a) => a.trim())
-    .filter(Boolean);
-  for (const a of nodeAddresses) {
-    if (isIP(a) === 0)
-      problems.push(`KUBEBYON_STATIC_NODE_ADDRESSES: ${JSON.stringify(a)} is not an IP address`);
+  const base = BaseEnv.safeParse(merged);
+  const providerSchema = merged.KUBEBYON_PROVIDER === 'haproxy' ? StockHaproxyEnv : DataplaneEnv;
+  const provider = providerSchema.safeParse(merged);
+  for (const result of [base, provider]) {
+    if (result.success) continue;
+    for (const issue of result.error.issues) {
+      const name = String(issue.path[0] ?? '');
+      // A secret that could not be read is already named, with why.
+      if (!problems.some((p) => p.startsWith(`${name}:`) || p.startsWith(`${name}_FILE:`)))
+        problems.push(`${name}: ${issue.message}`);
+    }
   }
-  if (problems.length > 0 || !parsed.success || !bind.ok || !listen.ok) throw new ConfigError(problems);
-  const e = parsed.data;
-  return {
-    listen: { host: listen.bind.address === '*' ? '0.0.0.0' : listen.bind.address, port: listen.bind.port },
-    stateFile: e.KUBEBYON_STATE_FILE,
-    logLevel: e.KUBEBYON_LOG_LEVEL,
-    webhook: {
-      auth: e.KUBEBYON_WEBHOOK_AUTH,
-      secret,
-      replayWindowSeconds: e.KUBEBYON_WEBHOOK_REPLAY_WINDOW_SECONDS,
-      bodyLimitBytes: e.KUBEBYON_WEBHOOK_BODY_LIMIT_BYTES,
-      waitTimeoutMs: e.KUBEBYON_WAIT_TIMEOUT_MS,
-    },
-    haproxy: {
-      bind: bind.bind,
-      frontendName: e.KUBEBYON_HAPROXY_FRONTEND_NAME,
-      namePrefix: e.KUBEBYON_HAPROXY_NAME_PREFIX,
-      defaultBackend: e.KUBEBYON_HAPROXY_DEFAULT_BACKEND || null,
-      inspectDelayMs: e.KUBEBYON_HAPROXY_INSPECT_DELAY_MS,
-      balance: e.KUBEBYON_HAPROXY_BALANCE,
-      healthChecks: e.KUBEBYON_HAPROXY_HEALTH_CHECKS === 'true',
-      nodeAddressType: e.KUBEBYON_HAPROXY_NODE_ADDRESS_TYPE,
-    },
-    publicPort: e.KUBEBYON_PUBLIC_PORT,
-    topology: {
-      kind: e.KUBEBYON_TOPOLOGY,
-      nodeAddresses,
-      excludeNotReady: e.KUBEBYON_KUBERNETES_EXCLUDE_NOT_READY === 'true',
-    },
-    dataplane: {
-      url: e.KUBEBYON_DATAPLANE_URL,
-      username: e.KUBEBYON_DATAPLANE_USERNAME,
-      password: dataplanePassword,
-    },
-    reconcile: {
-      debounceMs: e.KUBEBYON_RECONCILE_DEBOUNCE_MS,
-      maxDelayMs: e.KUBEBYON_RECONCILE_MAX_DELAY_MS,
-      resyncIntervalMs: e.KUBEBYON_RESYNC_INTERVAL_MS,
-      retries: e.KUBEBYON_RECONCILE_RETRIES,
-    },
-  };
+  if (problems.length > 0 || !base.success || !provider.success) throw new ConfigError(problems);
+  return { ...base.data, provider: provider.data };
 }
 
 /** The rendering settings of a configuration (the HAProxy objects' names, bind and server options). */

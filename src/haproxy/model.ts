@@ -1,9 +1,48 @@
 /**
  * The slice of HAProxy's configuration this service reasons about, independent of how it is read or written.
- * `owned` comes from the ownership tag the service stores in each object's metadata: the planner only ever
- * changes or removes objects whose `owned` is true.
+ * Providers read and write `Raw*` objects with their tags; the registry (`src/registry/ownership.ts`) turns
+ * tags into `owned` and `cluster`, and the planner only ever changes or removes objects whose `owned` is true.
  */
-export const OWNER = 'kubebyon-haproxy-adapter';
+
+/** Key/value tags stored with an object (Data Plane API `metadata`, or a comment in an owned file). */
+export type Tags = Readonly<Record<string, string>>;
+
+export interface RawServer {
+  name: string;
+  address: string;
+  port: number;
+  check: boolean;
+  tags: Tags;
+}
+
+export interface RawBackend {
+  name: string;
+  balance: string;
+  servers: RawServer[];
+  tags: Tags;
+}
+
+export interface RawRule {
+  backend: string;
+  host: string;
+  tags: Tags;
+}
+
+export interface RawFrontend {
+  name: string;
+  bind: Bind | null;
+  inspectDelayMs: number | null;
+  acceptsTlsHello: boolean;
+  defaultBackend: string | null;
+  rules: RawRule[];
+  tags: Tags;
+}
+
+/** What a provider reads from HAProxy, before ownership is decided. */
+export interface RawState {
+  frontends: RawFrontend[];
+  backends: RawBackend[];
+}
 
 export type BalanceAlgorithm = 'leastconn' | 'roundrobin' | 'source';
 

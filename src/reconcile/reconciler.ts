@@ -1,14 +1,13 @@
-import pRetry from 'p-retry';
 import type { Logger } from 'pino';
-import { type RenderOptions, renderDesired } from '../haproxy/render.js';
+import type { RenderOptions } from '../haproxy/render.js';
 import type { Metrics } from '../metrics/metrics.js';
 import { formatPlan } from '../plan/format.js';
-import { type Plan, plan } from '../plan/plan.js';
+import type { Plan } from '../plan/plan.js';
+import type { Provider } from '../providers/provider.js';
 import type { ClusterStore } from '../store/cluster-store.js';
 import type { Topology } from '../topology/topology.js';
-import { desiredRoutes } from './desired.js';
-import { ConcurrentChangeError, type Provider, ReloadFailedError } from './provider.js';
-import { type ClusterStatus, clusterStatuses, type PassResult } from './status.js';
+import { desiredConfig, planAgainst, runPass } from './pass.js';
+import { CLUSTER_STATES, type ClusterStatus, clusterStatuses, type PassResult } from './status.js';
 
 export interface ReconcilerOptions {
   store: ClusterStore;
@@ -27,6 +26,16 @@ export interface ReconcilerOptions {
   retries: number;
   /** Port users reach HAProxy on, for `api_endpoint`. */
   publicPort: number;
+  /** First delay before a failed pass is tried again by itself (doubles up to 30 s); 0 disables it. */
+  failureBackoffMs?: number;
+}
+
+/** `GET /v1/plan` before the topology has been read: an unread topology is unknown, not empty. */
+export class TopologyNotSyncedError extends Error {
+  override readonly name = 'TopologyNotSyncedError';
+  constructor() {
+    super('the topology has not been read yet; a plan now would remove every server');
+  }
 }
 
 export interface PassOutcome {
@@ -40,14 +49,14 @@ interface Waiter {
   resolve: (outcome: PassOutcome) => void;
 }
 
-const PLAN_LOG_LINES = 50;
-
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const MAX_FAILURE_BACKOFF_MS = 30_000;
 
 /**
- * Level-triggered and idempotent: events only say "look again". Each pass reads the whole desired state and
- * HAProxy's current state, plans, and applies the plan as one unit. One pass runs at a time; events that
- * arrive during the debounce window or during a pass are served together by the next pass.
+ * Level-triggered and idempotent: events only say "look again". Each pass (`runPass`) reads the whole desired
+ * state and HAProxy's current state, plans, and applies the plan as one unit. This class schedules passes:
+ * one at a time, events during the debounce window or during a pass served together by the next pass, and a
+ * failed pass tried again by itself with backoff.
  */
 export class Reconciler {
   private requested = 0;
@@ -55,7 +64,10 @@ export class Reconciler {
   private waiters: Waiter[] = [];
   private running: Promise<void> | undefined;
   private resyncTimer: NodeJS.Timeout | undefined;
+  private retryTimer: NodeJS.Timeout | undefined;
+  private failures = 0;
   private stopped = false;
+  private readonly abort = new AbortController();
   private last: PassResult | undefined;
   private readonly appliedAt = new Map<string, number>();
   private reasons = new Set<string>();
@@ -68,6 +80,11 @@ export class Reconciler {
     return this.firstPassOk;
   }
 
+  /** The last pass's failure, or null: readiness reports it. */
+  get lastError(): string | null {
+    return this.last && !this.last.ok ? (this.last.error ?? 'failed') : null;
+  }
+
   start(): void {
     this.request('start');
     if (this.o.resyncIntervalMs > 0) {
@@ -76,11 +93,24 @@ export class Reconciler {
     }
   }
 
-  /** Stops timers and waits for the pass in flight (an apply is never cut in half). */
-  async stop(): Promise<void> {
+  /**
+   * Stops timers and lets the pass in flight finish (an apply is never cut in half by choice). After
+   * `graceMs` the pass is aborted: providers then leave HAProxy as it was.
+   */
+  async stop(graceMs = 20_000): Promise<void> {
     this.stopped = true;
     clearInterval(this.resyncTimer);
-    await this.running;
+    clearTimeout(this.retryTimer);
+    if (this.running) {
+      let timer: NodeJS.Timeout | undefined;
+      const expired = new Promise<void>((resolve) => {
+        timer = setTimeout(resolve, graceMs);
+      });
+      await Promise.race([this.running, expired]);
+      clearTimeout(timer);
+      this.abort.abort(new Error('shutting down'));
+      await this.running;
+    }
     for (const w of this.waiters.splice(0)) w.resolve({ ok: false, changed: false, error: 'shutting down' });
   }
 
@@ -100,9 +130,10 @@ export class Reconciler {
   }
 
   /** What the next pass would apply, without applying it. */
-  async preview(): Promise<{ plan: Plan; text: string }> {
-    const desired = desiredRoutes(this.o.store.list(), this.o.topology);
-    const p = plan(renderDesired(desired.routes, this.o.render), await this.o.provider.readState());
+  async preview(signal: AbortSignal = this.abort.signal): Promise<{ plan: Plan; text: string }> {
+    if (!this.o.topology.synced()) throw new TopologyNotSyncedError();
+    const { config } = desiredConfig(this.o.store.list(), this.o.topology, this.o.render);
+    const p = await planAgainst(config, this.o.provider, signal);
     return { plan: p, text: formatPlan(p) };
   }
 
@@ -137,95 +168,66 @@ export class Reconciler {
 
   private async pass(resyncOnly: boolean): Promise<PassOutcome> {
     const { metrics, logger } = this.o;
-    const startedAt = Date.now();
     if (!this.o.topology.synced()) {
       // Unknown topology is not an empty one: applying now would remove every server.
       logger.info('topology not read yet; nothing applied');
       return { ok: false, changed: false, error: 'topology_not_synced' };
     }
     const endTimer = metrics.reconcileDuration.startTimer();
-    const records = this.o.store.list();
-    const desired = desiredRoutes(records, this.o.topology);
-    const config = renderDesired(desired.routes, this.o.render);
-    const conflicted = new Map<string, string>();
-    const touched = new Set<string>();
-    let changed = false;
-    let result: PassResult;
-    try {
-      await pRetry(
-        async () => {
-          const p = plan(config, await this.o.provider.readState());
-          conflicted.clear();
-          for (const c of p.conflicts) {
-            const backend = config.backends.find((b) => b.name === c.name);
-            if (backend) conflicted.set(backend.cluster, c.detail);
-            else logger.warn({ conflict: c.kind, object: c.name }, c.detail);
-          }
-          if (p.operations.length === 0) return;
-          for (const cluster of clustersTouched(p, config.backends)) touched.add(cluster);
-          // A cold sync of thousands of routes is tens of thousands of lines: log the head only.
-          const lines = formatPlan(p).split('\n');
-          logger.info(
-            {
-              operations: p.operations.length,
-              plan: lines.slice(0, PLAN_LOG_LINES).join('\n'),
-              truncated: lines.length > PLAN_LOG_LINES,
-            },
-            'applying plan',
-          );
-          try {
-            const report = await this.o.provider.apply(p);
-            metrics.transactions.inc({ result: 'committed' });
-            if (report.reload === 'succeeded') metrics.reloads.inc({ result: 'succeeded' });
-          } catch (err) {
-            metrics.transactions.inc({
-              result: err instanceof ConcurrentChangeError ? 'conflict' : 'failed',
-            });
-            if (err instanceof ReloadFailedError) metrics.reloads.inc({ result: 'failed' });
-            throw err;
-          }
-          changed = true;
-          if (resyncOnly) metrics.driftCorrections.inc();
-        },
-        {
-          retries: this.o.retries,
-          minTimeout: 100,
-          maxTimeout: 5_000,
-          onFailedAttempt: ({ error, attemptNumber, retriesLeft }) =>
-            logger.warn({ err: error, attemptNumber, retriesLeft }, 'reconcile attempt failed'),
-        },
-      );
-      result = { startedAt, ok: true, desired, conflicted };
+    const { result, changed, touched } = await runPass({
+      records: this.o.store.list(),
+      topology: this.o.topology,
+      provider: this.o.provider,
+      render: this.o.render,
+      retries: this.o.retries,
+      signal: this.abort.signal,
+      logger,
+      metrics,
+    });
+    endTimer();
+    const now = Date.now();
+    if (result.ok) {
       this.firstPassOk = true;
-      const now = Date.now();
-      for (const route of desired.routes) {
-        if (conflicted.has(route.cluster)) continue;
+      for (const route of result.desired.routes) {
+        if (result.conflicted.has(route.cluster)) continue;
         if (touched.has(route.cluster) || !this.appliedAt.has(route.cluster))
           this.appliedAt.set(route.cluster, now);
       }
       metrics.reconciles.inc({ result: changed ? 'changed' : 'unchanged' });
       metrics.lastSuccess.set(now / 1000);
-    } catch (err) {
-      const error = err instanceof Error ? err.message : String(err);
-      logger.error({ err }, 'reconcile failed');
-      result = { startedAt, ok: false, error, desired, conflicted };
+      if (changed && resyncOnly) metrics.driftCorrections.inc();
+    } else {
       metrics.reconciles.inc({ result: 'failed' });
     }
-    endTimer();
-    const routed = new Set(desired.routes.map((r) => r.cluster));
+    const routed = new Set(result.desired.routes.map((r) => r.cluster));
     for (const name of this.appliedAt.keys()) {
       if (!routed.has(name)) this.appliedAt.delete(name);
     }
     this.last = result;
     this.publishGauges();
+    this.scheduleRetry(result.ok);
     return result.ok ? { ok: true, changed } : { ok: false, changed: false, error: result.error ?? 'failed' };
+  }
+
+  // A failed pass (HAProxy away, a reload that could not bind) is tried again without waiting for an event.
+  private scheduleRetry(ok: boolean): void {
+    clearTimeout(this.retryTimer);
+    const base = this.o.failureBackoffMs ?? 1000;
+    if (ok || base <= 0 || this.stopped) {
+      this.failures = 0;
+      return;
+    }
+    const delay = Math.min(MAX_FAILURE_BACKOFF_MS, base * 2 ** Math.min(this.failures, 10));
+    this.failures++;
+    this.retryTimer = setTimeout(() => this.request('retry'), delay);
+    this.retryTimer.unref();
   }
 
   private publishGauges(): void {
     const { metrics } = this.o;
     const statuses = this.statuses();
     metrics.routes.reset();
-    for (const state of ['pending', 'applied', 'rejected', 'degraded', 'error'] as const) {
+    for (const state of CLUSTER_STATES) {
       metrics.routes.set({ state }, statuses.filter((s) => s.state === state).length);
     }
     metrics.rejectedRoutes.reset();
@@ -236,22 +238,4 @@ export class Reconciler {
     if (conflicts > 0) reasons.set('backend_not_owned', conflicts);
     for (const [reason, count] of reasons) metrics.rejectedRoutes.set({ reason }, count);
   }
-}
-
-/** Clusters whose backend, servers or switching rule an applied plan changed. */
-function clustersTouched(p: Plan, backends: ReadonlyArray<{ name: string; cluster: string }>): Set<string> {
-  const clusterOf = new Map(backends.map((b) => [b.name, b.cluster]));
-  const names = new Set<string>();
-  for (const op of p.operations) {
-    if (op.kind === 'create_backend' || op.kind === 'update_backend') names.add(op.backend.name);
-    if (op.kind === 'create_server' || op.kind === 'update_server' || op.kind === 'delete_server')
-      names.add(op.backend);
-    if (op.kind === 'set_switching_rules') for (const r of [...op.added, ...op.removed]) names.add(r.backend);
-  }
-  const clusters = new Set<string>();
-  for (const name of names) {
-    const cluster = clusterOf.get(name);
-    if (cluster !== undefined) clusters.add(cluster);
-  }
-  return clusters;
 }

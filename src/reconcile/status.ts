@@ -1,7 +1,8 @@
 import type { ClusterRecord } from '../store/cluster-store.js';
 import type { DesiredRoutes } from './desired.js';
 
-export type ClusterState = 'pending' | 'applied' | 'rejected' | 'degraded' | 'error';
+export const CLUSTER_STATES = ['pending', 'applied', 'rejected', 'degraded', 'error'] as const;
+export type ClusterState = (typeof CLUSTER_STATES)[number];
 
 export interface ClusterStatus {
   name: string;

@@ -1,4 +1,4 @@
-import { mkdir, readFile } from 'node:fs/promises';
+import { access, constants, mkdir, readFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { z } from 'zod';
 import { writeFileAtomic } from './atomic-file.js';
@@ -42,6 +42,7 @@ export class ClusterStore {
     reject: (err: unknown) => void;
   }> = [];
   private writing: Promise<void> | undefined;
+  private writeError: string | undefined;
 
   private constructor(private readonly path: string) {}
 
@@ -61,6 +62,17 @@ export class ClusterStore {
       for (const c of parsed.data.clusters) store.clusters.set(c.name, c);
     }
     return store;
+  }
+
+  /** Whether changes can be stored: the last write succeeded and the folder is writable. */
+  async health(): Promise<{ ok: boolean; detail?: string }> {
+    if (this.writeError) return { ok: false, detail: `last write failed: ${this.writeError}` };
+    try {
+      await access(dirname(this.path), constants.W_OK);
+      return { ok: true };
+    } catch (err) {
+      return { ok: false, detail: `state folder not writable: ${(err as Error).message}` };
+    }
   }
 
   list(): ClusterRecord[] {
@@ -132,9 +144,11 @@ export class ClusterStore {
         const file = { version: 1 as const, clusters: [...copy.values()] };
         await writeFileAtomic(this.path, `${JSON.stringify(file, null, 2)}\n`);
       } catch (err) {
+        this.writeError = err instanceof Error ? err.message : String(err);
         for (const change of batch) change.reject(err);
         continue;
       }
+      this.writeError = undefined;
       this.clusters = copy;
       batch.forEach((change, i) => {
         change.resolve(results[i]);

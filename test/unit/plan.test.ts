@@ -6,6 +6,7 @@ import { applyToState } from '../../src/plan/apply-to-state.js';
 import { formatPlan } from '../../src/plan/format.js';
 import { plan } from '../../src/plan/plan.js';
 import { type Route, resolveRoutes } from '../../src/routes/route.js';
+import { claimsArb, hostArb } from '../support/arbitraries.js';
 
 const options = DEFAULT_RENDER_OPTIONS;
 
@@ -160,36 +161,10 @@ describe('plan', () => {
 
 // ---- properties over random current/desired pairs ----
 
-const octet = fc.integer({ min: 0, max: 3 });
-const endpointArb = fc.record({
-  address: fc.oneof(
-    octet.map((o) => `10.0.0.${o}`),
-    octet.map((o) => `fd00::${o + 1}`),
-  ),
-  port: fc.integer({ min: 30000, max: 30003 }),
-});
-const clusterArb = fc.constantFrom('a', 'b', 'c', 'd', 'e', 'f');
-const hostArb = fc.constantFrom(
-  'a.example.com',
-  'b.example.com',
-  'c.example.com',
-  'd.example.com',
-  'e.example.com',
-);
-const claimsArb = fc.array(
-  fc.record({
-    cluster: clusterArb,
-    host: hostArb,
-    endpoints: fc.array(endpointArb, { maxLength: 4 }),
-    claimedAt: fc.nat(5),
-  }),
-  { maxLength: 6 },
-);
 const desiredArb = fc
   .tuple(claimsArb, fc.boolean(), fc.constantFrom(443, 8443), fc.boolean())
   .map(([claims, checks, port, withDefault]) => {
-    const unique = [...new Map(claims.map((c) => [c.cluster, c])).values()];
-    return desiredFor(resolveRoutes(unique).routes, {
+    return desiredFor(resolveRoutes(claims).routes, {
       healthChecks: checks,
       bind: { address: '*', port },
       defaultBackend: withDefault ? 'console' : null,

@@ -5,11 +5,11 @@ import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { DEFAULT_RENDER_OPTIONS } from '../../src/haproxy/render.js';
 import { createMetrics, type Metrics } from '../../src/metrics/metrics.js';
-import { ConcurrentChangeError } from '../../src/reconcile/provider.js';
-import { Reconciler } from '../../src/reconcile/reconciler.js';
+import { MemoryProvider } from '../../src/providers/memory/memory-provider.js';
+import { ConcurrentChangeError, ReloadFailedError, TerminalError } from '../../src/providers/provider.js';
+import { Reconciler, TopologyNotSyncedError } from '../../src/reconcile/reconciler.js';
 import { ClusterStore } from '../../src/store/cluster-store.js';
 import { StaticTopology, type Topology } from '../../src/topology/topology.js';
-import { MemoryProvider } from '../support/memory-provider.js';
 
 const render = DEFAULT_RENDER_OPTIONS;
 
@@ -20,11 +20,12 @@ describe('Reconciler', () => {
   let metrics: Metrics;
   let reconciler: Reconciler;
 
+  let reconcilerOptions: () => ConstructorParameters<typeof Reconciler>[0];
   const make = (
     overrides: { debounceMs?: number; retries?: number; nodes?: string[]; topology?: Topology } = {},
   ) => {
     metrics = createMetrics();
-    reconciler = new Reconciler({
+    reconcilerOptions = () => ({
       store,
       topology: overrides.topology ?? new StaticTopology(overrides.nodes ?? ['10.0.0.1', '10.0.0.2']),
       provider,
@@ -36,7 +37,9 @@ describe('Reconciler', () => {
       resyncIntervalMs: 0,
       retries: overrides.retries ?? 3,
       publicPort: 443,
+      failureBackoffMs: 0,
     });
+    reconciler = new Reconciler(reconcilerOptions());
     return reconciler;
   };
   const metric = async (name: string, labels: Record<string, string> = {}) => {
@@ -56,7 +59,8 @@ describe('Reconciler', () => {
   });
 
   it('coalesces a burst of 100 changes into one or two applies', async () => {
-    make({ debounceMs: 50 });
+    // Generous quiet time: on a loaded machine one fsync can take longer than a short debounce.
+    make({ debounceMs: 250 });
     const outcomes = [];
     // Each upsert waits for its fsync, so the requests arrive spread out as webhooks would.
     for (let i = 0; i < 100; i++) {
@@ -168,10 +172,98 @@ describe('Reconciler', () => {
   it('waits for an in-flight pass on stop', async () => {
     make();
     await store.upsert({ name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30443 } });
+    let release = () => {};
+    provider.gate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
     const outcome = reconciler.request('test');
-    await new Promise((r) => setTimeout(r, 30));
-    await reconciler.stop();
+    while (provider.reads === 0) await new Promise((r) => setTimeout(r, 5));
+    let stopped = false;
+    const stopping = reconciler.stop().then(() => {
+      stopped = true;
+    });
+    await new Promise((r) => setTimeout(r, 50));
+    // The pass is held at the provider: stop has not returned, and nothing was cut short.
+    expect(stopped).toBe(false);
+    release();
+    await stopping;
     expect(await outcome).toEqual({ ok: true, changed: true });
+    expect(provider.state.backends).toHaveLength(1);
     expect(await reconciler.request('late')).toMatchObject({ ok: false, error: 'shutting down' });
+  });
+
+  it('aborts a pass that outlives the grace period, leaving HAProxy as it was', async () => {
+    make();
+    await store.upsert({ name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30443 } });
+    provider.gate = new Promise<void>(() => {});
+    const outcome = reconciler.request('test');
+    while (provider.reads === 0) await new Promise((r) => setTimeout(r, 5));
+    await reconciler.stop(50);
+    expect(await outcome).toMatchObject({ ok: false });
+    expect(provider.state.backends).toEqual([]);
+  });
+
+  it('does not retry an error that retrying cannot fix', async () => {
+    make({ retries: 5 });
+    await store.upsert({ name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30443 } });
+    provider.failures.push(new TerminalError('401 Unauthorized: check KUBEBYON_DATAPLANE_USERNAME/PASSWORD'));
+    expect(await reconciler.request('test')).toEqual({
+      ok: false,
+      changed: false,
+      error: '401 Unauthorized: check KUBEBYON_DATAPLANE_USERNAME/PASSWORD',
+    });
+    expect(provider.reads).toBe(1);
+    expect(reconciler.statuses()[0]).toMatchObject({
+      state: 'error',
+      reason: '401 Unauthorized: check KUBEBYON_DATAPLANE_USERNAME/PASSWORD',
+    });
+  });
+
+  it('tries a failed pass again by itself, without a new event', async () => {
+    make();
+    reconciler = new Reconciler({ ...reconcilerOptions(), failureBackoffMs: 50 });
+    await store.upsert({ name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30443 } });
+    provider.failures.push(new ReloadFailedError('cannot bind socket (Address already in use)'));
+    expect(await reconciler.request('test')).toMatchObject({ ok: false });
+    const deadline = Date.now() + 5000;
+    while (provider.state.backends.length === 0 && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 20));
+    expect(provider.state.backends).toHaveLength(1);
+    expect(reconciler.statuses()[0]).toMatchObject({ state: 'applied' });
+  });
+
+  it('reports every route as error, and stays unready, when a foreign frontend holds our name', async () => {
+    provider.state = {
+      frontends: [
+        {
+          name: render.frontendName,
+          bind: { address: '*', port: 443 },
+          inspectDelayMs: null,
+          acceptsTlsHello: false,
+          defaultBackend: null,
+          rules: [],
+          tags: {},
+        },
+      ],
+      backends: [],
+    };
+    make();
+    await store.upsert({ name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30443 } });
+    const outcome = await reconciler.request('test');
+    expect(outcome).toMatchObject({ ok: false, error: expect.stringMatching(/^frontend_not_owned: /) });
+    expect(reconciler.ready).toBe(false);
+    expect(reconciler.lastError).toMatch(/^frontend_not_owned: /);
+    const [status] = reconciler.statuses();
+    expect(status).toMatchObject({ state: 'error', last_applied_at: null });
+    expect(status?.reason).toMatch(/^frontend_not_owned: /);
+    expect(provider.applies).toEqual([]);
+  });
+
+  it('refuses to preview a plan before the topology has been read', async () => {
+    const topology: Topology = { synced: () => false, endpointsFor: () => ({ endpoints: [] }) };
+    make({ topology });
+    await store.upsert({ name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30443 } });
+    await expect(reconciler.preview()).rejects.toBeInstanceOf(TopologyNotSyncedError);
+    expect(provider.reads).toBe(0);
   });
 });

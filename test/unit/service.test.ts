@@ -5,8 +5,8 @@ import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { main } from '../../src/cli/main.js';
 import { loadConfig } from '../../src/config/env.js';
+import { MemoryProvider } from '../../src/providers/memory/memory-provider.js';
 import { type Service, startService } from '../../src/service.js';
-import { MemoryProvider } from '../support/memory-provider.js';
 import { freeLoopbackPort } from '../support/ports.js';
 import { signedClient } from '../support/webhook-client.js';
 
@@ -30,6 +30,7 @@ describe('startService (composition root)', () => {
       KUBEBYON_STATIC_NODE_ADDRESSES: '10.0.0.1,10.0.0.2',
       KUBEBYON_RECONCILE_DEBOUNCE_MS: '10',
       KUBEBYON_RESYNC_INTERVAL_MS: '0',
+      KUBEBYON_RECONCILE_RETRIES: '0',
     });
     const service = await startService(config, { provider, logger: pino({ level: 'silent' }) });
     started.push(service);
@@ -59,7 +60,7 @@ describe('startService (composition root)', () => {
     const b = await start(fresh);
     const deadline = Date.now() + 5000;
     while (fresh.applies.length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
-    expect(fresh.state.backends.map((x) => x.cluster).sort()).toEqual(['one', 'two']);
+    expect(fresh.state.backends.map((x) => x.tags.cluster).sort()).toEqual(['one', 'two']);
     expect(
       fresh.state.backends.flatMap((x) => x.servers.map((s) => `${s.address}:${s.port}`)).sort(),
     ).toEqual(['10.0.0.1:31001', '10.0.0.1:31002', '10.0.0.2:31001', '10.0.0.2:31002']);
@@ -79,12 +80,17 @@ describe('startService (composition root)', () => {
       detail: 'connect ECONNREFUSED 127.0.0.1:5555',
     });
     provider.down = undefined;
-    const ready = await fetch(`${service.url}/readyz`);
+    // The failed pass is tried again by itself: readiness follows without another call.
+    let ready = await fetch(`${service.url}/readyz`);
+    for (const deadline = Date.now() + 10_000; ready.status !== 200 && Date.now() < deadline; ) {
+      await new Promise((r) => setTimeout(r, 100));
+      ready = await fetch(`${service.url}/readyz`);
+    }
     expect(ready.status).toBe(200);
     expect(((await ready.json()) as { checks: unknown }).checks).toEqual({
       state: { ok: true },
       haproxy: { ok: true },
-      first_reconcile: { ok: true },
+      reconcile: { ok: true },
     });
   });
 
@@ -129,11 +135,32 @@ describe('startService (composition root)', () => {
   it('on stop, finishes the change in flight, then refuses new calls', async () => {
     const provider = new MemoryProvider();
     const { service, client } = await start(provider);
+    await client.request('POST', '/v1/reconcile?wait=true');
+    // The call is acknowledged and stored, and its pass waits at the provider, when stop begins.
+    let release = () => {};
+    provider.gate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
     const inFlight = client.request('PUT', '/v1/clusters/late?wait=true', cluster('late.example.com', 31003));
-    await new Promise((r) => setTimeout(r, 5));
+    while (service.store.get('late') === undefined) await new Promise((r) => setTimeout(r, 5));
+    const stopped = service.stop();
+    await new Promise((r) => setTimeout(r, 50));
+    release();
+    await stopped;
+    expect((await inFlight).status).toBe(200);
+    expect(provider.state.backends.map((b) => b.tags.cluster)).toEqual(['late']);
+    await expect(fetch(`${service.url}/healthz`)).rejects.toThrow();
+  });
+
+  it('on stop, applies a change that was stored but whose pass had not begun', async () => {
+    const provider = new MemoryProvider();
+    const { service, client } = await start(provider);
+    await client.request('POST', '/v1/reconcile?wait=true');
+    const inFlight = client.request('PUT', '/v1/clusters/late?wait=true', cluster('late.example.com', 31003));
+    // Stop as soon as the change is on disk: the debounce has not even started its pass.
+    while (service.store.get('late') === undefined) await new Promise((r) => setImmediate(r));
     await service.stop();
     expect((await inFlight).status).toBe(200);
-    expect(provider.state.backends.map((b) => b.cluster)).toEqual(['late']);
-    await expect(fetch(`${service.url}/healthz`)).rejects.toThrow();
+    expect(provider.state.backends.map((b) => b.tags.cluster)).toEqual(['late']);
   });
 });

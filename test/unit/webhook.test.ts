@@ -7,12 +7,12 @@ import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { DEFAULT_RENDER_OPTIONS } from '../../src/haproxy/render.js';
 import { createMetrics } from '../../src/metrics/metrics.js';
+import { MemoryProvider } from '../../src/providers/memory/memory-provider.js';
 import { Reconciler } from '../../src/reconcile/reconciler.js';
 import { ClusterStore } from '../../src/store/cluster-store.js';
 import { StaticTopology } from '../../src/topology/topology.js';
 import { createApp } from '../../src/webhook/app.js';
 import { sign, WebhookAuthenticator } from '../../src/webhook/auth.js';
-import { MemoryProvider } from '../support/memory-provider.js';
 import { type SignedClient, signedClient } from '../support/webhook-client.js';
 
 const SECRET = 'test-secret-0123456789';
@@ -72,7 +72,7 @@ describe('webhook API', () => {
   });
 
   afterEach(async () => {
-    await reconciler.stop();
+    await reconciler.stop(100);
     await new Promise((r) => server.close(r));
     rmSync(dir, { recursive: true, force: true });
   });
@@ -276,6 +276,8 @@ describe('webhook API', () => {
   });
 
   it('shows the plan without applying it', async () => {
+    // Passes are held at the provider, so the plan is still to do when it is asked for.
+    provider.gate = new Promise<void>(() => {});
     await client.request('PUT', '/v1/clusters/demo', body('api.demo.example.com'));
     const res = await client.request('GET', '/v1/plan');
     expect(res.status).toBe(200);

@@ -1,0 +1,35 @@
+import { ConfigError, loadConfig } from '../config/env.js';
+import { errorText } from '../providers/provider.js';
+import { createLogger, startService } from '../service.js';
+import type { Output } from './status.js';
+
+/**
+ * `serve`: the service, configured by the environment. Resolves with the exit code once a SIGTERM or SIGINT
+ * has stopped it gracefully; a bad configuration exits 2 with every problem named.
+ */
+export async function serveCommand(env: NodeJS.ProcessEnv, io: Output): Promise<number> {
+  let config: ReturnType<typeof loadConfig>;
+  try {
+    config = loadConfig(env);
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    io.err(`serve: ${err.message}`);
+    return 2;
+  }
+  const logger = createLogger(config);
+  let service: Awaited<ReturnType<typeof startService>>;
+  try {
+    service = await startService(config, { logger });
+  } catch (err) {
+    logger.fatal({ err: errorText(err) }, 'service failed to start');
+    io.err(`serve: ${errorText(err)}`);
+    return 1;
+  }
+  const signal = await new Promise<NodeJS.Signals>((resolve) => {
+    process.once('SIGTERM', () => resolve('SIGTERM'));
+    process.once('SIGINT', () => resolve('SIGINT'));
+  });
+  logger.info({ signal }, 'signal received');
+  await service.stop();
+  return 0;
+}

@@ -1,0 +1,63 @@
+import type { RawState } from '../haproxy/model.js';
+import type { Plan } from '../plan/plan.js';
+
+export interface ApplyReport {
+  /** `succeeded` when the change needed a reload and HAProxy reported it done; `none` for runtime-only changes. */
+  reload: 'none' | 'succeeded';
+  /** Requests (or runtime commands) sent to HAProxy for this apply. */
+  requests: number;
+}
+
+/** What `ping` learned of the HAProxy behind the provider, for readiness and the start log. */
+export interface ProviderInfo {
+  /** e.g. `HAProxy 3.0.11` or `Data Plane API v3.4.0`. */
+  version: string;
+  /** Where the provider reaches HAProxy (an URL or a socket path). */
+  endpoint: string;
+}
+
+/**
+ * Where plans are applied. Providers do plain I/O: they read HAProxy's objects with their tags (ownership is
+ * decided by `src/registry/ownership.ts`, not here), store `ownerTags()` with every object a plan creates,
+ * and never change an object the plan does not name.
+ *
+ * Contract (checked for every provider by `test/contract/provider-contract.ts`):
+ * - `apply` applies a non-empty plan as one unit, or not at all; after it, `interpret(readState())` equals
+ *   `applyToState(before, plan.operations)`. An empty plan writes nothing.
+ * - Every call honours its `AbortSignal`: an aborted call rejects promptly and leaves HAProxy as it was.
+ * - Errors that retrying cannot fix are `TerminalError`s; `ConcurrentChangeError` asks for re-read and re-plan;
+ *   anything else is transient and retried with backoff.
+ */
+export interface Provider {
+  /** `dataplaneapi`, `haproxy` or `memory`: the metrics and logs name it. */
+  readonly name: string;
+  readState(signal: AbortSignal): Promise<RawState>;
+  apply(plan: Plan, signal: AbortSignal): Promise<ApplyReport>;
+  /** A cheap request that proves HAProxy answers, for readiness. */
+  ping(signal: AbortSignal): Promise<ProviderInfo>;
+  /** Releases connections and timers. */
+  close?(): Promise<void>;
+}
+
+/** Someone else changed HAProxy's configuration meanwhile: read again, plan again, try again. */
+export class ConcurrentChangeError extends Error {
+  override readonly name = 'ConcurrentChangeError';
+}
+
+/** An error that retrying cannot fix (bad credentials, a configuration HAProxy refuses): not retried. */
+export class TerminalError extends Error {
+  override name = 'TerminalError';
+}
+
+/**
+ * The change was committed but HAProxy could not load it; HAProxy keeps running its previous configuration.
+ * `message` carries HAProxy's own words (e.g. `cannot bind socket (Address already in use)`).
+ */
+export class ReloadFailedError extends TerminalError {
+  override name = 'ReloadFailedError';
+}
+
+/** The reason an error gives a cluster's status or a log line: the message, without a stack. */
+export function errorText(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}

@@ -1,0 +1,141 @@
+import fc from 'fast-check';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { HaproxyState, RawState } from '../../src/haproxy/model.js';
+import { type RenderOptions, renderDesired } from '../../src/haproxy/render.js';
+import { applyToState } from '../../src/plan/apply-to-state.js';
+import { type Plan, plan } from '../../src/plan/plan.js';
+import type { Provider } from '../../src/providers/provider.js';
+import { interpret, isOwned } from '../../src/registry/ownership.js';
+import { resolveRoutes } from '../../src/routes/route.js';
+import { claimsArb } from '../support/arbitraries.js';
+
+export interface ProviderUnderTest {
+  provider: Provider;
+  /** How to render for this provider (a real HAProxy binds a free loopback port). */
+  render: RenderOptions;
+  /** Brings HAProxy back to its fixture: foreign objects only, none of ours. */
+  reset(): Promise<void>;
+  cleanup(): Promise<void>;
+}
+
+export interface ContractOptions {
+  /** Random plan sequences to try (each step of a real provider is a reload). */
+  runs: number;
+  timeoutMs?: number;
+}
+
+const signal = () => AbortSignal.timeout(60_000);
+
+/** Sorted by name, so that two reads of the same configuration compare equal whatever the listing order. */
+export function canonical(state: HaproxyState): HaproxyState {
+  const byName = <T extends { name: string }>(a: T, b: T) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
+  return {
+    frontends: [...state.frontends].sort(byName),
+    backends: [...state.backends].map((b) => ({ ...b, servers: [...b.servers].sort(byName) })).sort(byName),
+  };
+}
+
+function foreignOf(raw: RawState): RawState {
+  return canonical({
+    frontends: raw.frontends.filter((f) => !isOwned(f.tags)),
+    backends: raw.backends.filter((b) => !isOwned(b.tags)),
+  } as unknown as HaproxyState) as unknown as RawState;
+}
+
+const stepsArb = fc.array(claimsArb, { minLength: 1, maxLength: 3 });
+
+/**
+ * The contract every provider must pass (external-dns keeps a strict reference provider for the same reason):
+ * random plans applied through `apply` read back as `applyToState` says they should; foreign objects never
+ * change; an empty plan writes nothing; an aborted or refused apply leaves HAProxy as it was.
+ */
+export function describeProvider(
+  name: string,
+  make: () => Promise<ProviderUnderTest>,
+  options: ContractOptions,
+): void {
+  describe(`provider contract: ${name}`, () => {
+    let t: ProviderUnderTest;
+    const timeout = options.timeoutMs ?? 5_000;
+    const read = async () => canonical(interpret(await t.provider.readState(signal())));
+    const planFor = async (claims: Parameters<typeof resolveRoutes>[0]): Promise<Plan> =>
+      plan(renderDesired(resolveRoutes(claims).routes, t.render), await read());
+
+    beforeAll(async () => {
+      t = await make();
+    }, 120_000);
+    afterAll(async () => {
+      await t?.cleanup();
+    }, 60_000);
+
+    it(
+      'reads back exactly what applyToState says each random plan means, never changing foreign objects',
+      async () => {
+        await fc.assert(
+          fc.asyncProperty(stepsArb, async (steps) => {
+            await t.reset();
+            const foreign = foreignOf(await t.provider.readState(signal()));
+            for (const claims of steps) {
+              const before = await read();
+              const p = await planFor(claims);
+              await t.provider.apply(p, signal());
+              expect(await read()).toEqual(canonical(applyToState(before, p.operations)));
+              expect(foreignOf(await t.provider.readState(signal()))).toEqual(foreign);
+              // Applied means converged: planning again finds nothing to do.
+              expect((await planFor(claims)).operations).toEqual([]);
+            }
+          }),
+          { numRuns: options.runs },
+        );
+      },
+      timeout * options.runs * 3 + 30_000,
+    );
+
+    it(
+      'writes nothing for an empty plan',
+      async () => {
+        await t.reset();
+        const before = await t.provider.readState(signal());
+        const report = await t.provider.apply({ operations: [], conflicts: [] }, signal());
+        expect(report).toEqual({ reload: 'none', requests: 0 });
+        expect(await t.provider.readState(signal())).toEqual(before);
+      },
+      timeout,
+    );
+
+    it(
+      'leaves HAProxy as it was when the apply is aborted before it starts',
+      async () => {
+        await t.reset();
+        const before = await read();
+        const p = await planFor([
+          { cluster: 'aborted', host: 'aborted.example.com', endpoints: [], claimedAt: 0 },
+        ]);
+        const controller = new AbortController();
+        controller.abort(new Error('shutting down'));
+        await expect(t.provider.apply(p, controller.signal)).rejects.toThrow();
+        expect(await read()).toEqual(before);
+      },
+      timeout,
+    );
+
+    it(
+      'refuses an operation on an object it does not own, and changes nothing',
+      async () => {
+        await t.reset();
+        const raw = await t.provider.readState(signal());
+        const foreign = raw.backends.find((b) => !isOwned(b.tags));
+        expect(foreign, 'the fixture has a foreign backend').toBeDefined();
+        const before = await read();
+        await expect(
+          t.provider.apply(
+            { operations: [{ kind: 'delete_backend', name: foreign?.name ?? '' }], conflicts: [] },
+            signal(),
+          ),
+        ).rejects.toThrow();
+        expect(await read()).toEqual(before);
+      },
+      timeout,
+    );
+  });
+}
