@@ -52,7 +52,7 @@ build_rootfs() {
   cp "$repo/docker/testbed/entrypoint.sh" "$root/entrypoint.sh"
   chmod 755 "$root/entrypoint.sh"
   # Ensure the binary actually runs inside this root (catches a missing library or loader early).
-  chroot "$root" /usr/sbin/haproxy -v | head -n 1 >&2
+  chroot "$root" /usr/sbin/haproxy -v | sed -n 1p >&2
   chroot "$root" /bin/sh -c 'test -x /entrypoint.sh'
 }
 

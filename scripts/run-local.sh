@@ -26,7 +26,7 @@ for _ in $(seq 1 50); do
 done
 docker logs "$name" 2>&1 | grep -q 'Loading success' || { docker logs "$name"; exit 1; }
 
-version=$(docker exec "$name" /usr/sbin/haproxy -v | head -n 1)
+version=$(docker exec "$name" /usr/sbin/haproxy -v | sed -n 1p)
 cat <<INFO
 HAProxy is running (container $name, host network):
   version:        $version

@@ -79,7 +79,7 @@ for name in "${binaries[@]}"; do
   # Smoke check: the binary runs and reports the pinned release.
   case "$name" in
     kube-apiserver) reported=$("$out" --version) ;;
-    kubectl) reported=$("$out" version --client 2>/dev/null | head -n 1) ;;
+    kubectl) reported=$("$out" version --client 2>/dev/null | sed -n 1p) ;;
   esac
   case "$reported" in
     *"$kube_version"*) ;;

@@ -62,7 +62,7 @@ rm -rf "$root"
 
 # It must run here as it is. Debian's build is a Go binary linked only against libc (symbols up to
 # GLIBC_2.34 for 3.5.16-4), which bookworm's glibc 2.36 provides, so no other file from trixie is needed.
-reported=$("$bin/etcd" --version | head -n 1)
+reported=$("$bin/etcd" --version | sed -n 1p)
 case "$reported" in
   *" 3.5."*) ;;
   *) log "$bin/etcd reports '$reported', expected 3.5.x"; exit 1 ;;
