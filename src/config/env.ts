@@ -2,8 +2,8 @@ import { readFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { z } from 'zod';
 import type { Bind } from '../haproxy/model.js';
-import type { RenderOptions } from '../haproxy/render.js';
-import { DEFAULT_PREFIX, validatePrefix } from '../naming/names.js';
+import { DEFAULT_RENDER_OPTIONS, type RenderOptions } from '../haproxy/render.js';
+import { validatePrefix } from '../naming/names.js';
 import { parseBindAddr } from './bind.js';
 
 /**
@@ -20,13 +20,14 @@ export const ENV_DEFAULTS = {
   KUBEBYON_WAIT_TIMEOUT_MS: '30000',
   KUBEBYON_SHUTDOWN_GRACE_MS: '20000',
   KUBEBYON_PROVIDER: 'dataplaneapi',
-  KUBEBYON_HAPROXY_BIND_ADDR: ':443',
-  KUBEBYON_HAPROXY_FRONTEND_NAME: 'kubebyon_sni',
-  KUBEBYON_HAPROXY_NAME_PREFIX: DEFAULT_PREFIX,
-  KUBEBYON_HAPROXY_DEFAULT_BACKEND: '',
-  KUBEBYON_HAPROXY_INSPECT_DELAY_MS: '5000',
-  KUBEBYON_HAPROXY_BALANCE: 'leastconn',
-  KUBEBYON_HAPROXY_HEALTH_CHECKS: 'true',
+  // The rendering defaults are DEFAULT_RENDER_OPTIONS's, written once there.
+  KUBEBYON_HAPROXY_BIND_ADDR: `:${DEFAULT_RENDER_OPTIONS.bind.port}`,
+  KUBEBYON_HAPROXY_FRONTEND_NAME: DEFAULT_RENDER_OPTIONS.frontendName,
+  KUBEBYON_HAPROXY_NAME_PREFIX: DEFAULT_RENDER_OPTIONS.namePrefix,
+  KUBEBYON_HAPROXY_DEFAULT_BACKEND: DEFAULT_RENDER_OPTIONS.defaultBackend ?? '',
+  KUBEBYON_HAPROXY_INSPECT_DELAY_MS: String(DEFAULT_RENDER_OPTIONS.inspectDelayMs),
+  KUBEBYON_HAPROXY_BALANCE: DEFAULT_RENDER_OPTIONS.balance,
+  KUBEBYON_HAPROXY_HEALTH_CHECKS: String(DEFAULT_RENDER_OPTIONS.healthChecks),
   KUBEBYON_HAPROXY_NODE_ADDRESS_TYPE: 'internal',
   KUBEBYON_PUBLIC_PORT: '443',
   KUBEBYON_TOPOLOGY: 'static',

@@ -1,5 +1,5 @@
 import { backendNameFor, DEFAULT_PREFIX } from '../naming/names.js';
-import type { Route } from '../routes/route.js';
+import { compareStrings, type Route } from '../routes/route.js';
 import type { BalanceAlgorithm, Bind, DesiredConfig } from './model.js';
 
 export interface RenderOptions {
@@ -32,7 +32,7 @@ export const DEFAULT_RENDER_OPTIONS: RenderOptions = {
 /** Renders validated routes into the HAProxy objects the service should own. Pure: same input, same output. */
 export function renderDesired(routes: readonly Route[], options: RenderOptions): DesiredConfig {
   const ordered = [...routes]
-    .sort((a, b) => (a.host < b.host ? -1 : a.host > b.host ? 1 : 0))
+    .sort((a, b) => compareStrings(a.host, b.host))
     .map((route) => ({ route, backend: backendNameFor(route.cluster, options.namePrefix) }));
   return {
     frontend: {

@@ -4,11 +4,14 @@ import type {
   DesiredConfig,
   DesiredFrontend,
   DesiredServer,
+  FrontendState,
   HaproxyState,
   ServerState,
   SwitchingRule,
 } from '../haproxy/model.js';
 import { serverSlotName, serverSlotNumber } from '../naming/names.js';
+import { endpointKey } from '../routes/endpoint.js';
+import { compareStrings } from '../routes/route.js';
 
 export interface FieldChange {
   field: string;
@@ -86,36 +89,7 @@ export function plan(desired: DesiredConfig, current: HaproxyState): Plan {
     return { operations: [], conflicts };
   }
   const backends = new Map(current.backends.map((b) => [b.name, b]));
-
-  let defaultBackend = desired.frontend.defaultBackend;
-  if (defaultBackend !== null) {
-    const target = backends.get(defaultBackend);
-    if (!target || target.owned) {
-      conflicts.push({
-        kind: 'default_backend_missing',
-        name: defaultBackend,
-        detail: `default backend ${defaultBackend} is not an existing backend of another owner; unmatched SNI is closed instead`,
-      });
-      defaultBackend = null;
-    }
-  }
-  const frontend = {
-    name: desired.frontend.name,
-    bind: desired.frontend.bind,
-    inspectDelayMs: desired.frontend.inspectDelayMs,
-    defaultBackend,
-  };
-  if (!currentFrontend) {
-    ops.push({ kind: 'create_frontend', frontend });
-  } else {
-    const changes = diffFields([
-      ['bind', bindText(currentFrontend.bind), bindText(frontend.bind)],
-      ['inspect_delay', String(currentFrontend.inspectDelayMs), String(frontend.inspectDelayMs)],
-      ['accept_tls_hello', String(currentFrontend.acceptsTlsHello), 'true'],
-      ['default_backend', String(currentFrontend.defaultBackend), String(frontend.defaultBackend)],
-    ]);
-    if (changes.length > 0) ops.push({ kind: 'update_frontend', frontend, changes });
-  }
+  const frontend = planFrontend(desired.frontend, currentFrontend, backends, ops, conflicts);
 
   const placed = new Set<string>();
   for (const want of desired.backends) {
@@ -131,25 +105,7 @@ export function plan(desired: DesiredConfig, current: HaproxyState): Plan {
     placed.add(want.name);
     planBackend(want, have, ops);
   }
-
-  const ownRules: SwitchingRule[] = desired.frontend.rules
-    .filter((r) => placed.has(r.backend))
-    .map((r) => ({ ...r, owned: true }));
-  const foreignRules = currentFrontend?.rules.filter((r) => !r.owned) ?? [];
-  const rules = [...ownRules, ...foreignRules];
-  const currentRules = currentFrontend?.rules ?? [];
-  if (!sameRules(rules, currentRules)) {
-    const key = (r: SwitchingRule) => `${r.owned}|${r.backend}|${r.host}`;
-    const before = new Set(currentRules.map(key));
-    const after = new Set(rules.map(key));
-    ops.push({
-      kind: 'set_switching_rules',
-      frontend: frontend.name,
-      rules,
-      added: rules.filter((r) => !before.has(key(r))),
-      removed: currentRules.filter((r) => !after.has(key(r))),
-    });
-  }
+  planRules(frontend.name, desired.frontend.rules, placed, currentFrontend, ops);
 
   for (const f of current.frontends) {
     if (f.owned && f.name !== desired.frontend.name) ops.push({ kind: 'delete_frontend', name: f.name });
@@ -161,6 +117,73 @@ export function plan(desired: DesiredConfig, current: HaproxyState): Plan {
 
   // A stable sort: within one kind, operations keep the order they were planned in.
   return { operations: ops.sort((a, b) => ORDER[a.kind] - ORDER[b.kind]), conflicts };
+}
+
+/** The frontend's own settings; a default backend must be an existing backend of another owner. */
+function planFrontend(
+  desired: DesiredFrontend,
+  current: FrontendState | undefined,
+  backends: ReadonlyMap<string, BackendState>,
+  ops: Operation[],
+  conflicts: Conflict[],
+): Omit<DesiredFrontend, 'rules'> {
+  let defaultBackend = desired.defaultBackend;
+  if (defaultBackend !== null) {
+    const target = backends.get(defaultBackend);
+    if (!target || target.owned) {
+      conflicts.push({
+        kind: 'default_backend_missing',
+        name: defaultBackend,
+        detail: `default backend ${defaultBackend} is not an existing backend of another owner; unmatched SNI is closed instead`,
+      });
+      defaultBackend = null;
+    }
+  }
+  const frontend = {
+    name: desired.name,
+    bind: desired.bind,
+    inspectDelayMs: desired.inspectDelayMs,
+    defaultBackend,
+  };
+  if (!current) {
+    ops.push({ kind: 'create_frontend', frontend });
+    return frontend;
+  }
+  const changes = diffFields([
+    ['bind', bindText(current.bind), bindText(frontend.bind)],
+    ['inspect_delay', String(current.inspectDelayMs), String(frontend.inspectDelayMs)],
+    ['accept_tls_hello', String(current.acceptsTlsHello), 'true'],
+    ['default_backend', String(current.defaultBackend), String(frontend.defaultBackend)],
+  ]);
+  if (changes.length > 0) ops.push({ kind: 'update_frontend', frontend, changes });
+  return frontend;
+}
+
+/** Our rules for the backends that could be placed, in order, then foreign rules in theirs. */
+function planRules(
+  frontend: string,
+  desired: DesiredFrontend['rules'],
+  placed: ReadonlySet<string>,
+  current: FrontendState | undefined,
+  ops: Operation[],
+): void {
+  const ownRules: SwitchingRule[] = desired
+    .filter((r) => placed.has(r.backend))
+    .map((r) => ({ ...r, owned: true }));
+  const foreignRules = current?.rules.filter((r) => !r.owned) ?? [];
+  const rules = [...ownRules, ...foreignRules];
+  const currentRules = current?.rules ?? [];
+  if (sameRules(rules, currentRules)) return;
+  const key = (r: SwitchingRule) => `${r.owned}|${r.backend}|${r.host}`;
+  const before = new Set(currentRules.map(key));
+  const after = new Set(rules.map(key));
+  ops.push({
+    kind: 'set_switching_rules',
+    frontend,
+    rules,
+    added: rules.filter((r) => !before.has(key(r))),
+    removed: currentRules.filter((r) => !after.has(key(r))),
+  });
 }
 
 function planBackend(want: DesiredBackend, have: BackendState | undefined, ops: Operation[]): void {
@@ -230,7 +253,7 @@ function planServers(backend: string, want: DesiredServer[], have: ServerState[]
 function bySlot(a: ServerState, b: ServerState): number {
   const sa = serverSlotNumber(a.name) ?? Number.MAX_SAFE_INTEGER;
   const sb = serverSlotNumber(b.name) ?? Number.MAX_SAFE_INTEGER;
-  return sa - sb || (a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
+  return sa - sb || compareStrings(a.name, b.name);
 }
 
 function diffFields(fields: Array<[string, string, string]>): FieldChange[] {
@@ -238,8 +261,7 @@ function diffFields(fields: Array<[string, string, string]>): FieldChange[] {
 }
 
 export function bindText(bind: { address: string; port: number } | null): string {
-  if (!bind) return 'none';
-  return bind.address.includes(':') ? `[${bind.address}]:${bind.port}` : `${bind.address}:${bind.port}`;
+  return bind ? endpointKey(bind) : 'none';
 }
 
 function sameRules(a: SwitchingRule[], b: SwitchingRule[]): boolean {

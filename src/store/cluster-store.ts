@@ -1,6 +1,7 @@
 import { access, constants, mkdir, readFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { z } from 'zod';
+import { compareStrings } from '../routes/route.js';
 import { writeFileAtomic } from './atomic-file.js';
 
 /** Where a cluster's NodePort comes from: a Service on the host cluster, or a fixed port from the webhook. */
@@ -76,7 +77,7 @@ export class ClusterStore {
   }
 
   list(): ClusterRecord[] {
-    return [...this.clusters.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    return [...this.clusters.values()].sort((a, b) => compareStrings(a.name, b.name));
   }
 
   get(name: string): ClusterRecord | undefined {

@@ -6,7 +6,7 @@ import { applyToState } from '../../src/plan/apply-to-state.js';
 import { type Plan, plan } from '../../src/plan/plan.js';
 import type { Provider } from '../../src/providers/provider.js';
 import { interpret, isOwned } from '../../src/registry/ownership.js';
-import { resolveRoutes } from '../../src/routes/route.js';
+import { compareStrings, resolveRoutes } from '../../src/routes/route.js';
 import { claimsArb } from '../support/arbitraries.js';
 
 export interface ProviderUnderTest {
@@ -28,7 +28,7 @@ const signal = () => AbortSignal.timeout(60_000);
 
 /** Sorted by name, so that two reads of the same configuration compare equal whatever the listing order. */
 export function canonical(state: HaproxyState): HaproxyState {
-  const byName = <T extends { name: string }>(a: T, b: T) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
+  const byName = <T extends { name: string }>(a: T, b: T) => compareStrings(a.name, b.name);
   return {
     frontends: [...state.frontends].sort(byName),
     backends: [...state.backends].map((b) => ({ ...b, servers: [...b.servers].sort(byName) })).sort(byName),
