@@ -17,7 +17,10 @@ const MAX_LABEL_LENGTH = 63;
 // Only these characters ever reach haproxy.cfg from a host; everything else is refused before rendering.
 const ALLOWED = /^[a-z0-9.-]+$/;
 const LABEL = /^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?$/;
-const NUMERIC_LABEL = /^(?:[0-9]+|0x[0-9a-f]+)$/;
+// A last label the URL standard reads as an IPv4 number makes the whole host an IPv4 address: decimal,
+// leading-0 octal, or 0x hex, where 0x alone is 0. (All-digit labels such as 08 count: the URL parser then
+// fails rather than treating the host as a name.)
+const IPV4_NUMBER = /^(?:[0-9]+|0x[0-9a-f]*)$/;
 
 /**
  * Validates and normalises a control-plane host for SNI routing: a DNS name of at least two labels,
@@ -59,6 +62,14 @@ export function validateHost(raw: string): HostResult {
     };
   }
   const labels = host.split('.');
+  // Before the label rules: 2130706433 or 127.0x are addresses, not badly formed names.
+  if (IPV4_NUMBER.test(labels[labels.length - 1] ?? '')) {
+    return {
+      ok: false,
+      reason: 'host_is_ip_literal',
+      detail: `${JSON.stringify(raw)} reads as an IP address; SNI routing needs a DNS name`,
+    };
+  }
   for (const label of labels) {
     if (label.length > MAX_LABEL_LENGTH) {
       return {
@@ -80,14 +91,6 @@ export function validateHost(raw: string): HostResult {
       ok: false,
       reason: 'host_single_label',
       detail: 'host must have at least two labels (name.domain)',
-    };
-  }
-  // Shorthand IPv4 forms such as 127.1 or 0x7f.1 are not names: a numeric last label is never a TLD.
-  if (NUMERIC_LABEL.test(labels[labels.length - 1] ?? '')) {
-    return {
-      ok: false,
-      reason: 'host_is_ip_literal',
-      detail: `${JSON.stringify(raw)} reads as an IP address; SNI routing needs a DNS name`,
     };
   }
   return { ok: true, host };
