@@ -15,7 +15,8 @@ export type HostResult = { ok: true; host: string } | { ok: false; reason: HostR
 const MAX_HOST_LENGTH = 253;
 const MAX_LABEL_LENGTH = 63;
 // Only these characters ever reach haproxy.cfg from a host; everything else is refused before rendering.
-const ALLOWED = /^[a-z0-9.-]+$/;
+// Checked on the raw input: lower-casing first would turn KELVIN SIGN (U+212A) into an ASCII k.
+const ALLOWED = /^[A-Za-z0-9.-]+$/;
 const LABEL = /^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?$/;
 // A last label the URL standard reads as an IPv4 number makes the whole host an IPv4 address: decimal,
 // leading-0 octal, or 0x hex, where 0x alone is 0. (All-digit labels such as 08 count: the URL parser then
@@ -44,8 +45,7 @@ export function validateHost(raw: string): HostResult {
       detail: `host is longer than ${MAX_HOST_LENGTH} characters`,
     };
   }
-  const lower = raw.toLowerCase();
-  if (!ALLOWED.test(lower)) {
+  if (!ALLOWED.test(raw)) {
     return {
       ok: false,
       reason: 'host_invalid_characters',
@@ -53,6 +53,7 @@ export function validateHost(raw: string): HostResult {
         'host may hold only letters, digits, hyphens and dots (internationalised names must use their xn-- form)',
     };
   }
+  const lower = raw.toLowerCase();
   const host = lower.endsWith('.') ? lower.slice(0, -1) : lower;
   if (host.length > MAX_HOST_LENGTH) {
     return {

@@ -53,6 +53,9 @@ describe('validateHost', () => {
     ['*.example.com', 'host_invalid_characters'],
     ['api_x.example.com', 'host_invalid_characters'],
     ['api.example.com\r', 'host_invalid_characters'],
+    // KELVIN SIGN lower-cases to an ASCII k: the characters are checked before lower-casing.
+    ['\u212Aube.example.com', 'host_invalid_characters'],
+    ['api.\u212A8s.io', 'host_invalid_characters'],
     ['', 'host_empty'],
     ['localhost', 'host_single_label'],
     ['abc123', 'host_single_label'],
@@ -82,6 +85,19 @@ describe('validateHost', () => {
         if (result.ok) expect(result.host).toMatch(/^[a-z0-9-]+(\.[a-z0-9-]+)+$/);
       }),
       { numRuns: 2000 },
+    );
+  });
+
+  it('accepts only hosts whose raw input is ASCII', () => {
+    const unit = fc.oneof(
+      fc.constantFrom('a', 'K', 'k', 's', 'i', '0', '1', '.', '-', '\u212A', '\u017F', '\u0130', '\u00DF'),
+      fc.string({ unit: 'binary', minLength: 1, maxLength: 1 }),
+    );
+    fc.assert(
+      fc.property(fc.string({ unit, minLength: 1, maxLength: 30 }), (raw) => {
+        if (validateHost(raw).ok) expect(raw).toMatch(/^[\x21-\x7e]+$/);
+      }),
+      { numRuns: 5000 },
     );
   });
 

@@ -190,6 +190,8 @@ describe('webhook API', () => {
     [body('10.1.2.3'), 422, 'control_plane_host', 'host_is_ip_literal'],
     [body('[2001:db8::1]'), 422, 'control_plane_host', 'host_is_ip_literal'],
     [body('a.example.com\nbackend x'), 422, 'control_plane_host', 'host_invalid_characters'],
+    [body('\u212Aube.example.com'), 422, 'control_plane_host', 'host_invalid_characters'],
+    [body('127.0x'), 422, 'control_plane_host', 'host_is_ip_literal'],
     [body('a.example.com', {}), 422, 'service', 'target_missing'],
     [
       body('a.example.com', { node_port: 1, service: { namespace: 'n', name: 'x', port: 443 } }),
