@@ -177,7 +177,7 @@ describe('webhook API', () => {
     expect((await fetch(`${base}/v1/clusters`, { headers: read })).status).toBe(200);
   });
 
-  it.each([
+  it.each<[unknown, number, string, string]>([
     [{ public_access_mode: 'loadbalancer', node_port: 30443 }, 400, 'control_plane_host', 'invalid_type'],
     [{ ...body('a.example.com'), extra: 1 }, 400, 'extra', 'unrecognized_keys'],
     [body('a.example.com', { node_port: 70000 }), 400, 'node_port', 'too_big'],
@@ -187,6 +187,13 @@ describe('webhook API', () => {
       'service.namespace',
       'invalid_format',
     ],
+    // A Kubernetes port name (IANA_SVC_NAME) holds a letter: "80" could never match a Service port.
+    ...['80', '-http', 'http-', 'ht--tp', 'HTTPS'].map((port): [unknown, number, string, string] => [
+      body('a.example.com', { service: { namespace: 'n', name: 'x', port } }),
+      400,
+      'service.port',
+      'invalid_format',
+    ]),
     [body('10.1.2.3'), 422, 'control_plane_host', 'host_is_ip_literal'],
     [body('[2001:db8::1]'), 422, 'control_plane_host', 'host_is_ip_literal'],
     [body('a.example.com\nbackend x'), 422, 'control_plane_host', 'host_invalid_characters'],
@@ -205,6 +212,16 @@ describe('webhook API', () => {
     expect(res.status).toBe(status);
     expect(res.body).toMatchObject({ error: 'invalid_request', field, reason });
     expect(store.get('keep')?.host).toBe('keep.example.com');
+  });
+
+  it.each(['https', 'h2c', 'web-8080', 'abcdefghijklmno'])('accepts the port name %s', async (port) => {
+    const res = await client.request(
+      'PUT',
+      '/v1/clusters/named',
+      body('named.example.com', { service: { namespace: 'n', name: 'x', port } }),
+    );
+    expect(res.status).toBe(202);
+    expect(store.get('named')?.target).toEqual({ service: { namespace: 'n', name: 'x', port } });
   });
 
   it('refuses a bad cluster name, a body that is not JSON, and one over the size limit', async () => {
