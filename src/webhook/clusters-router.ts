@@ -1,4 +1,4 @@
-import express, { type Request, type Response } from 'express';
+import express, { type NextFunction, type Request, type Response } from 'express';
 import type { PassOutcome, Reconciler } from '../reconcile/reconciler.js';
 import type { ClusterStore } from '../store/cluster-store.js';
 import { checkCluster } from './clusters.js';
@@ -100,6 +100,17 @@ export function clustersRouter(o: ClustersRouterOptions): express.Router {
   });
   router.post('/reconcile', async (req, res) => {
     await answer(req, res, o.reconciler.request('api'), () => ({ requested: true }));
+  });
+  // The router decodes :name before any handler runs, and throws a URIError on bad percent-encoding
+  // (`%`, `a%zz`): the caller's mistake, not a server error.
+  router.use((err: unknown, _req: Request, res: Response, next: NextFunction) => {
+    if (!(err instanceof URIError)) return next(err);
+    res.status(400).json({
+      error: 'invalid_request',
+      field: 'name',
+      reason: 'bad_percent_encoding',
+      detail: 'the cluster name in the path is not valid percent-encoded UTF-8',
+    });
   });
   return router;
 }

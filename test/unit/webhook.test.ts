@@ -3,6 +3,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import type { Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Writable } from 'node:stream';
 import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { DEFAULT_RENDER_OPTIONS } from '../../src/haproxy/render.js';
@@ -31,13 +32,25 @@ describe('webhook API', () => {
   let base: string;
   let client: SignedClient;
   let metrics: ReturnType<typeof createMetrics>;
+  // Every log line the app writes, parsed: tests check levels and that no stack reaches the log.
+  // biome-ignore lint/suspicious/noExplicitAny: log lines are plain JSON
+  let logLines: any[];
 
   beforeEach(async () => {
+    logLines = [];
     dir = mkdtempSync(join(tmpdir(), 'kubebyon-webhook-'));
     store = await ClusterStore.open(join(dir, 'state.json'));
     provider = new MemoryProvider();
     metrics = createMetrics();
-    const logger = pino({ level: 'silent' });
+    const logger = pino(
+      { level: 'debug' },
+      new Writable({
+        write(chunk, _encoding, done) {
+          for (const line of String(chunk).split('\n').filter(Boolean)) logLines.push(JSON.parse(line));
+          done();
+        },
+      }),
+    );
     reconciler = new Reconciler({
       store,
       topology: new StaticTopology(['10.0.0.1']),
@@ -250,6 +263,27 @@ describe('webhook API', () => {
     expect(big.status).toBe(413);
     expect(store.list()).toEqual([]);
   });
+
+  it.each([
+    ['PUT', '/v1/clusters/%'],
+    ['PUT', '/v1/clusters/a%zz'],
+    ['GET', '/v1/clusters/%E0%A4%A'],
+    ['DELETE', '/v1/clusters/a%zz'],
+  ])(
+    'refuses %s %s (bad percent-encoding) with 400 on the name, without an error log',
+    async (method, path) => {
+      const res = await client.request(method, path, method === 'PUT' ? body('a.example.com') : undefined);
+      expect(res.status).toBe(400);
+      expect(res.body).toMatchObject({
+        error: 'invalid_request',
+        field: 'name',
+        reason: 'bad_percent_encoding',
+      });
+      expect(logLines.filter((l) => l.level >= 50)).toEqual([]);
+      expect(JSON.stringify(logLines)).not.toContain('"stack"');
+      expect(store.list()).toEqual([]);
+    },
+  );
 
   it('removes the route of a cluster whose mode is no longer loadbalancer, and on DELETE', async () => {
     await client.request('PUT', '/v1/clusters/a?wait=true', body('a.example.com'));
