@@ -67,9 +67,11 @@ function publicRoutes(o: Pick<AppOptions, 'metrics' | 'readiness' | 'version'>):
   router.get('/healthz', (_req, res) => {
     res.json({ status: 'ok' });
   });
+  // Only the verdicts: a check's detail can name internal addresses; signed callers get it at /v1/readyz.
   router.get('/readyz', async (_req, res) => {
     const r = await o.readiness();
-    res.status(r.ready ? 200 : 503).json(r);
+    const checks = Object.fromEntries(Object.entries(r.checks).map(([name, c]) => [name, { ok: c.ok }]));
+    res.status(r.ready ? 200 : 503).json({ ready: r.ready, checks });
   });
   router.get('/metrics', async (_req, res) => {
     res.type(o.metrics.registry.contentType).send(await o.metrics.registry.metrics());

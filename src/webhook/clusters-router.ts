@@ -1,6 +1,7 @@
 import express, { type NextFunction, type Request, type Response } from 'express';
 import type { PassOutcome, Reconciler } from '../reconcile/reconciler.js';
 import type { ClusterStore } from '../store/cluster-store.js';
+import type { Readiness } from './app.js';
 import { checkCluster } from './clusters.js';
 import { fieldError, zodError } from './errors.js';
 import { ClusterBody, ClusterSetBody } from './schemas.js';
@@ -9,11 +10,12 @@ export interface ClustersRouterOptions {
   store: ClusterStore;
   reconciler: Reconciler;
   waitTimeoutMs: number;
+  readiness(): Promise<Readiness>;
 }
 
 type Handler = (req: Request, res: Response) => Promise<void>;
 
-/** The /v1 routes, behind authentication: clusters, the plan and reconcile. */
+/** The /v1 routes, behind authentication: clusters, the plan, reconcile and detailed readiness. */
 export function clustersRouter(o: ClustersRouterOptions): express.Router {
   const router = express.Router();
   const status = (name: string) => o.reconciler.statuses().find((s) => s.name === name);
@@ -100,6 +102,10 @@ export function clustersRouter(o: ClustersRouterOptions): express.Router {
   });
   router.post('/reconcile', async (req, res) => {
     await answer(req, res, o.reconciler.request('api'), () => ({ requested: true }));
+  });
+  router.get('/readyz', async (_req, res) => {
+    const r = await o.readiness();
+    res.status(r.ready ? 200 : 503).json(r);
   });
   // The router decodes :name before any handler runs, and throws a URIError on bad percent-encoding
   // (`%`, `a%zz`): the caller's mistake, not a server error.

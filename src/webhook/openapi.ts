@@ -30,6 +30,25 @@ const ClusterStatus = {
   required: ['name', 'host', 'api_endpoint', 'state', 'reason', 'last_applied_at'],
 };
 
+const Readiness = {
+  type: 'object',
+  properties: {
+    ready: { type: 'boolean' },
+    checks: {
+      type: 'object',
+      additionalProperties: {
+        type: 'object',
+        properties: { ok: { type: 'boolean' }, detail: { type: 'string' } },
+        required: ['ok'],
+      },
+      examples: [
+        { state: { ok: true }, haproxy: { ok: false, detail: 'connect ECONNREFUSED 10.0.0.5:5555' } },
+      ],
+    },
+  },
+  required: ['ready', 'checks'],
+};
+
 const responses = (ok: Record<string, unknown>) => ({
   ...ok,
   '400': {
@@ -138,6 +157,17 @@ export function openApiDocument(version: string) {
             '202': { description: 'Started' },
             '200': { description: 'Done (wait=true)' },
           }),
+        },
+      },
+      '/v1/readyz': {
+        get: {
+          summary:
+            'Readiness with the reason of each failed check (unauthenticated /readyz gives only the verdicts)',
+          responses: {
+            '200': { description: 'Ready', content: json(Readiness) },
+            '503': { description: 'Not ready', content: json(Readiness) },
+            '401': { description: 'Missing or bad credentials', content: json(ErrorBody) },
+          },
         },
       },
     },

@@ -74,7 +74,13 @@ describe('startService (composition root)', () => {
     await client.request('POST', '/v1/reconcile?wait=true');
     const notReady = await fetch(`${service.url}/readyz`);
     expect(notReady.status).toBe(503);
+    // Without credentials only the verdicts; the reason (an internal address) needs a signed call.
     expect(((await notReady.json()) as { checks: Record<string, unknown> }).checks.haproxy).toEqual({
+      ok: false,
+    });
+    const detailed = await client.request('GET', '/v1/readyz');
+    expect(detailed.status).toBe(503);
+    expect(detailed.body.checks.haproxy).toEqual({
       ok: false,
       detail: 'connect ECONNREFUSED 127.0.0.1:5555',
     });

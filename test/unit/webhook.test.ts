@@ -11,7 +11,7 @@ import { createMetrics } from '../../src/metrics/metrics.js';
 import { Reconciler } from '../../src/reconcile/reconciler.js';
 import { ClusterStore } from '../../src/store/cluster-store.js';
 import { StaticTopology } from '../../src/topology/topology.js';
-import { createApp } from '../../src/webhook/app.js';
+import { createApp, type Readiness } from '../../src/webhook/app.js';
 import { sign, WebhookAuthenticator } from '../../src/webhook/auth.js';
 import { MemoryProvider } from '../support/memory-provider.js';
 import { type SignedClient, signedClient } from '../support/webhook-client.js';
@@ -35,9 +35,11 @@ describe('webhook API', () => {
   // Every log line the app writes, parsed: tests check levels and that no stack reaches the log.
   // biome-ignore lint/suspicious/noExplicitAny: log lines are plain JSON
   let logLines: any[];
+  let readiness: () => Promise<Readiness>;
 
   beforeEach(async () => {
     logLines = [];
+    readiness = async () => ({ ready: reconciler.ready, checks: { reconcile: { ok: reconciler.ready } } });
     dir = mkdtempSync(join(tmpdir(), 'kubebyon-webhook-'));
     store = await ClusterStore.open(join(dir, 'state.json'));
     provider = new MemoryProvider();
@@ -72,7 +74,7 @@ describe('webhook API', () => {
       auth: new WebhookAuthenticator({ mode: 'hmac', secret: SECRET, replayWindowSeconds: 300 }),
       waitTimeoutMs: 5000,
       bodyLimitBytes: 64 * 1024,
-      readiness: async () => ({ ready: reconciler.ready, checks: { reconcile: { ok: reconciler.ready } } }),
+      readiness: () => readiness(),
       version: 'test',
     });
     await new Promise<void>((resolve) => {
@@ -350,10 +352,39 @@ describe('webhook API', () => {
       '/v1/clusters/{name}',
       '/v1/plan',
       '/v1/reconcile',
+      '/v1/readyz',
     ]);
     expect(
       doc.paths['/v1/clusters/{name}'].put.requestBody.content['application/json'].schema.required,
     ).toEqual(['control_plane_host', 'public_access_mode']);
+  });
+
+  it('gives readiness details (such as internal addresses) only to signed callers', async () => {
+    readiness = async () => ({
+      ready: false,
+      checks: {
+        state: { ok: true },
+        haproxy: { ok: false, detail: 'connect ECONNREFUSED 10.9.8.7:5555' },
+      },
+    });
+    const open = await fetch(`${base}/readyz`);
+    expect(open.status).toBe(503);
+    expect(await open.json()).toEqual({
+      ready: false,
+      checks: { state: { ok: true }, haproxy: { ok: false } },
+    });
+    expect((await fetch(`${base}/v1/readyz`)).status).toBe(401);
+    const signed = await client.request('GET', '/v1/readyz');
+    expect(signed).toEqual({
+      status: 503,
+      body: {
+        ready: false,
+        checks: { state: { ok: true }, haproxy: { ok: false, detail: 'connect ECONNREFUSED 10.9.8.7:5555' } },
+      },
+    });
+    readiness = async () => ({ ready: true, checks: { state: { ok: true }, haproxy: { ok: true } } });
+    expect((await client.request('GET', '/v1/readyz')).status).toBe(200);
+    expect((await fetch(`${base}/readyz`)).status).toBe(200);
   });
 
   it('exposes metrics in valid Prometheus text format, with bounded labels', async () => {
