@@ -7,7 +7,7 @@ import { Reconciler } from './reconcile/reconciler.js';
 import { ClusterStore } from './store/cluster-store.js';
 import { KubernetesTopology, loadKubeConfig } from './topology/kubernetes.js';
 import { StaticTopology, type Topology } from './topology/topology.js';
-import { createApp, type Readiness } from './webhook/app.js';
+import { createApp, limitRequestTime, type Readiness } from './webhook/app.js';
 import { WebhookAuthenticator } from './webhook/auth.js';
 
 export const VERSION = '0.1.0';
@@ -119,6 +119,7 @@ export async function startService(config: Config, deps: ServiceDeps): Promise<S
     const s = app.listen(config.listen.port, config.listen.host, () => resolve(s));
     s.once('error', reject);
   });
+  limitRequestTime(server);
   const address = server.address();
   const port = address && typeof address !== 'string' ? address.port : config.listen.port;
   loop.start();

@@ -1,3 +1,4 @@
+import type { Server } from 'node:http';
 import express, { type RequestHandler } from 'express';
 import type { Logger } from 'pino';
 import type { Metrics } from '../metrics/metrics.js';
@@ -23,8 +24,26 @@ export interface AppOptions {
   /** Longest a `?wait=true` call waits for its change to be applied. */
   waitTimeoutMs: number;
   bodyLimitBytes: number;
+  /** Longest a client may take to send a request body (408 after). */
+  bodyTimeoutMs?: number;
+  /** Request bodies read at once before their signature is verified (503 beyond). */
+  maxPendingBodies?: number;
   readiness(): Promise<Readiness>;
   version: string;
+}
+
+export const DEFAULT_BODY_TIMEOUT_MS = 10_000;
+// Enough for kubebyon-api's calls, which are small and quick; bounds memory to this many bodies.
+export const DEFAULT_MAX_PENDING_BODIES = 16;
+const HEADERS_TIMEOUT_MS = 10_000;
+
+/**
+ * Node's own bounds on receiving a request, behind the app's body time limit: slow headers, and a whole
+ * request that takes far too long (Node checks these only every 30 s).
+ */
+export function limitRequestTime(server: Server, bodyTimeoutMs = DEFAULT_BODY_TIMEOUT_MS): void {
+  server.headersTimeout = HEADERS_TIMEOUT_MS;
+  server.requestTimeout = HEADERS_TIMEOUT_MS + bodyTimeoutMs + 5_000;
 }
 
 /** The webhook API, health endpoints and metrics. Every /v1 call is authenticated before it is acted on. */
@@ -34,9 +53,16 @@ export function createApp(o: AppOptions): express.Express {
   app.set('query parser', 'simple');
   app.use(requestLog(o.metrics, o.logger));
   app.use(publicRoutes(o));
-  app.use('/v1', ...authenticate(o.auth, o.bodyLimitBytes), clustersRouter(o));
+  const guard = authenticate({
+    auth: o.auth,
+    logger: o.logger,
+    bodyLimitBytes: o.bodyLimitBytes,
+    bodyTimeoutMs: o.bodyTimeoutMs ?? DEFAULT_BODY_TIMEOUT_MS,
+    maxPendingBodies: o.maxPendingBodies ?? DEFAULT_MAX_PENDING_BODIES,
+  });
+  app.use('/v1', guard, clustersRouter(o));
   app.use(notFound);
-  app.use(errorHandler(o.logger, o.bodyLimitBytes));
+  app.use(errorHandler(o.logger));
   return app;
 }
 

@@ -9,12 +9,16 @@ export interface AuthOptions {
   replayWindowSeconds: number;
 }
 
-export interface SignedRequest {
+/** What is known of a request before its body is read. */
+export interface RequestHead {
   method: string;
   /** Path and query, as sent. */
   url: string;
-  body: Buffer;
   header(name: string): string | undefined;
+}
+
+export interface SignedRequest extends RequestHead {
+  body: Buffer;
 }
 
 export type AuthResult =
@@ -22,6 +26,8 @@ export type AuthResult =
   | { ok: false; reason: 'missing_credentials' | 'bad_credentials' | 'stale_timestamp' | 'replayed' };
 
 const SAFE_METHODS = new Set(['GET', 'HEAD']);
+const SIGNATURE_FORM = /^sha256=[0-9a-f]{64}$/;
+const TIMESTAMP_FORM = /^[0-9]{1,12}$/;
 
 export const TIMESTAMP_HEADER = 'x-kubebyon-timestamp';
 export const SIGNATURE_HEADER = 'x-kubebyon-signature';
@@ -56,7 +62,11 @@ export class WebhookAuthenticator {
     private readonly now: () => number = Date.now,
   ) {}
 
-  check(req: SignedRequest): AuthResult {
+  /**
+   * Everything that can be judged before the body is read, so that a caller without credentials cannot make
+   * the service buffer a body: the headers' form and the timestamp's age; in bearer mode the whole check.
+   */
+  precheck(req: RequestHead): AuthResult {
     if (this.options.mode === 'bearer') {
       const header = req.header('authorization');
       if (!header?.startsWith('Bearer ')) return { ok: false, reason: 'missing_credentials' };
@@ -67,17 +77,27 @@ export class WebhookAuthenticator {
     const timestamp = req.header(TIMESTAMP_HEADER);
     const signature = req.header(SIGNATURE_HEADER);
     if (!timestamp || !signature) return { ok: false, reason: 'missing_credentials' };
+    if (!SIGNATURE_FORM.test(signature)) return { ok: false, reason: 'bad_credentials' };
+    const sent = TIMESTAMP_FORM.test(timestamp) ? Number(timestamp) : Number.NaN;
+    if (!(Math.abs(this.now() / 1000 - sent) <= this.options.replayWindowSeconds))
+      return { ok: false, reason: 'stale_timestamp' };
+    return { ok: true };
+  }
+
+  /** The full check, over the body: the precheck again (time has passed), the HMAC, then replay. */
+  check(req: SignedRequest): AuthResult {
+    const pre = this.precheck(req);
+    if (!pre.ok || this.options.mode === 'bearer') return pre;
+    const timestamp = req.header(TIMESTAMP_HEADER) ?? '';
+    const signature = req.header(SIGNATURE_HEADER) ?? '';
     const expected = sign(this.options.secret, timestamp, req.method, req.url, req.body);
     if (!constantTimeEqual(signature, expected)) return { ok: false, reason: 'bad_credentials' };
-    const nowSeconds = this.now() / 1000;
-    const sent = /^[0-9]{1,12}$/.test(timestamp) ? Number(timestamp) : Number.NaN;
-    if (!(Math.abs(nowSeconds - sent) <= this.options.replayWindowSeconds))
-      return { ok: false, reason: 'stale_timestamp' };
     // Reads may repeat within a second (a poller, the status command); only a replayed write does harm.
     if (SAFE_METHODS.has(req.method.toUpperCase())) return { ok: true };
+    const nowSeconds = this.now() / 1000;
     this.forgetExpired(nowSeconds);
     if (this.seen.has(signature)) return { ok: false, reason: 'replayed' };
-    this.seen.set(signature, sent);
+    this.seen.set(signature, Number(timestamp));
     return { ok: true };
   }
 

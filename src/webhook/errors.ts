@@ -21,21 +21,19 @@ export function notFound(_req: Request, res: Response): void {
   res.status(404).json({ error: 'not_found' });
 }
 
-/** The last handler: whatever a route or middleware passed to next(err). */
-export function errorHandler(logger: Logger, bodyLimitBytes: number) {
-  return (
-    err: Error & { status?: number; type?: string },
-    _req: Request,
-    res: Response,
-    _next: NextFunction,
-  ) => {
-    if (err.type === 'entity.too.large') {
-      res
-        .status(413)
-        .json({ error: 'payload_too_large', detail: `body is larger than ${bodyLimitBytes} bytes` });
+/**
+ * The last handler: whatever a route or middleware passed to next(err). A 4xx is the caller's doing and
+ * logged at debug without a stack (anyone can cause one); only a real failure is logged at error.
+ */
+export function errorHandler(logger: Logger) {
+  return (err: Error & { status?: number }, _req: Request, res: Response, _next: NextFunction) => {
+    const status = err.status && err.status >= 400 && err.status < 500 ? err.status : 500;
+    if (status < 500) {
+      logger.debug({ status, message: err.message }, 'request refused');
+      res.status(status).json({ error: 'bad_request', detail: err.message });
       return;
     }
     logger.error({ err }, 'request failed');
-    res.status(err.status && err.status < 500 ? err.status : 500).json({ error: 'internal_error' });
+    res.status(500).json({ error: 'internal_error' });
   };
 }

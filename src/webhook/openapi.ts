@@ -65,6 +65,26 @@ const responses = (ok: Record<string, unknown>) => ({
   },
 });
 
+// Answers about the request body, given before a handler runs.
+const bodyResponses = {
+  '408': {
+    description: 'The body was not received in time',
+    content: { 'application/json': { schema: ErrorBody } },
+  },
+  '413': {
+    description: 'The body (declared or sent) is over the limit; answered before reading it',
+    content: { 'application/json': { schema: ErrorBody } },
+  },
+  '415': {
+    description: 'Content-Encoding other than identity, gzip, deflate or br',
+    content: { 'application/json': { schema: ErrorBody } },
+  },
+  '503': {
+    description: 'Too many bodies being received at once; retry after the Retry-After header',
+    content: { 'application/json': { schema: ErrorBody } },
+  },
+};
+
 const wait = {
   name: 'wait',
   in: 'query',
@@ -115,6 +135,7 @@ export function openApiDocument(version: string) {
           responses: responses({
             '202': { description: 'Accepted and stored' },
             '200': { description: 'Applied (wait=true)' },
+            ...bodyResponses,
           }),
         },
       },
@@ -135,6 +156,7 @@ export function openApiDocument(version: string) {
           responses: responses({
             '202': { description: 'Accepted and stored', content: json(ClusterStatus) },
             '200': { description: 'Applied (wait=true)', content: json(ClusterStatus) },
+            ...bodyResponses,
           }),
         },
         delete: {
