@@ -103,10 +103,11 @@ export async function startService(config: Config, deps: ServiceDeps): Promise<S
     reconciler: loop,
     metrics,
     logger,
-    auth: new WebhookAuthenticator({
+    auth: await WebhookAuthenticator.open({
       mode: config.webhook.auth,
       secret: config.webhook.secret,
       replayWindowSeconds: config.webhook.replayWindowSeconds,
+      replayFile: `${config.stateFile}.replay`,
     }),
     waitTimeoutMs: config.webhook.waitTimeoutMs,
     bodyLimitBytes: config.webhook.bodyLimitBytes,

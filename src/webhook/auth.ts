@@ -1,4 +1,5 @@
 import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
+import { SeenSignatures } from './seen-signatures.js';
 
 export type AuthMode = 'hmac' | 'bearer';
 
@@ -7,6 +8,11 @@ export interface AuthOptions {
   secret: string;
   /** How far a signed request's timestamp may be from now, either way. */
   replayWindowSeconds: number;
+  /**
+   * Where signatures of accepted writes are kept, so that replay protection survives a restart (the service
+   * uses `<state file>.replay`). Without it they are kept in memory only.
+   */
+  replayFile?: string;
 }
 
 /** What is known of a request before its body is read. */
@@ -54,13 +60,19 @@ function constantTimeEqual(a: string, b: string): boolean {
 
 /** Checks webhook credentials: an HMAC signature with a replay window (default), or a bearer token. */
 export class WebhookAuthenticator {
-  // Signatures of writes seen inside the window: an identical write cannot be replayed.
-  private readonly seen = new Map<string, number>();
-
   constructor(
     private readonly options: AuthOptions,
     private readonly now: () => number = Date.now,
+    // Signatures of writes seen inside the window: an identical write cannot be replayed.
+    private readonly seen = new SeenSignatures(options.replayWindowSeconds),
   ) {}
+
+  /** An authenticator whose seen signatures are loaded from, and kept in, `options.replayFile`. */
+  static async open(options: AuthOptions, now: () => number = Date.now): Promise<WebhookAuthenticator> {
+    if (!options.replayFile || options.mode === 'bearer') return new WebhookAuthenticator(options, now);
+    const seen = await SeenSignatures.open(options.replayFile, options.replayWindowSeconds, now() / 1000);
+    return new WebhookAuthenticator(options, now, seen);
+  }
 
   /**
    * Everything that can be judged before the body is read, so that a caller without credentials cannot make
@@ -84,8 +96,11 @@ export class WebhookAuthenticator {
     return { ok: true };
   }
 
-  /** The full check, over the body: the precheck again (time has passed), the HMAC, then replay. */
-  check(req: SignedRequest): AuthResult {
+  /**
+   * The full check, over the body: the precheck again (time has passed), the HMAC, then replay. An accepted
+   * write's signature is on disk (with a replay file) before this resolves.
+   */
+  async check(req: SignedRequest): Promise<AuthResult> {
     const pre = this.precheck(req);
     if (!pre.ok || this.options.mode === 'bearer') return pre;
     const timestamp = req.header(TIMESTAMP_HEADER) ?? '';
@@ -94,16 +109,7 @@ export class WebhookAuthenticator {
     if (!constantTimeEqual(signature, expected)) return { ok: false, reason: 'bad_credentials' };
     // Reads may repeat within a second (a poller, the status command); only a replayed write does harm.
     if (SAFE_METHODS.has(req.method.toUpperCase())) return { ok: true };
-    const nowSeconds = this.now() / 1000;
-    this.forgetExpired(nowSeconds);
-    if (this.seen.has(signature)) return { ok: false, reason: 'replayed' };
-    this.seen.set(signature, Number(timestamp));
-    return { ok: true };
-  }
-
-  private forgetExpired(nowSeconds: number): void {
-    for (const [signature, sent] of this.seen) {
-      if (nowSeconds - sent > this.options.replayWindowSeconds) this.seen.delete(signature);
-    }
+    const fresh = await this.seen.claim(signature, Number(timestamp), this.now() / 1000);
+    return fresh ? { ok: true } : { ok: false, reason: 'replayed' };
   }
 }

@@ -45,7 +45,7 @@ export function authenticate(o: AuthenticateOptions): RequestHandler {
       if (!read.ok) return refuseBody(req, res, o.logger, read.refusal);
       body = read.body;
     }
-    const result = o.auth.check({ ...head, body });
+    const result = await o.auth.check({ ...head, body });
     if (!result.ok) return refuse(req, res, o.logger, 401, { error: 'unauthorized', reason: result.reason });
     if (body.length === 0) {
       req.body = undefined;

@@ -6,6 +6,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { main } from '../../src/cli/main.js';
 import { loadConfig } from '../../src/config/env.js';
 import { type Service, startService } from '../../src/service.js';
+import { sign } from '../../src/webhook/auth.js';
 import { MemoryProvider } from '../support/memory-provider.js';
 import { freeLoopbackPort } from '../support/ports.js';
 import { signedClient } from '../support/webhook-client.js';
@@ -65,6 +66,35 @@ describe('startService (composition root)', () => {
     ).toEqual(['10.0.0.1:31001', '10.0.0.1:31002', '10.0.0.2:31001', '10.0.0.2:31002']);
     const list = await b.client.request('GET', '/v1/clusters');
     expect(list.body.clusters.map((c: { state: string }) => c.state)).toEqual(['applied', 'applied']);
+  });
+
+  it('refuses a write replayed after a restart, within the replay window', async () => {
+    const a = await start(new MemoryProvider());
+    expect(
+      (await a.client.request('PUT', '/v1/clusters/demo?wait=true', cluster('demo.example.com', 31001)))
+        .status,
+    ).toBe(200);
+    // A captured DELETE, sent once as intended.
+    const ts = String(Math.floor(Date.now() / 1000));
+    const headers = {
+      'x-kubebyon-timestamp': ts,
+      'x-kubebyon-signature': sign(SECRET, ts, 'DELETE', '/v1/clusters/demo', Buffer.alloc(0)),
+    };
+    expect((await fetch(`${a.service.url}/v1/clusters/demo`, { method: 'DELETE', headers })).status).toBe(
+      202,
+    );
+    await a.service.stop();
+
+    const b = await start(new MemoryProvider());
+    expect(
+      (await b.client.request('PUT', '/v1/clusters/demo?wait=true', cluster('again.example.com', 31002)))
+        .status,
+    ).toBe(200);
+    const replay = await fetch(`${b.service.url}/v1/clusters/demo`, { method: 'DELETE', headers });
+    expect(replay.status).toBe(401);
+    expect(await replay.json()).toEqual({ error: 'unauthorized', reason: 'replayed' });
+    expect(b.service.store.get('demo')?.host).toBe('again.example.com');
+    expect((await b.client.request('GET', '/v1/clusters/demo')).body).toMatchObject({ state: 'applied' });
   });
 
   it('is ready only when HAProxy answers and a reconcile has succeeded', async () => {
