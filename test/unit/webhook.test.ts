@@ -1,22 +1,12 @@
 import { execFileSync, spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
-import type { Server } from 'node:http';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { Writable } from 'node:stream';
-import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { DEFAULT_RENDER_OPTIONS } from '../../src/haproxy/render.js';
-import { createMetrics } from '../../src/metrics/metrics.js';
-import { Reconciler } from '../../src/reconcile/reconciler.js';
-import { ClusterStore } from '../../src/store/cluster-store.js';
-import { StaticTopology } from '../../src/topology/topology.js';
-import { createApp, type Readiness } from '../../src/webhook/app.js';
-import { sign, WebhookAuthenticator } from '../../src/webhook/auth.js';
-import { MemoryProvider } from '../support/memory-provider.js';
-import { type SignedClient, signedClient } from '../support/webhook-client.js';
+import type { ClusterStore } from '../../src/store/cluster-store.js';
+import type { Readiness } from '../../src/webhook/app.js';
+import { sign } from '../../src/webhook/auth.js';
+import type { MemoryProvider } from '../support/memory-provider.js';
+import { TEST_SECRET as SECRET, startWebhookApp, type WebhookApp } from '../support/webhook-app.js';
+import type { SignedClient } from '../support/webhook-client.js';
 
-const SECRET = 'test-secret-0123456789';
 const body = (host: string, extra: Record<string, unknown> = { node_port: 30443 }) => ({
   control_plane_host: host,
   public_access_mode: 'loadbalancer',
@@ -24,72 +14,25 @@ const body = (host: string, extra: Record<string, unknown> = { node_port: 30443 
 });
 
 describe('webhook API', () => {
-  let dir: string;
+  let app: WebhookApp;
   let store: ClusterStore;
   let provider: MemoryProvider;
-  let reconciler: Reconciler;
-  let server: Server;
   let base: string;
   let client: SignedClient;
-  let metrics: ReturnType<typeof createMetrics>;
   // Every log line the app writes, parsed: tests check levels and that no stack reaches the log.
   // biome-ignore lint/suspicious/noExplicitAny: log lines are plain JSON
   let logLines: any[];
-  let readiness: () => Promise<Readiness>;
+  const setReadiness = (r: () => Promise<Readiness>) => {
+    app.readiness = r;
+  };
 
   beforeEach(async () => {
-    logLines = [];
-    readiness = async () => ({ ready: reconciler.ready, checks: { reconcile: { ok: reconciler.ready } } });
-    dir = mkdtempSync(join(tmpdir(), 'kubebyon-webhook-'));
-    store = await ClusterStore.open(join(dir, 'state.json'));
-    provider = new MemoryProvider();
-    metrics = createMetrics();
-    const logger = pino(
-      { level: 'debug' },
-      new Writable({
-        write(chunk, _encoding, done) {
-          for (const line of String(chunk).split('\n').filter(Boolean)) logLines.push(JSON.parse(line));
-          done();
-        },
-      }),
-    );
-    reconciler = new Reconciler({
-      store,
-      topology: new StaticTopology(['10.0.0.1']),
-      provider,
-      render: DEFAULT_RENDER_OPTIONS,
-      metrics,
-      logger,
-      debounceMs: 10,
-      maxDelayMs: 1000,
-      resyncIntervalMs: 0,
-      retries: 1,
-      publicPort: 443,
-    });
-    const app = createApp({
-      store,
-      reconciler,
-      metrics,
-      logger,
-      auth: new WebhookAuthenticator({ mode: 'hmac', secret: SECRET, replayWindowSeconds: 300 }),
-      waitTimeoutMs: 5000,
-      bodyLimitBytes: 64 * 1024,
-      readiness: () => readiness(),
-      version: 'test',
-    });
-    await new Promise<void>((resolve) => {
-      server = app.listen(0, '127.0.0.1', () => resolve());
-    });
-    const address = server.address();
-    if (!address || typeof address === 'string') throw new Error('no address');
-    base = `http://127.0.0.1:${address.port}`;
-    client = signedClient(base, SECRET);
+    app = await startWebhookApp();
+    ({ store, provider, base, client, logLines } = app);
   });
 
   afterEach(async () => {
-    await reconciler.stop();
-    await new Promise((r) => server.close(r));
-    rmSync(dir, { recursive: true, force: true });
+    await app.stop();
   });
 
   it('stores a signed upsert, answers 202 at once, and reports it applied once reconciled', async () => {
@@ -360,13 +303,13 @@ describe('webhook API', () => {
   });
 
   it('gives readiness details (such as internal addresses) only to signed callers', async () => {
-    readiness = async () => ({
+    setReadiness(async () => ({
       ready: false,
       checks: {
         state: { ok: true },
         haproxy: { ok: false, detail: 'connect ECONNREFUSED 10.9.8.7:5555' },
       },
-    });
+    }));
     const open = await fetch(`${base}/readyz`);
     expect(open.status).toBe(503);
     expect(await open.json()).toEqual({
@@ -382,7 +325,7 @@ describe('webhook API', () => {
         checks: { state: { ok: true }, haproxy: { ok: false, detail: 'connect ECONNREFUSED 10.9.8.7:5555' } },
       },
     });
-    readiness = async () => ({ ready: true, checks: { state: { ok: true }, haproxy: { ok: true } } });
+    setReadiness(async () => ({ ready: true, checks: { state: { ok: true }, haproxy: { ok: true } } }));
     expect((await client.request('GET', '/v1/readyz')).status).toBe(200);
     expect((await fetch(`${base}/readyz`)).status).toBe(200);
   });
