@@ -9,7 +9,7 @@ import { Reconciler } from './reconcile/reconciler.js';
 import { ClusterStore } from './store/cluster-store.js';
 import { KubernetesTopology, loadKubeConfig } from './topology/kubernetes.js';
 import { StaticTopology, type Topology } from './topology/topology.js';
-import { createApp, type Readiness } from './webhook/app.js';
+import { createApp, limitRequestTime, type Readiness } from './webhook/app.js';
 import { WebhookAuthenticator } from './webhook/auth.js';
 
 export const VERSION = '0.1.0';
@@ -141,10 +141,11 @@ export async function startService(config: Config, deps: ServiceDeps = {}): Prom
     reconciler: loop,
     metrics,
     logger,
-    auth: new WebhookAuthenticator({
+    auth: await WebhookAuthenticator.open({
       mode: config.webhook.auth,
       secret: config.webhook.secret,
       replayWindowSeconds: config.webhook.replayWindowSeconds,
+      replayFile: `${config.stateFile}.replay`,
     }),
     waitTimeoutMs: config.webhook.waitTimeoutMs,
     bodyLimitBytes: config.webhook.bodyLimitBytes,
@@ -155,6 +156,7 @@ export async function startService(config: Config, deps: ServiceDeps = {}): Prom
   if (kube) await kube.start();
   const server = await listen(app, config.listen.host, config.listen.port);
   const requests = trackRequests(server);
+  limitRequestTime(server);
   const address = server.address();
   const port = address && typeof address !== 'string' ? address.port : config.listen.port;
   // HAProxy may be away at start: webhooks are still accepted and stored, and the loop converges later.

@@ -15,9 +15,13 @@ export type HostResult = { ok: true; host: string } | { ok: false; reason: HostR
 const MAX_HOST_LENGTH = 253;
 const MAX_LABEL_LENGTH = 63;
 // Only these characters ever reach haproxy.cfg from a host; everything else is refused before rendering.
-const ALLOWED = /^[a-z0-9.-]+$/;
+// Checked on the raw input: lower-casing first would turn KELVIN SIGN (U+212A) into an ASCII k.
+const ALLOWED = /^[A-Za-z0-9.-]+$/;
 const LABEL = /^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?$/;
-const NUMERIC_LABEL = /^(?:[0-9]+|0x[0-9a-f]+)$/;
+// A last label the URL standard reads as an IPv4 number makes the whole host an IPv4 address: decimal,
+// leading-0 octal, or 0x hex, where 0x alone is 0. (All-digit labels such as 08 count: the URL parser then
+// fails rather than treating the host as a name.)
+const IPV4_NUMBER = /^(?:[0-9]+|0x[0-9a-f]*)$/;
 
 /**
  * Validates and normalises a control-plane host for SNI routing: a DNS name of at least two labels,
@@ -41,8 +45,7 @@ export function validateHost(raw: string): HostResult {
       detail: `host is longer than ${MAX_HOST_LENGTH} characters`,
     };
   }
-  const lower = raw.toLowerCase();
-  if (!ALLOWED.test(lower)) {
+  if (!ALLOWED.test(raw)) {
     return {
       ok: false,
       reason: 'host_invalid_characters',
@@ -50,6 +53,7 @@ export function validateHost(raw: string): HostResult {
         'host may hold only letters, digits, hyphens and dots (internationalised names must use their xn-- form)',
     };
   }
+  const lower = raw.toLowerCase();
   const host = lower.endsWith('.') ? lower.slice(0, -1) : lower;
   if (host.length > MAX_HOST_LENGTH) {
     return {
@@ -59,6 +63,14 @@ export function validateHost(raw: string): HostResult {
     };
   }
   const labels = host.split('.');
+  // Before the label rules: 2130706433 or 127.0x are addresses, not badly formed names.
+  if (IPV4_NUMBER.test(labels[labels.length - 1] ?? '')) {
+    return {
+      ok: false,
+      reason: 'host_is_ip_literal',
+      detail: `${JSON.stringify(raw)} reads as an IP address; SNI routing needs a DNS name`,
+    };
+  }
   for (const label of labels) {
     if (label.length > MAX_LABEL_LENGTH) {
       return {
@@ -80,14 +92,6 @@ export function validateHost(raw: string): HostResult {
       ok: false,
       reason: 'host_single_label',
       detail: 'host must have at least two labels (name.domain)',
-    };
-  }
-  // Shorthand IPv4 forms such as 127.1 or 0x7f.1 are not names: a numeric last label is never a TLD.
-  if (NUMERIC_LABEL.test(labels[labels.length - 1] ?? '')) {
-    return {
-      ok: false,
-      reason: 'host_is_ip_literal',
-      detail: `${JSON.stringify(raw)} reads as an IP address; SNI routing needs a DNS name`,
     };
   }
   return { ok: true, host };

@@ -1,4 +1,5 @@
 import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
+import { SeenSignatures } from './seen-signatures.js';
 
 export type AuthMode = 'hmac' | 'bearer';
 
@@ -7,14 +8,23 @@ export interface AuthOptions {
   secret: string;
   /** How far a signed request's timestamp may be from now, either way. */
   replayWindowSeconds: number;
+  /**
+   * Where signatures of accepted writes are kept, so that replay protection survives a restart (the service
+   * uses `<state file>.replay`). Without it they are kept in memory only.
+   */
+  replayFile?: string;
 }
 
-export interface SignedRequest {
+/** What is known of a request before its body is read. */
+export interface RequestHead {
   method: string;
   /** Path and query, as sent. */
   url: string;
-  body: Buffer;
   header(name: string): string | undefined;
+}
+
+export interface SignedRequest extends RequestHead {
+  body: Buffer;
 }
 
 export type AuthResult =
@@ -22,6 +32,8 @@ export type AuthResult =
   | { ok: false; reason: 'missing_credentials' | 'bad_credentials' | 'stale_timestamp' | 'replayed' };
 
 const SAFE_METHODS = new Set(['GET', 'HEAD']);
+const SIGNATURE_FORM = /^sha256=[0-9a-f]{64}$/;
+const TIMESTAMP_FORM = /^[0-9]{1,12}$/;
 
 export const TIMESTAMP_HEADER = 'x-kubebyon-timestamp';
 export const SIGNATURE_HEADER = 'x-kubebyon-signature';
@@ -48,15 +60,25 @@ function constantTimeEqual(a: string, b: string): boolean {
 
 /** Checks webhook credentials: an HMAC signature with a replay window (default), or a bearer token. */
 export class WebhookAuthenticator {
-  // Signatures of writes seen inside the window: an identical write cannot be replayed.
-  private readonly seen = new Map<string, number>();
-
   constructor(
     private readonly options: AuthOptions,
     private readonly now: () => number = Date.now,
+    // Signatures of writes seen inside the window: an identical write cannot be replayed.
+    private readonly seen = new SeenSignatures(options.replayWindowSeconds),
   ) {}
 
-  check(req: SignedRequest): AuthResult {
+  /** An authenticator whose seen signatures are loaded from, and kept in, `options.replayFile`. */
+  static async open(options: AuthOptions, now: () => number = Date.now): Promise<WebhookAuthenticator> {
+    if (!options.replayFile || options.mode === 'bearer') return new WebhookAuthenticator(options, now);
+    const seen = await SeenSignatures.open(options.replayFile, options.replayWindowSeconds, now() / 1000);
+    return new WebhookAuthenticator(options, now, seen);
+  }
+
+  /**
+   * Everything that can be judged before the body is read, so that a caller without credentials cannot make
+   * the service buffer a body: the headers' form and the timestamp's age; in bearer mode the whole check.
+   */
+  precheck(req: RequestHead): AuthResult {
     if (this.options.mode === 'bearer') {
       const header = req.header('authorization');
       if (!header?.startsWith('Bearer ')) return { ok: false, reason: 'missing_credentials' };
@@ -67,23 +89,27 @@ export class WebhookAuthenticator {
     const timestamp = req.header(TIMESTAMP_HEADER);
     const signature = req.header(SIGNATURE_HEADER);
     if (!timestamp || !signature) return { ok: false, reason: 'missing_credentials' };
-    const expected = sign(this.options.secret, timestamp, req.method, req.url, req.body);
-    if (!constantTimeEqual(signature, expected)) return { ok: false, reason: 'bad_credentials' };
-    const nowSeconds = this.now() / 1000;
-    const sent = /^[0-9]{1,12}$/.test(timestamp) ? Number(timestamp) : Number.NaN;
-    if (!(Math.abs(nowSeconds - sent) <= this.options.replayWindowSeconds))
+    if (!SIGNATURE_FORM.test(signature)) return { ok: false, reason: 'bad_credentials' };
+    const sent = TIMESTAMP_FORM.test(timestamp) ? Number(timestamp) : Number.NaN;
+    if (!(Math.abs(this.now() / 1000 - sent) <= this.options.replayWindowSeconds))
       return { ok: false, reason: 'stale_timestamp' };
-    // Reads may repeat within a second (a poller, the status command); only a replayed write does harm.
-    if (SAFE_METHODS.has(req.method.toUpperCase())) return { ok: true };
-    this.forgetExpired(nowSeconds);
-    if (this.seen.has(signature)) return { ok: false, reason: 'replayed' };
-    this.seen.set(signature, sent);
     return { ok: true };
   }
 
-  private forgetExpired(nowSeconds: number): void {
-    for (const [signature, sent] of this.seen) {
-      if (nowSeconds - sent > this.options.replayWindowSeconds) this.seen.delete(signature);
-    }
+  /**
+   * The full check, over the body: the precheck again (time has passed), the HMAC, then replay. An accepted
+   * write's signature is on disk (with a replay file) before this resolves.
+   */
+  async check(req: SignedRequest): Promise<AuthResult> {
+    const pre = this.precheck(req);
+    if (!pre.ok || this.options.mode === 'bearer') return pre;
+    const timestamp = req.header(TIMESTAMP_HEADER) ?? '';
+    const signature = req.header(SIGNATURE_HEADER) ?? '';
+    const expected = sign(this.options.secret, timestamp, req.method, req.url, req.body);
+    if (!constantTimeEqual(signature, expected)) return { ok: false, reason: 'bad_credentials' };
+    // Reads may repeat within a second (a poller, the status command); only a replayed write does harm.
+    if (SAFE_METHODS.has(req.method.toUpperCase())) return { ok: true };
+    const fresh = await this.seen.claim(signature, Number(timestamp), this.now() / 1000);
+    return fresh ? { ok: true } : { ok: false, reason: 'replayed' };
   }
 }

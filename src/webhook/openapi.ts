@@ -30,6 +30,25 @@ const ClusterStatus = {
   required: ['name', 'host', 'api_endpoint', 'state', 'reason', 'last_applied_at'],
 };
 
+const Readiness = {
+  type: 'object',
+  properties: {
+    ready: { type: 'boolean' },
+    checks: {
+      type: 'object',
+      additionalProperties: {
+        type: 'object',
+        properties: { ok: { type: 'boolean' }, detail: { type: 'string' } },
+        required: ['ok'],
+      },
+      examples: [
+        { state: { ok: true }, haproxy: { ok: false, detail: 'connect ECONNREFUSED 10.0.0.5:5555' } },
+      ],
+    },
+  },
+  required: ['ready', 'checks'],
+};
+
 const responses = (ok: Record<string, unknown>) => ({
   ...ok,
   '400': {
@@ -45,6 +64,26 @@ const responses = (ok: Record<string, unknown>) => ({
     content: { 'application/json': { schema: ErrorBody } },
   },
 });
+
+// Answers about the request body, given before a handler runs.
+const bodyResponses = {
+  '408': {
+    description: 'The body was not received in time',
+    content: { 'application/json': { schema: ErrorBody } },
+  },
+  '413': {
+    description: 'The body (declared or sent) is over the limit; answered before reading it',
+    content: { 'application/json': { schema: ErrorBody } },
+  },
+  '415': {
+    description: 'Content-Encoding other than identity, gzip, deflate or br',
+    content: { 'application/json': { schema: ErrorBody } },
+  },
+  '503': {
+    description: 'Too many bodies being received at once; retry after the Retry-After header',
+    content: { 'application/json': { schema: ErrorBody } },
+  },
+};
 
 const wait = {
   name: 'wait',
@@ -96,6 +135,7 @@ export function openApiDocument(version: string) {
           responses: responses({
             '202': { description: 'Accepted and stored' },
             '200': { description: 'Applied (wait=true)' },
+            ...bodyResponses,
           }),
         },
       },
@@ -116,6 +156,7 @@ export function openApiDocument(version: string) {
           responses: responses({
             '202': { description: 'Accepted and stored', content: json(ClusterStatus) },
             '200': { description: 'Applied (wait=true)', content: json(ClusterStatus) },
+            ...bodyResponses,
           }),
         },
         delete: {
@@ -138,6 +179,17 @@ export function openApiDocument(version: string) {
             '202': { description: 'Started' },
             '200': { description: 'Done (wait=true)' },
           }),
+        },
+      },
+      '/v1/readyz': {
+        get: {
+          summary:
+            'Readiness with the reason of each failed check (unauthenticated /readyz gives only the verdicts)',
+          responses: {
+            '200': { description: 'Ready', content: json(Readiness) },
+            '503': { description: 'Not ready', content: json(Readiness) },
+            '401': { description: 'Missing or bad credentials', content: json(ErrorBody) },
+          },
         },
       },
     },

@@ -7,6 +7,7 @@ import { main } from '../../src/cli/main.js';
 import { loadConfig } from '../../src/config/env.js';
 import { MemoryProvider } from '../../src/providers/memory/memory-provider.js';
 import { type Service, startService } from '../../src/service.js';
+import { sign } from '../../src/webhook/auth.js';
 import { freeLoopbackPort } from '../support/ports.js';
 import { signedClient } from '../support/webhook-client.js';
 
@@ -68,6 +69,35 @@ describe('startService (composition root)', () => {
     expect(list.body.clusters.map((c: { state: string }) => c.state)).toEqual(['applied', 'applied']);
   });
 
+  it('refuses a write replayed after a restart, within the replay window', async () => {
+    const a = await start(new MemoryProvider());
+    expect(
+      (await a.client.request('PUT', '/v1/clusters/demo?wait=true', cluster('demo.example.com', 31001)))
+        .status,
+    ).toBe(200);
+    // A captured DELETE, sent once as intended.
+    const ts = String(Math.floor(Date.now() / 1000));
+    const headers = {
+      'x-kubebyon-timestamp': ts,
+      'x-kubebyon-signature': sign(SECRET, ts, 'DELETE', '/v1/clusters/demo', Buffer.alloc(0)),
+    };
+    expect((await fetch(`${a.service.url}/v1/clusters/demo`, { method: 'DELETE', headers })).status).toBe(
+      202,
+    );
+    await a.service.stop();
+
+    const b = await start(new MemoryProvider());
+    expect(
+      (await b.client.request('PUT', '/v1/clusters/demo?wait=true', cluster('again.example.com', 31002)))
+        .status,
+    ).toBe(200);
+    const replay = await fetch(`${b.service.url}/v1/clusters/demo`, { method: 'DELETE', headers });
+    expect(replay.status).toBe(401);
+    expect(await replay.json()).toEqual({ error: 'unauthorized', reason: 'replayed' });
+    expect(b.service.store.get('demo')?.host).toBe('again.example.com');
+    expect((await b.client.request('GET', '/v1/clusters/demo')).body).toMatchObject({ state: 'applied' });
+  });
+
   it('is ready only when HAProxy answers and a reconcile has succeeded', async () => {
     const provider = new MemoryProvider();
     provider.down = new Error('connect ECONNREFUSED 127.0.0.1:5555');
@@ -75,7 +105,13 @@ describe('startService (composition root)', () => {
     await client.request('POST', '/v1/reconcile?wait=true');
     const notReady = await fetch(`${service.url}/readyz`);
     expect(notReady.status).toBe(503);
+    // Without credentials only the verdicts; the reason (an internal address) needs a signed call.
     expect(((await notReady.json()) as { checks: Record<string, unknown> }).checks.haproxy).toEqual({
+      ok: false,
+    });
+    const detailed = await client.request('GET', '/v1/readyz');
+    expect(detailed.status).toBe(503);
+    expect(detailed.body.checks.haproxy).toEqual({
       ok: false,
       detail: 'connect ECONNREFUSED 127.0.0.1:5555',
     });

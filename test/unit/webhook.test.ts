@@ -1,21 +1,12 @@
 import { execFileSync, spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
-import type { Server } from 'node:http';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { DEFAULT_RENDER_OPTIONS } from '../../src/haproxy/render.js';
-import { createMetrics } from '../../src/metrics/metrics.js';
-import { MemoryProvider } from '../../src/providers/memory/memory-provider.js';
-import { Reconciler } from '../../src/reconcile/reconciler.js';
-import { ClusterStore } from '../../src/store/cluster-store.js';
-import { StaticTopology } from '../../src/topology/topology.js';
-import { createApp } from '../../src/webhook/app.js';
-import { sign, WebhookAuthenticator } from '../../src/webhook/auth.js';
-import { type SignedClient, signedClient } from '../support/webhook-client.js';
+import type { MemoryProvider } from '../../src/providers/memory/memory-provider.js';
+import type { ClusterStore } from '../../src/store/cluster-store.js';
+import type { Readiness } from '../../src/webhook/app.js';
+import { sign } from '../../src/webhook/auth.js';
+import { TEST_SECRET as SECRET, startWebhookApp, type WebhookApp } from '../support/webhook-app.js';
+import type { SignedClient } from '../support/webhook-client.js';
 
-const SECRET = 'test-secret-0123456789';
 const body = (host: string, extra: Record<string, unknown> = { node_port: 30443 }) => ({
   control_plane_host: host,
   public_access_mode: 'loadbalancer',
@@ -23,58 +14,25 @@ const body = (host: string, extra: Record<string, unknown> = { node_port: 30443 
 });
 
 describe('webhook API', () => {
-  let dir: string;
+  let app: WebhookApp;
   let store: ClusterStore;
   let provider: MemoryProvider;
-  let reconciler: Reconciler;
-  let server: Server;
   let base: string;
   let client: SignedClient;
-  let metrics: ReturnType<typeof createMetrics>;
+  // Every log line the app writes, parsed: tests check levels and that no stack reaches the log.
+  // biome-ignore lint/suspicious/noExplicitAny: log lines are plain JSON
+  let logLines: any[];
+  const setReadiness = (r: () => Promise<Readiness>) => {
+    app.readiness = r;
+  };
 
   beforeEach(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'kubebyon-webhook-'));
-    store = await ClusterStore.open(join(dir, 'state.json'));
-    provider = new MemoryProvider();
-    metrics = createMetrics();
-    const logger = pino({ level: 'silent' });
-    reconciler = new Reconciler({
-      store,
-      topology: new StaticTopology(['10.0.0.1']),
-      provider,
-      render: DEFAULT_RENDER_OPTIONS,
-      metrics,
-      logger,
-      debounceMs: 10,
-      maxDelayMs: 1000,
-      resyncIntervalMs: 0,
-      retries: 1,
-      publicPort: 443,
-    });
-    const app = createApp({
-      store,
-      reconciler,
-      metrics,
-      logger,
-      auth: new WebhookAuthenticator({ mode: 'hmac', secret: SECRET, replayWindowSeconds: 300 }),
-      waitTimeoutMs: 5000,
-      bodyLimitBytes: 64 * 1024,
-      readiness: async () => ({ ready: reconciler.ready, checks: { reconcile: { ok: reconciler.ready } } }),
-      version: 'test',
-    });
-    await new Promise<void>((resolve) => {
-      server = app.listen(0, '127.0.0.1', () => resolve());
-    });
-    const address = server.address();
-    if (!address || typeof address === 'string') throw new Error('no address');
-    base = `http://127.0.0.1:${address.port}`;
-    client = signedClient(base, SECRET);
+    app = await startWebhookApp();
+    ({ store, provider, base, client, logLines } = app);
   });
 
   afterEach(async () => {
-    await reconciler.stop(100);
-    await new Promise((r) => server.close(r));
-    rmSync(dir, { recursive: true, force: true });
+    await app.stop();
   });
 
   it('stores a signed upsert, answers 202 at once, and reports it applied once reconciled', async () => {
@@ -177,7 +135,7 @@ describe('webhook API', () => {
     expect((await fetch(`${base}/v1/clusters`, { headers: read })).status).toBe(200);
   });
 
-  it.each([
+  it.each<[unknown, number, string, string]>([
     [{ public_access_mode: 'loadbalancer', node_port: 30443 }, 400, 'control_plane_host', 'invalid_type'],
     [{ ...body('a.example.com'), extra: 1 }, 400, 'extra', 'unrecognized_keys'],
     [body('a.example.com', { node_port: 70000 }), 400, 'node_port', 'too_big'],
@@ -187,9 +145,18 @@ describe('webhook API', () => {
       'service.namespace',
       'invalid_format',
     ],
+    // A Kubernetes port name (IANA_SVC_NAME) holds a letter: "80" could never match a Service port.
+    ...['80', '-http', 'http-', 'ht--tp', 'HTTPS'].map((port): [unknown, number, string, string] => [
+      body('a.example.com', { service: { namespace: 'n', name: 'x', port } }),
+      400,
+      'service.port',
+      'invalid_format',
+    ]),
     [body('10.1.2.3'), 422, 'control_plane_host', 'host_is_ip_literal'],
     [body('[2001:db8::1]'), 422, 'control_plane_host', 'host_is_ip_literal'],
     [body('a.example.com\nbackend x'), 422, 'control_plane_host', 'host_invalid_characters'],
+    [body('\u212Aube.example.com'), 422, 'control_plane_host', 'host_invalid_characters'],
+    [body('127.0x'), 422, 'control_plane_host', 'host_is_ip_literal'],
     [body('a.example.com', {}), 422, 'service', 'target_missing'],
     [
       body('a.example.com', { node_port: 1, service: { namespace: 'n', name: 'x', port: 443 } }),
@@ -203,6 +170,16 @@ describe('webhook API', () => {
     expect(res.status).toBe(status);
     expect(res.body).toMatchObject({ error: 'invalid_request', field, reason });
     expect(store.get('keep')?.host).toBe('keep.example.com');
+  });
+
+  it.each(['https', 'h2c', 'web-8080', 'abcdefghijklmno'])('accepts the port name %s', async (port) => {
+    const res = await client.request(
+      'PUT',
+      '/v1/clusters/named',
+      body('named.example.com', { service: { namespace: 'n', name: 'x', port } }),
+    );
+    expect(res.status).toBe(202);
+    expect(store.get('named')?.target).toEqual({ service: { namespace: 'n', name: 'x', port } });
   });
 
   it('refuses a bad cluster name, a body that is not JSON, and one over the size limit', async () => {
@@ -231,6 +208,27 @@ describe('webhook API', () => {
     expect(big.status).toBe(413);
     expect(store.list()).toEqual([]);
   });
+
+  it.each([
+    ['PUT', '/v1/clusters/%'],
+    ['PUT', '/v1/clusters/a%zz'],
+    ['GET', '/v1/clusters/%E0%A4%A'],
+    ['DELETE', '/v1/clusters/a%zz'],
+  ])(
+    'refuses %s %s (bad percent-encoding) with 400 on the name, without an error log',
+    async (method, path) => {
+      const res = await client.request(method, path, method === 'PUT' ? body('a.example.com') : undefined);
+      expect(res.status).toBe(400);
+      expect(res.body).toMatchObject({
+        error: 'invalid_request',
+        field: 'name',
+        reason: 'bad_percent_encoding',
+      });
+      expect(logLines.filter((l) => l.level >= 50)).toEqual([]);
+      expect(JSON.stringify(logLines)).not.toContain('"stack"');
+      expect(store.list()).toEqual([]);
+    },
+  );
 
   it('removes the route of a cluster whose mode is no longer loadbalancer, and on DELETE', async () => {
     await client.request('PUT', '/v1/clusters/a?wait=true', body('a.example.com'));
@@ -299,10 +297,39 @@ describe('webhook API', () => {
       '/v1/clusters/{name}',
       '/v1/plan',
       '/v1/reconcile',
+      '/v1/readyz',
     ]);
     expect(
       doc.paths['/v1/clusters/{name}'].put.requestBody.content['application/json'].schema.required,
     ).toEqual(['control_plane_host', 'public_access_mode']);
+  });
+
+  it('gives readiness details (such as internal addresses) only to signed callers', async () => {
+    setReadiness(async () => ({
+      ready: false,
+      checks: {
+        state: { ok: true },
+        haproxy: { ok: false, detail: 'connect ECONNREFUSED 10.9.8.7:5555' },
+      },
+    }));
+    const open = await fetch(`${base}/readyz`);
+    expect(open.status).toBe(503);
+    expect(await open.json()).toEqual({
+      ready: false,
+      checks: { state: { ok: true }, haproxy: { ok: false } },
+    });
+    expect((await fetch(`${base}/v1/readyz`)).status).toBe(401);
+    const signed = await client.request('GET', '/v1/readyz');
+    expect(signed).toEqual({
+      status: 503,
+      body: {
+        ready: false,
+        checks: { state: { ok: true }, haproxy: { ok: false, detail: 'connect ECONNREFUSED 10.9.8.7:5555' } },
+      },
+    });
+    setReadiness(async () => ({ ready: true, checks: { state: { ok: true }, haproxy: { ok: true } } }));
+    expect((await client.request('GET', '/v1/readyz')).status).toBe(200);
+    expect((await fetch(`${base}/readyz`)).status).toBe(200);
   });
 
   it('exposes metrics in valid Prometheus text format, with bounded labels', async () => {

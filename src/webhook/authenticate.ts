@@ -1,0 +1,78 @@
+import type { Request, RequestHandler, Response } from 'express';
+import type { Logger } from 'pino';
+import type { RequestHead, WebhookAuthenticator } from './auth.js';
+import { type BodyRefusal, hasBody, readBody, refuseFromHeaders } from './body.js';
+
+export interface AuthenticateOptions {
+  auth: WebhookAuthenticator;
+  logger: Logger;
+  bodyLimitBytes: number;
+  /** Longest a client may take to send a body. */
+  bodyTimeoutMs: number;
+  /** Bodies read at once before their signature is verified; more get 503. */
+  maxPendingBodies: number;
+}
+
+/**
+ * Authenticates a /v1 call, then parses its body as JSON into req.body (undefined when empty).
+ * Everything checkable from the headers is checked before the body is read, and reading unverified bodies
+ * is bounded in number, size and time: a caller without the secret can hold neither memory nor connections.
+ */
+export function authenticate(o: AuthenticateOptions): RequestHandler {
+  let pending = 0;
+  return async (req, res, next) => {
+    const head: RequestHead = { method: req.method, url: req.originalUrl, header: (n) => req.get(n) };
+    const pre = o.auth.precheck(head);
+    if (!pre.ok) return refuse(req, res, o.logger, 401, { error: 'unauthorized', reason: pre.reason });
+    let body: Buffer = Buffer.alloc(0);
+    if (hasBody(req)) {
+      const early = refuseFromHeaders(req, o.bodyLimitBytes);
+      if (early) return refuseBody(req, res, o.logger, early);
+      if (pending >= o.maxPendingBodies) {
+        res.set('Retry-After', '1');
+        return refuse(req, res, o.logger, 503, {
+          error: 'busy',
+          detail: 'too many requests are sending their body; retry shortly',
+        });
+      }
+      pending++;
+      let read: Awaited<ReturnType<typeof readBody>>;
+      try {
+        read = await readBody(req, { limitBytes: o.bodyLimitBytes, timeoutMs: o.bodyTimeoutMs });
+      } finally {
+        pending--;
+      }
+      if (!read.ok) return refuseBody(req, res, o.logger, read.refusal);
+      body = read.body;
+    }
+    const result = await o.auth.check({ ...head, body });
+    if (!result.ok) return refuse(req, res, o.logger, 401, { error: 'unauthorized', reason: result.reason });
+    if (body.length === 0) {
+      req.body = undefined;
+      return next();
+    }
+    try {
+      req.body = JSON.parse(body.toString('utf8'));
+    } catch {
+      res
+        .status(400)
+        .json({ error: 'invalid_request', field: '', reason: 'invalid_json', detail: 'body is not JSON' });
+      return;
+    }
+    next();
+  };
+}
+
+function refuseBody(req: Request, res: Response, logger: Logger, r: BodyRefusal): void {
+  const { status, ...answer } = r;
+  refuse(req, res, logger, status, answer);
+}
+
+// A client error, logged at debug: anyone can cause one, so it must not fill the log. A body left unread
+// is not read on: the connection is closed once the answer is sent.
+function refuse(req: Request, res: Response, logger: Logger, status: number, answer: object): void {
+  logger.debug({ status, ...answer }, 'webhook call refused');
+  if (req.socket.destroyed) return;
+  if (hasBody(req) && !req.complete) res.set('Connection', 'close');
+  res.status(status).json(answer);
+}

@@ -1,0 +1,139 @@
+import type { IncomingMessage } from 'node:http';
+import type { Transform } from 'node:stream';
+import { createBrotliDecompress, createGunzip, createInflate } from 'node:zlib';
+
+/** A refusal to send as `{error, reason?, detail}` with `status`. */
+export interface BodyRefusal {
+  status: 400 | 408 | 413 | 415;
+  error: string;
+  reason?: string;
+  detail: string;
+}
+
+export type BodyResult = { ok: true; body: Buffer } | { ok: false; refusal: BodyRefusal };
+
+export interface BodyLimits {
+  limitBytes: number;
+  /** Longest the client may take to send the whole body, from when reading starts. */
+  timeoutMs: number;
+}
+
+// The encodings body-parser accepted before; the signature covers the decoded body.
+const DECODERS: Record<string, (() => Transform) | undefined> = {
+  gzip: createGunzip,
+  deflate: createInflate,
+  br: createBrotliDecompress,
+};
+
+const tooLarge = (limit: number): BodyRefusal => ({
+  status: 413,
+  error: 'payload_too_large',
+  detail: `body is larger than ${limit} bytes`,
+});
+
+/** Whether the request carries a body at all (as body-parser's `hasBody`). */
+export function hasBody(req: IncomingMessage): boolean {
+  return req.headers['transfer-encoding'] !== undefined || Number(req.headers['content-length'] ?? 0) > 0;
+}
+
+/**
+ * What can be refused from the headers alone, before any of the body is read: an encoding that cannot be
+ * decoded, a declared length over the limit.
+ */
+export function refuseFromHeaders(req: IncomingMessage, limitBytes: number): BodyRefusal | undefined {
+  const encoding = contentEncoding(req);
+  if (encoding !== 'identity' && !DECODERS[encoding]) {
+    return {
+      status: 415,
+      error: 'unsupported_content_encoding',
+      detail: 'Content-Encoding must be identity, gzip, deflate or br',
+    };
+  }
+  if (Number(req.headers['content-length'] ?? 0) > limitBytes) return tooLarge(limitBytes);
+  return undefined;
+}
+
+/**
+ * Reads and decodes the body, refusing it once it (raw or decoded) passes the limit, when it is not complete
+ * within the time limit, or when it cannot be decoded. Call refuseFromHeaders first.
+ */
+export function readBody(req: IncomingMessage, limits: BodyLimits): Promise<BodyResult> {
+  return new Promise((resolve) => {
+    const decoder = DECODERS[contentEncoding(req)]?.();
+    const source = decoder ?? req;
+    const chunks: Buffer[] = [];
+    let received = 0;
+    let decoded = 0;
+    let settled = false;
+
+    const finish = (result: BodyResult) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      req.off('data', onRaw);
+      req.off('close', onClose);
+      source.off('data', onDecoded);
+      source.off('end', onEnd);
+      if (decoder) {
+        req.unpipe(decoder);
+        decoder.destroy();
+      }
+      // Stop reading: the refusal closes the connection, a complete body has nothing left.
+      req.pause();
+      resolve(result);
+    };
+    const onRaw = (chunk: Buffer) => {
+      received += chunk.length;
+      if (received > limits.limitBytes) finish({ ok: false, refusal: tooLarge(limits.limitBytes) });
+    };
+    const onDecoded = (chunk: Buffer) => {
+      decoded += chunk.length;
+      if (decoded > limits.limitBytes) finish({ ok: false, refusal: tooLarge(limits.limitBytes) });
+      else chunks.push(chunk);
+    };
+    const onEnd = () => finish({ ok: true, body: Buffer.concat(chunks) });
+    // The client went away: nobody to answer, but the caller must still release what it holds.
+    const onClose = () => {
+      if (!req.complete)
+        finish({
+          ok: false,
+          refusal: { status: 400, error: 'request_aborted', detail: 'the client closed the connection' },
+        });
+    };
+    const timer = setTimeout(
+      () =>
+        finish({
+          ok: false,
+          refusal: {
+            status: 408,
+            error: 'request_timeout',
+            detail: `body not received within ${limits.timeoutMs} ms`,
+          },
+        }),
+      limits.timeoutMs,
+    );
+
+    req.on('data', onRaw);
+    req.on('close', onClose);
+    source.on('data', onDecoded);
+    source.on('end', onEnd);
+    if (decoder) {
+      decoder.on('error', () =>
+        finish({
+          ok: false,
+          refusal: {
+            status: 400,
+            error: 'invalid_request',
+            reason: 'bad_content_encoding',
+            detail: `body is not valid ${contentEncoding(req)}`,
+          },
+        }),
+      );
+      req.pipe(decoder);
+    }
+  });
+}
+
+function contentEncoding(req: IncomingMessage): string {
+  return (req.headers['content-encoding'] ?? 'identity').trim().toLowerCase();
+}

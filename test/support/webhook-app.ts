@@ -1,0 +1,116 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import type { Server } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import pino from 'pino';
+import { DEFAULT_RENDER_OPTIONS } from '../../src/haproxy/render.js';
+import { createMetrics, type Metrics } from '../../src/metrics/metrics.js';
+import { MemoryProvider } from '../../src/providers/memory/memory-provider.js';
+import { Reconciler } from '../../src/reconcile/reconciler.js';
+import { ClusterStore } from '../../src/store/cluster-store.js';
+import { StaticTopology } from '../../src/topology/topology.js';
+import { type AppOptions, createApp, type Readiness } from '../../src/webhook/app.js';
+import { type AuthMode, WebhookAuthenticator } from '../../src/webhook/auth.js';
+import { type SignedClient, signedClient } from './webhook-client.js';
+
+export const TEST_SECRET = 'test-secret-0123456789';
+
+export interface WebhookAppOptions
+  extends Partial<Pick<AppOptions, 'bodyLimitBytes' | 'bodyTimeoutMs' | 'maxPendingBodies'>> {
+  authMode?: AuthMode;
+}
+
+export interface WebhookApp {
+  base: string;
+  port: number;
+  dir: string;
+  store: ClusterStore;
+  provider: MemoryProvider;
+  reconciler: Reconciler;
+  metrics: Metrics;
+  client: SignedClient;
+  /** Every log line the app wrote, parsed (level debug and up). */
+  // biome-ignore lint/suspicious/noExplicitAny: log lines are plain JSON
+  logLines: any[];
+  /** What /readyz and /v1/readyz report; by default, whether a reconcile has succeeded. */
+  readiness: () => Promise<Readiness>;
+  stop(): Promise<void>;
+}
+
+/** The webhook app on a free loopback port, over a fresh store in a temporary directory. */
+export async function startWebhookApp(o: WebhookAppOptions = {}): Promise<WebhookApp> {
+  const dir = mkdtempSync(join(tmpdir(), 'kubebyon-webhook-'));
+  const store = await ClusterStore.open(join(dir, 'state.json'));
+  const provider = new MemoryProvider();
+  const metrics = createMetrics();
+  // biome-ignore lint/suspicious/noExplicitAny: log lines are plain JSON
+  const logLines: any[] = [];
+  const logger = pino(
+    { level: 'debug' },
+    new Writable({
+      write(chunk, _encoding, done) {
+        for (const line of String(chunk).split('\n').filter(Boolean)) logLines.push(JSON.parse(line));
+        done();
+      },
+    }),
+  );
+  const reconciler = new Reconciler({
+    store,
+    topology: new StaticTopology(['10.0.0.1']),
+    provider,
+    render: DEFAULT_RENDER_OPTIONS,
+    metrics,
+    logger,
+    debounceMs: 10,
+    maxDelayMs: 1000,
+    resyncIntervalMs: 0,
+    retries: 1,
+    publicPort: 443,
+  });
+  const handle = {} as WebhookApp;
+  handle.readiness = async () => ({
+    ready: reconciler.ready,
+    checks: { reconcile: { ok: reconciler.ready } },
+  });
+  const app = createApp({
+    store,
+    reconciler,
+    metrics,
+    logger,
+    auth: new WebhookAuthenticator({
+      mode: o.authMode ?? 'hmac',
+      secret: TEST_SECRET,
+      replayWindowSeconds: 300,
+    }),
+    waitTimeoutMs: 5000,
+    bodyLimitBytes: o.bodyLimitBytes ?? 64 * 1024,
+    ...(o.bodyTimeoutMs === undefined ? {} : { bodyTimeoutMs: o.bodyTimeoutMs }),
+    ...(o.maxPendingBodies === undefined ? {} : { maxPendingBodies: o.maxPendingBodies }),
+    readiness: () => handle.readiness(),
+    version: 'test',
+  });
+  const server: Server = await new Promise((resolve) => {
+    const s = app.listen(0, '127.0.0.1', () => resolve(s));
+  });
+  const address = server.address();
+  if (!address || typeof address === 'string') throw new Error('no address');
+  const base = `http://127.0.0.1:${address.port}`;
+  return Object.assign(handle, {
+    base,
+    port: address.port,
+    dir,
+    store,
+    provider,
+    reconciler,
+    metrics,
+    client: signedClient(base, TEST_SECRET),
+    logLines,
+    async stop() {
+      await reconciler.stop(100);
+      server.closeAllConnections();
+      await new Promise((r) => server.close(r));
+      rmSync(dir, { recursive: true, force: true });
+    },
+  });
+}

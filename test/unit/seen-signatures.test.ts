@@ -1,0 +1,59 @@
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { SeenSignatures } from '../../src/webhook/seen-signatures.js';
+
+const sig = (n: number) => `sha256=${n.toString(16).padStart(64, '0')}`;
+const WINDOW = 300;
+const T = 1_700_000_000;
+
+describe('SeenSignatures with a file', () => {
+  let dir: string;
+  let file: string;
+  beforeEach(() => {
+    dir = mkdtempSync(join(tmpdir(), 'kubebyon-seen-'));
+    file = join(dir, 'clusters.json.replay');
+  });
+  afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('refuses a signature claimed before a reopen, until its window has passed', async () => {
+    const first = await SeenSignatures.open(file, WINDOW, T);
+    expect(await first.claim(sig(1), T, T)).toBe(true);
+    expect(await first.claim(sig(1), T, T)).toBe(false);
+    expect(await (await SeenSignatures.open(file, WINDOW, T + WINDOW)).claim(sig(1), T, T + WINDOW)).toBe(
+      false,
+    );
+    const later = await SeenSignatures.open(file, WINDOW, T + WINDOW + 1);
+    expect(readFileSync(file, 'utf8')).toBe('');
+    expect(await later.claim(sig(1), T, T + WINDOW + 1)).toBe(true);
+  });
+
+  it('grants one of two identical concurrent claims', async () => {
+    const seen = await SeenSignatures.open(file, WINDOW, T);
+    expect((await Promise.all([seen.claim(sig(2), T, T), seen.claim(sig(2), T, T)])).sort()).toEqual([
+      false,
+      true,
+    ]);
+  });
+
+  it('reads past a torn last line', async () => {
+    writeFileSync(file, `${T} ${sig(3)}\n${T} sha256=00ab`);
+    const seen = await SeenSignatures.open(file, WINDOW, T);
+    expect(await seen.claim(sig(3), T, T)).toBe(false);
+    expect(await seen.claim(sig(4), T, T)).toBe(true);
+    expect(await (await SeenSignatures.open(file, WINDOW, T)).claim(sig(4), T, T)).toBe(false);
+  });
+
+  it('keeps the file to about the live entries as old ones expire', async () => {
+    const seen = await SeenSignatures.open(file, WINDOW, T);
+    // One claim a second for 3000 s: at most WINDOW + 1 are live at any time.
+    for (let i = 0; i < 3000; i++) expect(await seen.claim(sig(i), T + i, T + i)).toBe(true);
+    const lines = readFileSync(file, 'utf8').split('\n').filter(Boolean).length;
+    expect(lines).toBeLessThanOrEqual(WINDOW + 1 + 1000 + 1);
+    // Still refused after the rewrite.
+    expect(
+      await (await SeenSignatures.open(file, WINDOW, T + 2999)).claim(sig(2999), T + 2999, T + 2999),
+    ).toBe(false);
+  });
+});
