@@ -1,5 +1,5 @@
 import express, { type NextFunction, type Request, type Response } from 'express';
-import type { PassOutcome, Reconciler } from '../reconcile/reconciler.js';
+import { type PassOutcome, type Reconciler, TopologyNotSyncedError } from '../reconcile/reconciler.js';
 import type { ClusterStore } from '../store/cluster-store.js';
 import type { Readiness } from './app.js';
 import { checkCluster } from './clusters.js';
@@ -20,8 +20,15 @@ export function clustersRouter(o: ClustersRouterOptions): express.Router {
   const router = express.Router();
   const status = (name: string) => o.reconciler.statuses().find((s) => s.name === name);
 
-  // 202 at once, or with ?wait=true the outcome of the pass (bounded by waitTimeoutMs).
-  const answer = async (req: Request, res: Response, outcome: Promise<PassOutcome>, body: () => unknown) => {
+  // 202 at once, or with ?wait=true the outcome of the pass (bounded by waitTimeoutMs). `verdict` turns a
+  // successful pass into the call's own status: a pass can succeed while this cluster's claim was refused.
+  const answer = async (
+    req: Request,
+    res: Response,
+    outcome: Promise<PassOutcome>,
+    body: () => unknown,
+    verdict: (body: unknown) => number = () => 200,
+  ) => {
     if (req.query.wait !== 'true') {
       res.status(202).json(body());
       return;
@@ -36,9 +43,27 @@ export function clustersRouter(o: ClustersRouterOptions): express.Router {
       res.status(202).json({ ...(body() as object), wait: 'timed_out' });
       return;
     }
+    const answered = body();
     res
-      .status(result.ok ? 200 : 502)
-      .json({ ...(body() as object), ...(result.ok ? {} : { error: result.error }) });
+      .status(result.ok ? verdict(answered) : 502)
+      .json({ ...(answered as object), ...(result.ok ? {} : { error: result.error }) });
+  };
+  // 200 means the route is in HAProxy (degraded: with no endpoints yet); a refused claim is a 409.
+  const clusterVerdict = (answered: unknown) => {
+    const state = (answered as { state?: string }).state;
+    return state === 'rejected' ? 409 : state === 'error' ? 502 : 200;
+  };
+  // Nothing is acknowledged that was not stored: a store that cannot write answers 503.
+  const stored = async <T>(res: Response, write: () => Promise<T>): Promise<T | undefined> => {
+    try {
+      return await write();
+    } catch (err) {
+      res.status(503).json({
+        error: 'state_unavailable',
+        detail: `the change could not be stored: ${err instanceof Error ? err.message : String(err)}`,
+      });
+      return undefined;
+    }
   };
 
   const upsert: Handler = async (req, res) => {
@@ -47,22 +72,24 @@ export function clustersRouter(o: ClustersRouterOptions): express.Router {
     if (!parsed.success) return zodError(res, parsed.error);
     const checked = checkCluster(name, parsed.data);
     if (!checked.ok) return fieldError(res, checked.error);
-    if (checked.routed) await o.store.upsert(checked.input);
-    else await o.store.delete(name);
+    const input = checked.routed ? checked.input : undefined;
+    const ok = await stored<unknown>(res, () => (input ? o.store.upsert(input) : o.store.delete(name)));
+    if (ok === undefined) return;
     const outcome = o.reconciler.request('webhook');
-    await answer(req, res, outcome, () => status(name) ?? { name, routed: false });
+    await answer(req, res, outcome, () => status(name) ?? { name, routed: false }, clusterVerdict);
   };
 
   const remove: Handler = async (req, res) => {
     const name = String(req.params.name);
-    const existed = await o.store.delete(name);
+    const existed = await stored(res, () => o.store.delete(name));
+    if (existed === undefined) return;
     await answer(req, res, o.reconciler.request('webhook'), () => ({ name, deleted: existed }));
   };
 
   const replaceAll: Handler = async (req, res) => {
     const parsed = ClusterSetBody.safeParse(req.body);
     if (!parsed.success) return zodError(res, parsed.error);
-    const inputs = [];
+    const inputs: Parameters<ClusterStore['replaceAll']>[0] = [];
     const names = new Set<string>();
     for (const [i, { name, ...body }] of parsed.data.clusters.entries()) {
       if (names.has(name)) {
@@ -78,7 +105,9 @@ export function clustersRouter(o: ClustersRouterOptions): express.Router {
       if (!checked.ok) return fieldError(res, checked.error);
       if (checked.routed) inputs.push(checked.input);
     }
-    const { removed } = await o.store.replaceAll(inputs);
+    const replaced = await stored(res, () => o.store.replaceAll(inputs));
+    if (replaced === undefined) return;
+    const { removed } = replaced;
     await answer(req, res, o.reconciler.request('sync'), () => ({ clusters: inputs.length, removed }));
   };
 
@@ -97,8 +126,13 @@ export function clustersRouter(o: ClustersRouterOptions): express.Router {
   router.put('/clusters/:name', upsert);
   router.delete('/clusters/:name', remove);
   router.get('/plan', async (_req, res) => {
-    const { plan, text } = await o.reconciler.preview();
-    res.json({ text, operations: plan.operations, conflicts: plan.conflicts });
+    try {
+      const { plan, text } = await o.reconciler.preview();
+      res.json({ text, operations: plan.operations, conflicts: plan.conflicts });
+    } catch (err) {
+      if (!(err instanceof TopologyNotSyncedError)) throw err;
+      res.status(503).json({ error: 'topology_not_synced', detail: err.message });
+    }
   });
   router.post('/reconcile', async (req, res) => {
     await answer(req, res, o.reconciler.request('api'), () => ({ requested: true }));

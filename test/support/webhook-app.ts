@@ -9,7 +9,7 @@ import { createMetrics, type Metrics } from '../../src/metrics/metrics.js';
 import { MemoryProvider } from '../../src/providers/memory/memory-provider.js';
 import { Reconciler } from '../../src/reconcile/reconciler.js';
 import { ClusterStore } from '../../src/store/cluster-store.js';
-import { StaticTopology } from '../../src/topology/topology.js';
+import { StaticTopology, type Topology } from '../../src/topology/topology.js';
 import { type AppOptions, createApp, type Readiness } from '../../src/webhook/app.js';
 import { type AuthMode, WebhookAuthenticator } from '../../src/webhook/auth.js';
 import { type SignedClient, signedClient } from './webhook-client.js';
@@ -19,6 +19,7 @@ export const TEST_SECRET = 'test-secret-0123456789';
 export interface WebhookAppOptions
   extends Partial<Pick<AppOptions, 'bodyLimitBytes' | 'bodyTimeoutMs' | 'maxPendingBodies'>> {
   authMode?: AuthMode;
+  topology?: Topology;
 }
 
 export interface WebhookApp {
@@ -57,7 +58,7 @@ export async function startWebhookApp(o: WebhookAppOptions = {}): Promise<Webhoo
   );
   const reconciler = new Reconciler({
     store,
-    topology: new StaticTopology(['10.0.0.1']),
+    topology: o.topology ?? new StaticTopology(['10.0.0.1']),
     provider,
     render: DEFAULT_RENDER_OPTIONS,
     metrics,

@@ -1,6 +1,9 @@
 import { execFileSync, spawnSync } from 'node:child_process';
+import { mkdirSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { MemoryProvider } from '../../src/providers/memory/memory-provider.js';
+import { TerminalError } from '../../src/providers/provider.js';
 import type { ClusterStore } from '../../src/store/cluster-store.js';
 import type { Readiness } from '../../src/webhook/app.js';
 import { sign } from '../../src/webhook/auth.js';
@@ -55,6 +58,46 @@ describe('webhook API', () => {
   it('with wait=true answers once the change is applied', async () => {
     const res = await client.request('PUT', '/v1/clusters/demo?wait=true', body('api.demo.example.com'));
     expect(res).toMatchObject({ status: 200, body: { state: 'applied' } });
+  });
+
+  it('with wait=true answers 409 with the reason when the claim on the host is refused', async () => {
+    await client.request('PUT', '/v1/clusters/first?wait=true', body('api.example.com'));
+    const res = await client.request('PUT', '/v1/clusters/second?wait=true', body('API.example.com'));
+    expect(res.status).toBe(409);
+    expect(res.body).toMatchObject({ name: 'second', state: 'rejected' });
+    expect(res.body.reason).toMatch(/^host_claimed_by_other_cluster: .*cluster first$/);
+  });
+
+  it('with wait=true answers 502 with the error when HAProxy refused the change', async () => {
+    provider.failures.push(new TerminalError('validation error: haproxy -c failed'));
+    const res = await client.request('PUT', '/v1/clusters/demo?wait=true', body('api.demo.example.com'));
+    expect(res).toMatchObject({
+      status: 502,
+      body: { state: 'error', error: 'validation error: haproxy -c failed' },
+    });
+  });
+
+  it('answers 503 and acknowledges nothing when the change cannot be stored', async () => {
+    // Tests run as root, whom permissions do not stop: a folder where the state file goes fails the write.
+    const stateFile = join(app.dir, 'state.json');
+    rmSync(stateFile, { force: true });
+    mkdirSync(stateFile);
+    const res = await client.request('PUT', '/v1/clusters/demo', body('api.demo.example.com'));
+    expect(res.status).toBe(503);
+    expect(res.body).toMatchObject({ error: 'state_unavailable' });
+    expect(store.get('demo')).toBeUndefined();
+    expect((await store.health()).ok).toBe(false);
+  });
+
+  it('refuses to preview a plan before the topology has been read', async () => {
+    await app.stop();
+    app = await startWebhookApp({
+      topology: { synced: () => false, endpointsFor: () => ({ endpoints: [] }) },
+    });
+    ({ store, provider, base, client, logLines } = app);
+    const res = await app.client.request('GET', '/v1/plan');
+    expect(res).toMatchObject({ status: 503, body: { error: 'topology_not_synced' } });
+    expect(provider.reads).toBe(0);
   });
 
   it.each([
