@@ -110,6 +110,35 @@ function trackRequests(server: Server): { idle(deadline: number): Promise<void> 
 }
 
 /**
+ * Stops taking calls, answers the calls in flight while the loop still runs (so that acknowledged changes
+ * callers wait for get applied), then stops the loop within the grace period, the watches and the provider.
+ */
+async function gracefulStop(
+  parts: {
+    server: Server;
+    requests: ReturnType<typeof trackRequests>;
+    loop: Reconciler;
+    kube: KubernetesTopology | undefined;
+    provider: Provider;
+    logger: Logger;
+  },
+  graceMs: number,
+): Promise<void> {
+  const { server, requests, loop, kube, provider, logger } = parts;
+  const deadline = Date.now() + graceMs;
+  logger.info('stopping: no new calls; answering the calls in flight');
+  const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+  server.closeIdleConnections();
+  await requests.idle(deadline);
+  await loop.stop(Math.max(0, deadline - Date.now()));
+  server.closeAllConnections();
+  await kube?.stop();
+  await provider.close?.();
+  await closed;
+  logger.info('stopped');
+}
+
+/**
  * The composition root: opens the desired state, starts the topology, the reconcile loop and the HTTP API,
  * and reconciles at once (so a restart converges HAProxy to what was accepted before it).
  */
@@ -184,20 +213,7 @@ export async function startService(config: Config, deps: ServiceDeps = {}): Prom
     metrics,
     provider,
     stop() {
-      stopping ??= (async () => {
-        const deadline = Date.now() + config.shutdownGraceMs;
-        logger.info('stopping: no new calls; answering the calls in flight');
-        const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-        server.closeIdleConnections();
-        // The loop keeps running meanwhile, so that acknowledged changes that callers wait for get applied.
-        await requests.idle(deadline);
-        await loop.stop(Math.max(0, deadline - Date.now()));
-        server.closeAllConnections();
-        await kube?.stop();
-        await provider.close?.();
-        await closed;
-        logger.info('stopped');
-      })();
+      stopping ??= gracefulStop({ server, requests, loop, kube, provider, logger }, config.shutdownGraceMs);
       return stopping;
     },
   };

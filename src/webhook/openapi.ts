@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { CLUSTER_STATES } from '../reconcile/status.js';
 import { ClusterBody, ClusterSetBody } from './schemas.js';
 
 const schema = (s: z.ZodType) => {
@@ -23,7 +24,7 @@ const ClusterStatus = {
     name: { type: 'string' },
     host: { type: 'string' },
     api_endpoint: { type: ['string', 'null'], examples: ['https://api.demo.example.com:443'] },
-    state: { type: 'string', enum: ['pending', 'applied', 'rejected', 'degraded', 'error'] },
+    state: { type: 'string', enum: [...CLUSTER_STATES] },
     reason: { type: ['string', 'null'] },
     last_applied_at: { type: ['string', 'null'], format: 'date-time' },
   },

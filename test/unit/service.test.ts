@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pino from 'pino';
@@ -127,6 +127,24 @@ describe('startService (composition root)', () => {
       state: { ok: true },
       haproxy: { ok: true },
       reconcile: { ok: true },
+    });
+  });
+
+  it('is not ready while the state cannot be stored', async () => {
+    const { service, client } = await start(new MemoryProvider());
+    await client.request('POST', '/v1/reconcile?wait=true');
+    expect((await fetch(`${service.url}/readyz`)).status).toBe(200);
+    // Tests run as root, whom permissions do not stop: a folder where the state file goes fails the write.
+    rmSync(join(dir, 'clusters.json'), { force: true });
+    mkdirSync(join(dir, 'clusters.json'));
+    expect((await client.request('PUT', '/v1/clusters/one', cluster('one.example.com', 31001))).status).toBe(
+      503,
+    );
+    const res = await client.request('GET', '/v1/readyz');
+    expect(res.status).toBe(503);
+    expect(res.body.checks.state).toMatchObject({
+      ok: false,
+      detail: expect.stringMatching(/^last write failed: /),
     });
   });
 
