@@ -83,8 +83,12 @@ export class DataplaneProvider implements Provider {
   private state: RawState | undefined;
   private capable = false;
   private leftoversDropped = false;
-  /** Set when a followed reload failed: the API's view then holds a change HAProxy does not run. */
-  private untrusted = false;
+  /**
+   * Why the API's view is not what HAProxy runs, when a reload failed or never took effect: the view (and,
+   * on HAProxy < 2.7, the file) holds a change HAProxy did not load. Until a reload succeeds the state read
+   * is not trusted, so no pass can report the change applied.
+   */
+  private unloaded: string | undefined;
   private apiVersion: string | undefined;
 
   constructor(private readonly o: DataplaneProviderOptions) {
@@ -115,7 +119,7 @@ export class DataplaneProvider implements Provider {
           await this.dropTransaction(id, 'left open by an earlier run');
         this.leftoversDropped = true;
       }
-      if (this.untrusted) await this.repairView(signal);
+      if (this.unloaded !== undefined) await this.reloadFromDisk(signal);
     } catch (err) {
       throw this.translate(err);
     }
@@ -242,6 +246,8 @@ export class DataplaneProvider implements Provider {
     let open = true;
     try {
       await this.ledger.add(id);
+      counter.requests++;
+      const pidBefore = await this.workerPid(signal);
       for (const w of writes) {
         signal.throwIfAborted();
         counter.requests++;
@@ -258,6 +264,7 @@ export class DataplaneProvider implements Provider {
       open = false;
       await this.ledger.remove(id);
       if (committed.status === 202) await this.followReload(committed.headers['reload-id'], counter);
+      await this.awaitNewWorkers(pidBefore, counter);
       return 'succeeded';
     } finally {
       if (open) await this.dropTransaction(id, 'the apply did not complete');
@@ -328,13 +335,13 @@ export class DataplaneProvider implements Provider {
       if (data.status === 'succeeded') return;
       if (data.status === 'failed') {
         // The API restored the last good file but its view keeps the failed change: distrust it until repaired.
-        this.untrusted = true;
+        this.unloaded = `reload ${id} failed`;
         throw new ReloadFailedError(
           `HAProxy could not load the change and keeps running its previous configuration (reload ${id}): ${haproxyMessage(data.response ?? '')}`,
         );
       }
       if (Date.now() > deadline) {
-        this.untrusted = true;
+        this.unloaded = `reload ${id} did not finish`;
         throw new Error(`reload ${id} had not finished after ${this.o.reloadTimeoutMs} ms`);
       }
       await new Promise((r) => setTimeout(r, RELOAD_POLL_MS));
@@ -342,23 +349,65 @@ export class DataplaneProvider implements Provider {
   }
 
   /**
-   * Brings the API's view back to the file on disk, which after a failed reload is the last one HAProxy
-   * loaded: the raw file is read and pushed back unchanged, without a reload.
+   * The pid of HAProxy's worker, which changes with every reload; undefined when the runtime API does not
+   * answer (it does not while a reload swaps workers, nor without a runtime socket: then nothing is verified).
    */
-  private async repairView(signal: AbortSignal): Promise<void> {
+  private async workerPid(signal?: AbortSignal): Promise<number | undefined> {
+    try {
+      const { data } = await this.client.GET('/services/haproxy/runtime/info', signal ? { signal } : {});
+      return typeof data.info?.pid === 'number' ? data.info.pid : undefined;
+    } catch (err) {
+      if (err instanceof DataplaneUnreachableError || signal?.aborted) throw err;
+      return undefined;
+    }
+  }
+
+  /**
+   * A reload that the API reports done has taken effect once HAProxy runs new workers. With HAProxy >= 2.7 the
+   * API reloads through the master socket and knows; with a reload command that only signals HAProxy (2.6)
+   * it does not, and a reload that fails (a port held by another process) would pass for a success.
+   */
+  private async awaitNewWorkers(before: number | undefined, counter: { requests: number }): Promise<void> {
+    if (before === undefined) return;
+    const deadline = Date.now() + this.o.reloadTimeoutMs;
+    for (;;) {
+      counter.requests++;
+      const now = await this.workerPid();
+      if (now !== undefined && now !== before) return;
+      if (Date.now() > deadline) {
+        this.unloaded = 'HAProxy did not start new workers after a reload';
+        throw new ReloadFailedError(
+          `HAProxy did not load the change within ${this.o.reloadTimeoutMs} ms and keeps running its previous configuration: the Data Plane API reported the reload done, but no new HAProxy worker started (with a reload command that only signals HAProxy, as on HAProxy 2.6, the API cannot see why; HAProxy's own log says)`,
+        );
+      }
+      await new Promise((r) => setTimeout(r, RELOAD_POLL_MS));
+    }
+  }
+
+  /**
+   * After a reload that failed or never took effect, asks the API to load the file on disk again (pushed back
+   * unchanged, with `force_reload`): after a failed 3.0 reload that is the last good file, which also puts the
+   * API's view back in line; on 2.6 it is the file with the change, which loads once the cause is gone.
+   * Throws ReloadFailedError while HAProxy still cannot load it.
+   */
+  private async reloadFromDisk(signal: AbortSignal): Promise<void> {
+    const counter = { requests: 0 };
     const raw = await this.client.GET('/services/haproxy/configuration/raw', { signal });
     const { data: version } = await this.client.GET('/services/haproxy/configuration/version', { signal });
+    const pidBefore = await this.workerPid(signal);
     await this.client.POST('/services/haproxy/configuration/raw', {
-      params: { query: { version, skip_reload: true } },
+      params: { query: { version, force_reload: true } },
       body: raw.data,
-      signal,
+      timeoutMs: this.o.reloadTimeoutMs + this.o.timeoutMs,
     });
-    this.untrusted = false;
+    await this.awaitNewWorkers(pidBefore, counter);
+    this.o.logger.info(
+      { was: this.unloaded },
+      'HAProxy loaded the configuration on disk after a failed reload',
+    );
+    this.unloaded = undefined;
     this.snapshot = undefined;
     this.state = undefined;
-    this.o.logger.warn(
-      'the Data Plane API view was reset to the configuration HAProxy runs after a failed reload',
-    );
   }
 
   private async dropTransaction(id: string, why: string): Promise<void> {
