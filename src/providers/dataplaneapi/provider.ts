@@ -448,6 +448,9 @@ export class DataplaneProvider implements Provider {
         );
       case 400:
         if (/reload failed/i.test(err.apiMessage)) {
+          // Seen on v3.4.0: after a failed `force_reload` commit that changed an existing frontend, the API's
+          // view kept the change (the shared notes saw it restored for a new one): distrust it either way.
+          this.unloaded = 'a force_reload commit failed';
           return new ReloadFailedError(
             `HAProxy could not load the change and keeps running its previous configuration: ${haproxyMessage(err.apiMessage)}`,
           );
