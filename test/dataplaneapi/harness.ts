@@ -21,6 +21,7 @@ import {
 import type { HaproxyVersion } from '../support/haproxy-testbed.js';
 import { freeLoopbackPort } from '../support/ports.js';
 import { type NamedTlsServer, startNamedTlsServer } from '../support/tls.js';
+import { waitFor } from '../support/wait.js';
 
 export const source: DataplaneSource | undefined = dataplaneSource();
 
@@ -146,8 +147,11 @@ export async function resetToForeign(tb: DataplaneTestbed): Promise<void> {
     await api.delete(`/services/haproxy/configuration/frontends/${x.name}?transaction_id=${tx.id}`);
   for (const x of b)
     await api.delete(`/services/haproxy/configuration/backends/${x.name}?transaction_id=${tx.id}`);
+  const loads = tb.loadCount();
   const done = await api.put(`/services/haproxy/transactions/${tx.id}?force_reload=true`);
   if (done.status >= 300) throw new Error(`reset failed: ${done.status} ${JSON.stringify(done.data)}`);
+  // 2.6 reloads by signal, after the API has answered: wait until HAProxy has loaded the reset.
+  await waitFor(() => tb.loadCount() > loads, 10_000, 'HAProxy to load the reset configuration');
 }
 
 /** The text of each top-level section of a haproxy.cfg, keyed by its header line's first two words. */

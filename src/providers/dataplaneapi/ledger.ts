@@ -12,7 +12,7 @@ export class TransactionLedger {
 
   constructor(
     private readonly file: string | undefined,
-    /** The API the ids belong to: a ledger written for another URL is not acted on. */
+    /** The API the ids were opened on, for whoever reads the file (an id unknown to the API is just gone). */
     private readonly api: string,
   ) {}
 
@@ -40,8 +40,8 @@ export class TransactionLedger {
       return;
     }
     try {
-      const parsed = JSON.parse(await readFile(this.file, 'utf8')) as { api?: unknown; open?: unknown };
-      if (parsed.api === this.api && Array.isArray(parsed.open))
+      const parsed = JSON.parse(await readFile(this.file, 'utf8')) as { open?: unknown };
+      if (Array.isArray(parsed.open))
         for (const id of parsed.open)
           if (typeof id === 'string' && /^[A-Za-z0-9-]{1,64}$/.test(id)) this.ids.add(id);
     } catch (err) {
