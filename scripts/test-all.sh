@@ -48,5 +48,5 @@ node -e '
   }
   console.log(`tests: ${passed} passed, ${failed} failed`);
 ' "$results/unit.json" "$results/kubernetes.json" "$results/integration-3.0.json" "$results/integration-2.6.json" \
-  "${dpapi_results[@]}"
+  ${dpapi_results[@]+"${dpapi_results[@]}"}
 exit $status
