@@ -159,6 +159,7 @@ describe.skipIf(!hasShared)(
         'GET /services/haproxy/configuration/version',
       ]);
       // Unchanged version: only the version is asked for.
+      await provider.readState(signal());
       fake.requests.length = 0;
       await provider.readState(signal());
       expect(fake.requests).toEqual(['GET /services/haproxy/configuration/version']);
