@@ -101,8 +101,11 @@ export class DataplaneProvider implements Provider {
     this.ledger = new TransactionLedger(o.ledgerFile, this.client.url);
   }
 
-  /** Checks the API once it answers: capabilities, transactions a crashed run left open, an untrusted view. */
-  async ready(signal: AbortSignal): Promise<void> {
+  /**
+   * Checks the API once it answers: capabilities, transactions a crashed run left open, and (not for a
+   * readiness probe, which must not reload HAProxy) a view left untrusted by a failed reload.
+   */
+  async ready(signal: AbortSignal, repair = true): Promise<void> {
     try {
       if (!this.capable) {
         const spec = await this.client.GET('/specification_openapiv3', { signal });
@@ -119,14 +122,14 @@ export class DataplaneProvider implements Provider {
           await this.dropTransaction(id, 'left open by an earlier run');
         this.leftoversDropped = true;
       }
-      if (this.unloaded !== undefined) await this.reloadFromDisk(signal);
+      if (repair && this.unloaded !== undefined) await this.reloadFromDisk(signal);
     } catch (err) {
       throw this.translate(err);
     }
   }
 
   async ping(signal: AbortSignal): Promise<ProviderInfo> {
-    await this.ready(signal);
+    await this.ready(signal, false);
     try {
       await this.client.GET('/services/haproxy/configuration/version', { signal });
       if (this.apiVersion === undefined) {
