@@ -33,6 +33,21 @@ export default defineConfig({
           },
         },
       },
+      {
+        test: {
+          name: 'dataplaneapi',
+          include: ['test/dataplaneapi/**/*.test.ts'],
+          globalSetup: ['test/global-setup.ts'],
+          // One HAProxy + Data Plane API at a time on two shared cores.
+          fileParallelism: false,
+          testTimeout: 120_000,
+          hookTimeout: 180_000,
+          env: {
+            TESTCONTAINERS_RYUK_DISABLED: 'true',
+            TESTCONTAINERS_HOST_OVERRIDE: 'localhost',
+          },
+        },
+      },
     ],
   },
 });

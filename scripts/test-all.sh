@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every check and test: type check, lint, unit tests, the Kubernetes suite against a real
 # kube-apiserver + etcd on loopback, and the integration suite against a real HAProxy 3.0 and then 2.6
-# (each in a local container with host networking). Prints one closing line "tests: N passed, N failed".
+# (each in a local container with host networking), then, when a Data Plane API is given, the dataplaneapi
+# suite on 3.0 and 2.6. Prints one closing line "tests: N passed, N failed".
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
@@ -23,6 +24,20 @@ for v in 3.0 2.6; do
     --reporter=default --reporter=json --outputFile="$results/integration-$v.json" || status=1
 done
 
+# The Data Plane API suite runs when one is given (a binary layered onto the test bed, or an image that
+# bundles it); no registry serves it, so without either it is skipped and says so.
+dpapi_results=()
+if [ -n "${KUBEBYON_TEST_DATAPLANEAPI_BIN:-}${KUBEBYON_TEST_DATAPLANEAPI_IMAGE:-}" ]; then
+  for v in 3.0 2.6; do
+    echo "== dataplaneapi suite against HAProxy $v"
+    KUBEBYON_TEST_HAPROXY_VERSION=$v npx vitest run --project dataplaneapi \
+      --reporter=default --reporter=json --outputFile="$results/dataplaneapi-$v.json" || status=1
+    dpapi_results+=("$results/dataplaneapi-$v.json")
+  done
+else
+  echo "dataplaneapi suite skipped: set KUBEBYON_TEST_DATAPLANEAPI_BIN (a dataplaneapi binary) or KUBEBYON_TEST_DATAPLANEAPI_IMAGE"
+fi
+
 node -e '
   const fs = require("fs");
   let passed = 0, failed = 0;
@@ -32,5 +47,6 @@ node -e '
     passed += r.numPassedTests; failed += r.numFailedTests + (r.success ? 0 : r.numFailedTestSuites);
   }
   console.log(`tests: ${passed} passed, ${failed} failed`);
-' "$results/unit.json" "$results/kubernetes.json" "$results/integration-3.0.json" "$results/integration-2.6.json"
+' "$results/unit.json" "$results/kubernetes.json" "$results/integration-3.0.json" "$results/integration-2.6.json" \
+  ${dpapi_results[@]+"${dpapi_results[@]}"}
 exit $status

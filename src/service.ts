@@ -1,4 +1,5 @@
 import type { Server } from 'node:http';
+import { dirname } from 'node:path';
 import type { Express } from 'express';
 import pino, { type Logger } from 'pino';
 import { type Config, renderOptionsOf } from './config/env.js';
@@ -146,7 +147,8 @@ export async function startService(config: Config, deps: ServiceDeps = {}): Prom
   const logger = deps.logger ?? createLogger(config);
   const metrics = createMetrics();
   const store = await ClusterStore.open(config.stateFile);
-  const provider = deps.provider ?? (await createProvider(config.provider, { logger }));
+  const provider =
+    deps.provider ?? (await createProvider(config.provider, { logger, stateDir: dirname(config.stateFile) }));
   let reconciler: Reconciler | undefined;
   const { topology, kube } = buildTopology(
     config,

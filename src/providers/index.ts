@@ -4,6 +4,8 @@ import type { Provider } from './provider.js';
 
 export interface ProviderDeps {
   logger: Logger;
+  /** A directory the provider may keep small files in (the state file's): e.g. the open-transaction ledger. */
+  stateDir?: string;
 }
 
 /** The provider a configuration names; each lives in its own folder and is loaded only when chosen. */

@@ -1,11 +1,41 @@
+import { join } from 'node:path';
 import type { DataplaneConfig } from '../../config/env.js';
 import type { ProviderDeps } from '../index.js';
-import type { Provider } from '../provider.js';
+import { errorText, type Provider } from '../provider.js';
+import { DataplaneProvider, MissingCapabilityError } from './provider.js';
 
-// Placeholder until the provider lands: refuses to start with a clear reason.
+export { DataplaneProvider, MissingCapabilityError } from './provider.js';
+
+/** The file, beside the state file, that lists the transactions this service has open. */
+export const LEDGER_FILE = 'dataplaneapi-transactions.json';
+
+/**
+ * The Data Plane API provider. Refuses to start against an API that lacks what the service needs (metadata
+ * for ownership tags, v3.2+). An API that cannot be reached yet, or refuses the credentials, does not stop
+ * the start: webhooks are still accepted, readiness says why, and the loop converges once the API answers.
+ */
 export async function createDataplaneProvider(
-  _config: DataplaneConfig,
-  _deps: ProviderDeps,
+  config: DataplaneConfig,
+  deps: ProviderDeps,
 ): Promise<Provider> {
-  throw new Error('the dataplaneapi provider is not built yet');
+  const provider = new DataplaneProvider({
+    url: config.url,
+    username: config.username,
+    password: config.password,
+    timeoutMs: config.timeoutMs,
+    reloadTimeoutMs: config.reloadTimeoutMs,
+    runtimeMaxServers: config.runtimeMaxServers,
+    ...(deps.stateDir !== undefined ? { ledgerFile: join(deps.stateDir, LEDGER_FILE) } : {}),
+    logger: deps.logger,
+  });
+  try {
+    await provider.ready(AbortSignal.timeout(config.timeoutMs));
+  } catch (err) {
+    if (err instanceof MissingCapabilityError) {
+      await provider.close();
+      throw err;
+    }
+    deps.logger.warn({ err: errorText(err), url: config.url }, 'the Data Plane API is not usable yet');
+  }
+  return provider;
 }

@@ -1,0 +1,57 @@
+import { readFile } from 'node:fs/promises';
+import { writeFileAtomic } from '../../store/atomic-file.js';
+
+/**
+ * The ids of the transactions this service has open, on disk, so that a crash (kill -9) between opening one
+ * and committing or dropping it cannot leak it past the next start: the API never expires open transactions,
+ * and 20 leaked ones block every writer (429). Without a file it only remembers in memory.
+ */
+export class TransactionLedger {
+  private ids = new Set<string>();
+  private loaded = false;
+
+  constructor(
+    private readonly file: string | undefined,
+    /** The API the ids were opened on, for whoever reads the file (an id unknown to the API is just gone). */
+    private readonly api: string,
+  ) {}
+
+  /** Ids left by an earlier run against the same API. */
+  async leftovers(): Promise<string[]> {
+    await this.load();
+    return [...this.ids];
+  }
+
+  async add(id: string): Promise<void> {
+    await this.load();
+    this.ids.add(id);
+    await this.save();
+  }
+
+  async remove(id: string): Promise<void> {
+    await this.load();
+    if (!this.ids.delete(id)) return;
+    await this.save();
+  }
+
+  private async load(): Promise<void> {
+    if (this.loaded || !this.file) {
+      this.loaded = true;
+      return;
+    }
+    try {
+      const parsed = JSON.parse(await readFile(this.file, 'utf8')) as { open?: unknown };
+      if (Array.isArray(parsed.open))
+        for (const id of parsed.open)
+          if (typeof id === 'string' && /^[A-Za-z0-9-]{1,64}$/.test(id)) this.ids.add(id);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+    }
+    this.loaded = true;
+  }
+
+  private async save(): Promise<void> {
+    if (!this.file) return;
+    await writeFileAtomic(this.file, `${JSON.stringify({ api: this.api, open: [...this.ids] })}\n`);
+  }
+}

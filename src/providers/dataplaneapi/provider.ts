@@ -1,0 +1,475 @@
+import type { Logger } from 'pino';
+import type { RawState } from '../../haproxy/model.js';
+import type { Plan } from '../../plan/plan.js';
+import {
+  type ApplyReport,
+  ConcurrentChangeError,
+  type Provider,
+  type ProviderInfo,
+  ReloadFailedError,
+  TerminalError,
+} from '../provider.js';
+import { missingCapabilities } from './capability.js';
+import {
+  createClient,
+  type DataplaneClient,
+  DataplaneHttpError,
+  DataplaneUnreachableError,
+  versionOf,
+} from './client.js';
+import { TransactionLedger } from './ledger.js';
+import { readState, type Snapshot } from './mapping.js';
+import { planWrites, type ServerUpdate, type Write } from './writes.js';
+
+export interface DataplaneProviderOptions {
+  /** The API's root, e.g. `http://127.0.0.1:5555` (`/v3` is added). */
+  url: string;
+  username: string;
+  password: string;
+  /** Longest one request may take. */
+  timeoutMs: number;
+  /** Longest a reload may take (a `force_reload` commit, or following a `Reload-Id`). */
+  reloadTimeoutMs: number;
+  /** Most server address/port changes applied one by one without a reload; more go into one transaction. */
+  runtimeMaxServers: number;
+  /**
+   * `force_reload` (default): the commit reloads HAProxy before it answers, and a failed reload answers 400
+   * with the API's view restored. `follow`: commit into the API's reload batching and follow the `Reload-Id`.
+   */
+  commit?: 'force_reload' | 'follow';
+  /** Where the ids of open transactions are kept across a crash; in memory only when absent. */
+  ledgerFile?: string;
+  logger: Logger;
+}
+
+/** The API lacks something this service needs (e.g. `metadata`, v3.2+): retrying cannot help. */
+export class MissingCapabilityError extends TerminalError {
+  override name = 'MissingCapabilityError';
+}
+
+/** More transactions are open than the API allows (429): transient, retried with backoff. */
+export class TooManyTransactionsError extends Error {
+  override readonly name = 'TooManyTransactionsError';
+}
+
+const RELOAD_POLL_MS = 200;
+const CLEANUP_TIMEOUT_MS = 10_000;
+const READ_ATTEMPTS = 3;
+
+/** HAProxy's own words from a reload's output: its ALERT lines, else its last lines. */
+export function haproxyMessage(output: string): string {
+  const lines = output
+    .split(/\\n|\n/)
+    .map((l) => l.trim())
+    .filter(Boolean);
+  const alerts = lines
+    .filter((l) => l.includes('[ALERT]'))
+    .map((l) => l.replace(/^.*?\[ALERT\]\s*(\(\d+\)\s*)?:\s*/, ''));
+  const picked = alerts.length > 0 ? alerts : lines.slice(-3);
+  return picked.join('; ').slice(0, 2000);
+}
+
+/**
+ * The default provider: HAProxy's Data Plane API v3 (metadata needs v3.2+). Reads are two `full_section`
+ * lists (frontends, backends), skipped while the configuration version has not moved; a plan is applied as
+ * one transaction committed with one reload, or, when it only moves server endpoints, through the runtime
+ * path without a reload. See `writes.ts` for how operations become requests.
+ */
+export class DataplaneProvider implements Provider {
+  readonly name = 'dataplaneapi';
+  private readonly client: DataplaneClient;
+  private readonly ledger: TransactionLedger;
+  private snapshot: Snapshot | undefined;
+  private state: RawState | undefined;
+  private capable = false;
+  private leftoversDropped = false;
+  /**
+   * Why the API's view is not what HAProxy runs, when a reload failed or never took effect: the view (and,
+   * on HAProxy < 2.7, the file) holds a change HAProxy did not load. Until a reload succeeds the state read
+   * is not trusted, so no pass can report the change applied.
+   */
+  private unloaded: string | undefined;
+  private apiVersion: string | undefined;
+
+  constructor(private readonly o: DataplaneProviderOptions) {
+    this.client = createClient({
+      url: o.url,
+      username: o.username,
+      password: o.password,
+      timeoutMs: o.timeoutMs,
+    });
+    this.ledger = new TransactionLedger(o.ledgerFile, this.client.url);
+  }
+
+  /**
+   * Checks the API once it answers: capabilities, transactions a crashed run left open, and (not for a
+   * readiness probe, which must not reload HAProxy) a view left untrusted by a failed reload.
+   */
+  async ready(signal: AbortSignal, repair = true): Promise<void> {
+    try {
+      if (!this.capable) {
+        const spec = await this.client.GET('/specification_openapiv3', { signal });
+        const missing = missingCapabilities(spec.data);
+        if (missing.length > 0) {
+          throw new MissingCapabilityError(
+            `the Data Plane API at ${this.client.url} lacks what this service needs: ${missing.join('; ')}`,
+          );
+        }
+        this.capable = true;
+      }
+      if (!this.leftoversDropped) {
+        for (const id of await this.ledger.leftovers())
+          await this.dropTransaction(id, 'left open by an earlier run');
+        this.leftoversDropped = true;
+      }
+      if (repair && this.unloaded !== undefined) await this.reloadFromDisk(signal);
+    } catch (err) {
+      throw this.translate(err);
+    }
+  }
+
+  async ping(signal: AbortSignal): Promise<ProviderInfo> {
+    await this.ready(signal, false);
+    try {
+      await this.client.GET('/services/haproxy/configuration/version', { signal });
+      if (this.apiVersion === undefined) {
+        const info = await this.client.GET('/info', { signal });
+        this.apiVersion = info.data.api?.version ?? 'unknown';
+      }
+      const health = await this.client.GET('/health', { signal });
+      if (health.data.haproxy === 'down')
+        throw new Error(`the Data Plane API at ${this.client.url} answers, but reports HAProxy down`);
+    } catch (err) {
+      throw this.translate(err);
+    }
+    return { version: `Data Plane API ${this.apiVersion}`, endpoint: this.client.url };
+  }
+
+  async readState(signal: AbortSignal): Promise<RawState> {
+    await this.ready(signal);
+    try {
+      const snapshot = await this.read(signal);
+      return structuredClone(this.state ?? readState(snapshot));
+    } catch (err) {
+      throw this.translate(err);
+    }
+  }
+
+  /** The configuration as of now: the cached read while the version has not moved, else the two lists. */
+  private async read(signal: AbortSignal): Promise<Snapshot> {
+    for (let attempt = 1; ; attempt++) {
+      const { data: version } = await this.client.GET('/services/haproxy/configuration/version', { signal });
+      if (this.snapshot && this.snapshot.version === version) return this.snapshot;
+      const query = { query: { full_section: true } };
+      const [frontends, backends] = await Promise.all([
+        this.client.GET('/services/haproxy/configuration/frontends', { params: query, signal }),
+        this.client.GET('/services/haproxy/configuration/backends', { params: query, signal }),
+      ]);
+      const vf = versionOf(frontends.headers);
+      const vb = versionOf(backends.headers);
+      // Both lists must come from one version, or the state read would be a mix of two configurations.
+      if (vf !== undefined && vf === vb) {
+        this.snapshot = { version: vf, frontends: frontends.data, backends: backends.data };
+        this.state = readState(this.snapshot);
+        return this.snapshot;
+      }
+      if (attempt >= READ_ATTEMPTS)
+        throw new ConcurrentChangeError('the configuration kept changing while it was read');
+    }
+  }
+
+  async apply(plan: Plan, signal: AbortSignal): Promise<ApplyReport> {
+    signal.throwIfAborted();
+    if (plan.operations.length === 0) return { reload: 'none', requests: 0 };
+    await this.ready(signal);
+    const counter = { requests: 0 };
+    try {
+      // The plan was made from the last read; without one (or after a change), read first.
+      const snapshot = this.snapshot ?? (await this.read(signal));
+      const work = planWrites(plan, snapshot, { runtimeMaxServers: this.o.runtimeMaxServers });
+      signal.throwIfAborted();
+      if (work.kind === 'none') return { reload: 'none', requests: 0 };
+      const reload =
+        work.kind === 'runtime'
+          ? await this.applyRuntime(work.updates, snapshot.version, signal, counter)
+          : await this.applyTransaction(work.writes, snapshot.version, signal, counter);
+      return { reload, requests: counter.requests };
+    } catch (err) {
+      throw this.translate(err);
+    } finally {
+      // Whatever happened, what was read before no longer tells what is there.
+      this.snapshot = undefined;
+      this.state = undefined;
+    }
+  }
+
+  /** Server address/port changes, each applied by the API through HAProxy's runtime API: no reload. */
+  private async applyRuntime(
+    updates: ServerUpdate[],
+    version: number,
+    signal: AbortSignal,
+    counter: { requests: number },
+  ): Promise<ApplyReport['reload']> {
+    let reloaded = false;
+    let current = version;
+    for (const u of updates) {
+      signal.throwIfAborted();
+      counter.requests++;
+      const res = await this.client.PUT(
+        '/services/haproxy/configuration/backends/{parent_name}/servers/{name}',
+        {
+          params: { path: { parent_name: u.backend, name: u.server }, query: { version: current } },
+          body: u.body,
+          signal,
+        },
+      );
+      current = versionOf(res.headers) ?? current + 1;
+      if (res.status === 202) {
+        // The API could not apply it at runtime and asked for a reload.
+        reloaded = true;
+        await this.followReload(res.headers['reload-id'], counter);
+      }
+    }
+    return reloaded ? 'succeeded' : 'none';
+  }
+
+  private async applyTransaction(
+    writes: Write[],
+    version: number,
+    signal: AbortSignal,
+    counter: { requests: number },
+  ): Promise<ApplyReport['reload']> {
+    counter.requests++;
+    const opened = await this.client.POST('/services/haproxy/transactions', {
+      params: { query: { version } },
+      signal,
+    });
+    const id = opened.data.id;
+    if (!id) throw new Error('the Data Plane API opened a transaction without an id');
+    let open = true;
+    try {
+      await this.ledger.add(id);
+      counter.requests++;
+      const pidBefore = await this.workerPid(signal);
+      for (const w of writes) {
+        signal.throwIfAborted();
+        counter.requests++;
+        await this.write(w, id, signal);
+      }
+      signal.throwIfAborted();
+      counter.requests++;
+      // Past this point the change is HAProxy's: the commit is not cut short by the signal.
+      const force = (this.o.commit ?? 'force_reload') === 'force_reload';
+      const committed = await this.client.PUT('/services/haproxy/transactions/{id}', {
+        params: { path: { id }, query: force ? { force_reload: true } : {} },
+        timeoutMs: this.o.reloadTimeoutMs + this.o.timeoutMs,
+      });
+      open = false;
+      await this.ledger.remove(id);
+      if (committed.status === 202) await this.followReload(committed.headers['reload-id'], counter);
+      await this.awaitNewWorkers(pidBefore, counter);
+      return 'succeeded';
+    } finally {
+      if (open) await this.dropTransaction(id, 'the apply did not complete');
+    }
+  }
+
+  private async write(w: Write, transaction_id: string, signal: AbortSignal): Promise<void> {
+    const c = this.client;
+    const tx = { transaction_id };
+    switch (w.kind) {
+      case 'create_backend':
+        await c.POST('/services/haproxy/configuration/backends', {
+          params: { query: { ...tx, full_section: true } },
+          body: w.body,
+          signal,
+        });
+        return;
+      case 'replace_backend':
+        await c.PUT('/services/haproxy/configuration/backends/{name}', {
+          params: { path: { name: w.name }, query: { ...tx, full_section: true } },
+          body: w.body,
+          signal,
+        });
+        return;
+      case 'delete_backend':
+        await c.DELETE('/services/haproxy/configuration/backends/{name}', {
+          params: { path: { name: w.name }, query: tx },
+          signal,
+        });
+        return;
+      case 'create_frontend':
+        await c.POST('/services/haproxy/configuration/frontends', {
+          params: { query: { ...tx, full_section: true } },
+          body: w.body,
+          signal,
+        });
+        return;
+      case 'replace_frontend':
+        await c.PUT('/services/haproxy/configuration/frontends/{name}', {
+          params: { path: { name: w.name }, query: { ...tx, full_section: true } },
+          body: w.body,
+          signal,
+        });
+        return;
+      case 'replace_rules':
+        await c.PUT('/services/haproxy/configuration/frontends/{parent_name}/backend_switching_rules', {
+          params: { path: { parent_name: w.frontend }, query: tx },
+          body: w.body,
+          signal,
+        });
+        return;
+      case 'delete_frontend':
+        await c.DELETE('/services/haproxy/configuration/frontends/{name}', {
+          params: { path: { name: w.name }, query: tx },
+          signal,
+        });
+        return;
+    }
+  }
+
+  /** Follows a `Reload-Id` until HAProxy has loaded the change or refused it. */
+  private async followReload(id: string | undefined, counter: { requests: number }): Promise<void> {
+    if (!id) throw new Error('the Data Plane API asked for a reload without a Reload-Id');
+    const deadline = Date.now() + this.o.reloadTimeoutMs;
+    for (;;) {
+      counter.requests++;
+      const { data } = await this.client.GET('/services/haproxy/reloads/{id}', { params: { path: { id } } });
+      if (data.status === 'succeeded') return;
+      if (data.status === 'failed') {
+        // The API restored the last good file but its view keeps the failed change: distrust it until repaired.
+        this.unloaded = `reload ${id} failed`;
+        throw new ReloadFailedError(
+          `HAProxy could not load the change and keeps running its previous configuration (reload ${id}): ${haproxyMessage(data.response ?? '')}`,
+        );
+      }
+      if (Date.now() > deadline) {
+        this.unloaded = `reload ${id} did not finish`;
+        throw new Error(`reload ${id} had not finished after ${this.o.reloadTimeoutMs} ms`);
+      }
+      await new Promise((r) => setTimeout(r, RELOAD_POLL_MS));
+    }
+  }
+
+  /**
+   * The pid of HAProxy's worker, which changes with every reload; undefined when the runtime API does not
+   * answer (it does not while a reload swaps workers, nor without a runtime socket: then nothing is verified).
+   */
+  private async workerPid(signal?: AbortSignal): Promise<number | undefined> {
+    try {
+      const { data } = await this.client.GET('/services/haproxy/runtime/info', signal ? { signal } : {});
+      return typeof data.info?.pid === 'number' ? data.info.pid : undefined;
+    } catch (err) {
+      if (err instanceof DataplaneUnreachableError || signal?.aborted) throw err;
+      return undefined;
+    }
+  }
+
+  /**
+   * A reload that the API reports done has taken effect once HAProxy runs new workers. With HAProxy >= 2.7 the
+   * API reloads through the master socket and knows; with a reload command that only signals HAProxy (2.6)
+   * it does not, and a reload that fails (a port held by another process) would pass for a success.
+   */
+  private async awaitNewWorkers(before: number | undefined, counter: { requests: number }): Promise<void> {
+    if (before === undefined) return;
+    const deadline = Date.now() + this.o.reloadTimeoutMs;
+    for (;;) {
+      counter.requests++;
+      const now = await this.workerPid();
+      if (now !== undefined && now !== before) return;
+      if (Date.now() > deadline) {
+        this.unloaded = 'HAProxy did not start new workers after a reload';
+        throw new ReloadFailedError(
+          `HAProxy did not load the change within ${this.o.reloadTimeoutMs} ms and keeps running its previous configuration: the Data Plane API reported the reload done, but no new HAProxy worker started (with a reload command that only signals HAProxy, as on HAProxy 2.6, the API cannot see why; HAProxy's own log says)`,
+        );
+      }
+      await new Promise((r) => setTimeout(r, RELOAD_POLL_MS));
+    }
+  }
+
+  /**
+   * After a reload that failed or never took effect, asks the API to load the file on disk again (pushed back
+   * unchanged, with `force_reload`): after a failed 3.0 reload that is the last good file, which also puts the
+   * API's view back in line; on 2.6 it is the file with the change, which loads once the cause is gone.
+   * Throws ReloadFailedError while HAProxy still cannot load it.
+   */
+  private async reloadFromDisk(signal: AbortSignal): Promise<void> {
+    const counter = { requests: 0 };
+    const raw = await this.client.GET('/services/haproxy/configuration/raw', { signal });
+    const { data: version } = await this.client.GET('/services/haproxy/configuration/version', { signal });
+    const pidBefore = await this.workerPid(signal);
+    await this.client.POST('/services/haproxy/configuration/raw', {
+      params: { query: { version, force_reload: true } },
+      body: raw.data,
+      timeoutMs: this.o.reloadTimeoutMs + this.o.timeoutMs,
+    });
+    await this.awaitNewWorkers(pidBefore, counter);
+    this.o.logger.info(
+      { was: this.unloaded },
+      'HAProxy loaded the configuration on disk after a failed reload',
+    );
+    this.unloaded = undefined;
+    this.snapshot = undefined;
+    this.state = undefined;
+  }
+
+  private async dropTransaction(id: string, why: string): Promise<void> {
+    try {
+      await this.client.DELETE('/services/haproxy/transactions/{id}', {
+        params: { path: { id } },
+        signal: AbortSignal.timeout(CLEANUP_TIMEOUT_MS),
+      });
+      await this.ledger.remove(id);
+      this.o.logger.info({ transaction: id, why }, 'dropped our open transaction');
+    } catch (err) {
+      if (err instanceof DataplaneHttpError && err.status === 404) {
+        await this.ledger.remove(id);
+        return;
+      }
+      // Kept in the ledger: the next start tries again.
+      this.o.logger.warn({ transaction: id, err: String(err) }, 'could not drop our open transaction');
+    }
+  }
+
+  /** API answers as the loop's error kinds: terminal, concurrent change, or transient. */
+  private translate(err: unknown): unknown {
+    if (!(err instanceof DataplaneHttpError)) return err;
+    const url = this.client.url;
+    switch (err.status) {
+      case 401:
+      case 403:
+        return new TerminalError(
+          `the Data Plane API at ${url} refused the credentials (${err.status} ${err.apiMessage}): check KUBEBYON_DATAPLANE_USERNAME and KUBEBYON_DATAPLANE_PASSWORD`,
+        );
+      case 404:
+      case 406:
+      case 409:
+        return new ConcurrentChangeError(`the configuration changed meanwhile: ${err.message}`);
+      case 429:
+        return new TooManyTransactionsError(
+          `the Data Plane API has too many open transactions (429): ${err.apiMessage}; retrying with backoff`,
+        );
+      case 400:
+        if (/reload failed/i.test(err.apiMessage)) {
+          // Seen on v3.4.0: after a failed `force_reload` commit that changed an existing frontend, the API's
+          // view kept the change (the shared notes saw it restored for a new one): distrust it either way.
+          this.unloaded = 'a force_reload commit failed';
+          return new ReloadFailedError(
+            `HAProxy could not load the change and keeps running its previous configuration: ${haproxyMessage(err.apiMessage)}`,
+          );
+        }
+        if (/validation error/i.test(err.apiMessage)) {
+          return new TerminalError(`HAProxy refused the configuration: ${haproxyMessage(err.apiMessage)}`);
+        }
+        return new TerminalError(`the Data Plane API refused a request: ${err.message}`);
+      default:
+        return err.status >= 500 ? new Error(err.message) : new TerminalError(err.message);
+    }
+  }
+
+  async close(): Promise<void> {
+    this.client.close();
+  }
+}
+
+export { DataplaneUnreachableError };

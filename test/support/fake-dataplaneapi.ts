@@ -1,0 +1,332 @@
+import { readFileSync } from 'node:fs';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { join } from 'node:path';
+import { findSharedSpec } from '../../scripts/generate-dataplaneapi.js';
+import { OpenApiRequestValidator } from './openapi-validator.js';
+
+/**
+ * A small stand-in for the Data Plane API v3 on 127.0.0.1, for unit tests of the provider: a model of the
+ * behaviour the shared notes record (versions, transactions, outdated commits, full_section, metadata, the
+ * runtime path), every request checked against the API's OpenAPI document, and error answers replayed
+ * verbatim from the recorded exchanges (`exchanges-v3.4.0.json`).
+ */
+export interface Exchange {
+  note: string;
+  request: { method: string; path: string; body: unknown };
+  response: { status: number; headers: Record<string, string>; body: unknown };
+}
+
+type Obj = Record<string, unknown> & { name: string };
+interface Config {
+  frontends: Map<string, Obj>;
+  backends: Map<string, Obj>;
+}
+interface Tx {
+  version: number;
+  status: 'in_progress' | 'success' | 'failed' | 'outdated';
+  config: Config;
+}
+
+export function sharedFile(name: string): string | undefined {
+  const spec = findSharedSpec();
+  return spec ? join(spec, '..', name) : undefined;
+}
+
+export function loadExchanges(): Exchange[] {
+  const file = sharedFile('exchanges-v3.4.0.json');
+  if (!file) throw new Error('no shared exchanges-v3.4.0.json');
+  return JSON.parse(readFileSync(file, 'utf8')) as Exchange[];
+}
+
+export interface Injection {
+  method: string;
+  /** Matched against the path without `/v3` and without the query. */
+  path: RegExp;
+  /** The recorded answer to give instead (once). */
+  answer: Exchange['response'];
+  /** Set to also apply the request before answering (e.g. a commit that succeeds but whose reload fails). */
+  apply?: boolean;
+}
+
+export interface FakeDataplaneApi {
+  url: string;
+  username: string;
+  password: string;
+  /** Every request received, as `METHOD /path?query` (without `/v3`). */
+  requests: string[];
+  /** Requests the OpenAPI document does not allow. */
+  violations: string[];
+  config: Config;
+  version(): number;
+  openTransactions(): string[];
+  inject(injection: Injection): void;
+  /** Objects (raw JSON) to start from: foreign ones, or ours. */
+  reset(config: { frontends?: Obj[]; backends?: Obj[] }): void;
+  /** Runtime server changes (no reload) and reloads so far. */
+  runtimeChanges: number;
+  reloads: number;
+  spec: Record<string, unknown>;
+  close(): Promise<void>;
+}
+
+const clone = <T>(v: T): T => structuredClone(v);
+const copyConfig = (c: Config): Config => ({ frontends: clone(c.frontends), backends: clone(c.backends) });
+
+export async function startFakeDataplaneApi(
+  options: { spec?: Record<string, unknown>; maxOpenTransactions?: number } = {},
+): Promise<FakeDataplaneApi> {
+  const specFile = findSharedSpec();
+  if (!specFile && !options.spec) throw new Error('no shared openapi-v3.4.json');
+  const spec =
+    options.spec ?? (JSON.parse(readFileSync(specFile as string, 'utf8')) as Record<string, unknown>);
+  const validator = new OpenApiRequestValidator(spec as never);
+  const username = 'admin';
+  const password = 'fake-password';
+  let version = 1;
+  let pid = 100;
+  let txCounter = 0;
+  const transactions = new Map<string, Tx>();
+  const injections: Injection[] = [];
+  const fake: FakeDataplaneApi = {
+    url: '',
+    username,
+    password,
+    requests: [],
+    violations: [],
+    config: { frontends: new Map(), backends: new Map() },
+    version: () => version,
+    openTransactions: () => [...transactions].filter(([, t]) => t.status === 'in_progress').map(([id]) => id),
+    inject: (i) => injections.push(i),
+    reset(c) {
+      fake.config = {
+        frontends: new Map((c.frontends ?? []).map((f) => [f.name, clone(f)])),
+        backends: new Map((c.backends ?? []).map((b) => [b.name, clone(b)])),
+      };
+      transactions.clear();
+      version++;
+    },
+    runtimeChanges: 0,
+    reloads: 0,
+    spec,
+    close: async () => {},
+  };
+
+  const send = (res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}) => {
+    const text =
+      body === undefined || body === null ? '' : typeof body === 'string' ? body : JSON.stringify(body);
+    res.writeHead(status, {
+      'Configuration-Version': String(version),
+      ...(typeof body === 'string'
+        ? { 'Content-Type': 'text/plain' }
+        : { 'Content-Type': 'application/json' }),
+      ...headers,
+    });
+    res.end(text);
+  };
+  const error = (res: ServerResponse, status: number, message: string) =>
+    send(res, status, { code: status, message });
+
+  function handle(req: IncomingMessage, res: ServerResponse, rawBody: string): void {
+    const url = new URL(req.url ?? '/', 'http://x');
+    const method = req.method ?? 'GET';
+    const path = url.pathname.replace(/^\/v3/, '');
+    const q = url.searchParams;
+    const requestLine = `${method} ${path}${url.search}`;
+    fake.requests.push(requestLine);
+    const auth = req.headers.authorization ?? '';
+    if (auth !== `Basic ${Buffer.from(`${username}:${password}`).toString('base64')}`) {
+      return send(
+        res,
+        401,
+        { code: 401, message: auth ? 'unauthorized' : 'missing or invalid authorization' },
+        {
+          'Www-Authenticate': 'Basic realm="API"',
+        },
+      );
+    }
+    const isText = String(req.headers['content-type'] ?? '').startsWith('text/plain');
+    const body: unknown = rawBody === '' ? undefined : isText ? rawBody : JSON.parse(rawBody);
+    for (const problem of validator.check({ method, url: `${path}${url.search}`, body }))
+      fake.violations.push(problem);
+
+    const injected = injections.findIndex((i) => i.method === method && i.path.test(path));
+    let replay: Exchange['response'] | undefined;
+    if (injected >= 0) {
+      const [i] = injections.splice(injected, 1);
+      if (i && !i.apply) {
+        return send(res, i.answer.status, i.answer.body, withoutVersion(i.answer.headers));
+      }
+      replay = i?.answer;
+    }
+
+    const txId = q.get('transaction_id');
+    const tx = txId ? transactions.get(txId) : undefined;
+    if (txId && (!tx || tx.status !== 'in_progress')) return error(res, 404, `transaction ${txId} not found`);
+    const target = tx ? tx.config : fake.config;
+    const bumpOutside = () => {
+      if (tx) return;
+      const v = q.get('version');
+      if (v !== null && Number(v) !== version) throw Object.assign(new Error('version'), { status: 409 });
+      version++;
+    };
+    const m = (re: RegExp) => re.exec(path);
+    let match: RegExpExecArray | null;
+    try {
+      if (method === 'GET' && path === '/specification_openapiv3') return send(res, 200, spec);
+      if (method === 'GET' && path === '/info')
+        return send(res, 200, { api: { version: 'v3.4.0 fake' }, system: {} });
+      if (method === 'GET' && path === '/health') return send(res, 200, { haproxy: 'up' });
+      if (method === 'GET' && path === '/services/haproxy/runtime/info')
+        return send(res, 200, { info: { pid } });
+      if (method === 'GET' && path === '/services/haproxy/configuration/version')
+        return send(res, 200, version);
+      if (method === 'GET' && path === '/services/haproxy/configuration/raw')
+        return send(res, 200, `# _version=${version}\n`);
+      if (method === 'POST' && path === '/services/haproxy/configuration/raw') {
+        bumpOutside();
+        if (q.get('skip_reload') !== 'true') {
+          pid++;
+          fake.reloads++;
+        }
+        return send(res, 201, String(body ?? ''));
+      }
+      if (method === 'GET' && (match = m(/^\/services\/haproxy\/configuration\/(frontends|backends)$/))) {
+        return send(res, 200, [...target[match[1] as 'frontends' | 'backends'].values()].map(clone));
+      }
+      if (method === 'POST' && path === '/services/haproxy/transactions') {
+        const v = Number(q.get('version'));
+        if (v !== version)
+          return error(
+            res,
+            409,
+            `version mismatch: version in configuration file is ${version}, given version is ${v}`,
+          );
+        if (fake.openTransactions().length >= (options.maxOpenTransactions ?? 20))
+          return error(
+            res,
+            429,
+            'cannot start a new transaction, reached the maximum amount of 20 active transactions',
+          );
+        const id = `00000000-0000-4000-8000-${String(++txCounter).padStart(12, '0')}`;
+        transactions.set(id, { version, status: 'in_progress', config: copyConfig(fake.config) });
+        return send(res, 201, { _version: version, id, status: 'in_progress' });
+      }
+      if ((match = m(/^\/services\/haproxy\/transactions\/([^/]+)$/))) {
+        const id = match[1] as string;
+        const t = transactions.get(id);
+        if (!t) return error(res, 404, `transaction ${id} not found`);
+        if (method === 'DELETE') {
+          transactions.delete(id);
+          return send(res, 204, undefined);
+        }
+        if (method === 'GET') return send(res, 200, { id, status: t.status });
+        if (method === 'PUT') {
+          if (t.status !== 'in_progress') return error(res, 406, `transaction ${id} is not in progress`);
+          if (t.version !== version) {
+            t.status = 'outdated';
+            return error(res, 406, `transaction ${id} is outdated and cannot be committed`);
+          }
+          fake.config = t.config;
+          t.status = 'success';
+          transactions.delete(id);
+          version++;
+          if (replay) return send(res, replay.status, replay.body, withoutVersion(replay.headers));
+          pid++;
+          fake.reloads++;
+          if (q.get('force_reload') === 'true')
+            return send(res, 200, { _version: t.version, id, status: 'success' });
+          return send(
+            res,
+            202,
+            { _version: t.version, id, status: 'success' },
+            { 'Reload-Id': `2026-12-02-${fake.reloads}` },
+          );
+        }
+      }
+      if (method === 'GET' && (match = m(/^\/services\/haproxy\/reloads\/(.+)$/))) {
+        if (replay) return send(res, replay.status, replay.body);
+        return send(res, 200, { id: match[1], status: 'succeeded', response: '' });
+      }
+      if ((match = m(/^\/services\/haproxy\/configuration\/(frontends|backends)(?:\/([^/]+))?$/))) {
+        const kind = match[1] as 'frontends' | 'backends';
+        const name = match[2];
+        const items = target[kind];
+        if (method === 'POST' && !name) {
+          const o = body as Obj;
+          if (items.has(o.name))
+            return error(res, 409, `object already exists: ${kind.slice(0, -1)} ${o.name} already exists`);
+          bumpOutside();
+          items.set(o.name, clone(o));
+          return send(res, tx ? 202 : 201, o);
+        }
+        if (!name || !items.has(name)) return error(res, 404, `missing object: ${name} does not exist`);
+        if (method === 'GET') return send(res, 200, clone(items.get(name)));
+        if (method === 'PUT') {
+          bumpOutside();
+          items.set(name, clone(body as Obj));
+          return send(res, tx ? 202 : 200, body);
+        }
+        if (method === 'DELETE') {
+          bumpOutside();
+          items.delete(name);
+          return send(res, tx ? 202 : 204, undefined);
+        }
+      }
+      if (
+        method === 'PUT' &&
+        (match = m(/^\/services\/haproxy\/configuration\/frontends\/([^/]+)\/backend_switching_rules$/))
+      ) {
+        const f = target.frontends.get(match[1] as string);
+        if (!f) return error(res, 404, 'missing object: frontend');
+        bumpOutside();
+        f.backend_switching_rule_list = clone(body);
+        return send(res, tx ? 202 : 200, body);
+      }
+      if (
+        method === 'PUT' &&
+        (match = m(/^\/services\/haproxy\/configuration\/backends\/([^/]+)\/servers\/([^/]+)$/))
+      ) {
+        const b = target.backends.get(match[1] as string);
+        const servers = (b?.servers ?? {}) as Record<string, Obj>;
+        const key = Object.keys(servers).find((k) => servers[k]?.name === match?.[2]);
+        if (!b || !key) return error(res, 404, 'missing object: server');
+        bumpOutside();
+        servers[key] = clone(body as Obj);
+        if (tx) return send(res, 202, body);
+        fake.runtimeChanges++;
+        return send(res, 200, body);
+      }
+      return error(res, 404, `the fake does not serve ${method} ${path}`);
+    } catch (err) {
+      const status = (err as { status?: number }).status;
+      if (status === 409)
+        return error(res, 409, `version mismatch: version in configuration file is ${version}`);
+      return error(res, 500, String(err));
+    }
+  }
+
+  const server: Server = createServer((req, res) => {
+    let raw = '';
+    req.setEncoding('utf8');
+    req.on('data', (c: string) => {
+      raw += c;
+    });
+    req.on('end', () => handle(req, res, raw));
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));
+  const address = server.address();
+  if (address === null || typeof address === 'string') throw new Error('no port');
+  fake.url = `http://127.0.0.1:${address.port}`;
+  fake.close = () =>
+    new Promise((resolve) => {
+      server.closeAllConnections();
+      server.close(() => resolve());
+    });
+  return fake;
+}
+
+// A replayed answer carries the recorded Configuration-Version; the fake's own is the one that matters.
+function withoutVersion(headers: Record<string, string>): Record<string, string> {
+  const { 'Configuration-Version': _v, ...rest } = headers;
+  return rest;
+}
