@@ -7,7 +7,7 @@ import { testKeyPair } from './tls.js';
  * Kubernetes-style version document that carries its own identity, so a client can tell which server it reached.
  */
 export interface VersionServer {
-  identity: string;
+  identity: string | ((servername: string) => string);
   address: string;
   port: number;
   /** SNI values seen: HAProxy passes the ClientHello through untouched. */
@@ -16,7 +16,8 @@ export interface VersionServer {
 }
 
 export async function startVersionServer(
-  identity: string,
+  /** What `/version` says; a function of the SNI lets one server stand in for many clusters. */
+  identity: string | ((servername: string) => string),
   options: { address?: string; port?: number } = {},
 ): Promise<VersionServer> {
   const address = options.address ?? '127.0.0.1';
@@ -24,8 +25,16 @@ export async function startVersionServer(
   const server: Server = createServer(testKeyPair(), (req, res) => {
     if (req.method === 'GET' && req.url === '/version') {
       res.writeHead(200, { 'content-type': 'application/json' });
+      const servername = (req.socket as unknown as { servername?: string }).servername ?? '';
+      const who = typeof identity === 'function' ? identity(servername) : identity;
       res.end(
-        JSON.stringify({ major: '1', minor: '31', gitVersion: 'v1.31.0', platform: 'linux/amd64', identity }),
+        JSON.stringify({
+          major: '1',
+          minor: '31',
+          gitVersion: 'v1.31.0',
+          platform: 'linux/amd64',
+          identity: who,
+        }),
       );
       return;
     }
