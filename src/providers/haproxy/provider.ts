@@ -39,6 +39,7 @@ import {
 /** The owned file is configuration, not a secret: HAProxy (possibly another user) must read it. */
 const OWNED_FILE_MODE = 0o644;
 const CHECK_OUTPUT_LIMIT = 16 * 1024 * 1024;
+const CONFIRM_MS = 10_000;
 
 export interface StockHaproxyDeps {
   logger: Logger;
@@ -419,14 +420,18 @@ export class StockHaproxyProvider implements Provider {
       throw new ReloadFailedError(`HAProxy refused the new configuration and keeps the previous one: ${why}`);
     }
     if (frontend === null || generation === null) return;
+    // The master says the reload worked: its new worker answers within moments, running the new file.
+    const confirmBy = Math.min(deadline, Date.now() + CONFIRM_MS);
     for (;;) {
       const running = await this.cli
-        .sendRetrying('@1 show stat -1 1 -1', bounded, deadline)
+        .sendRetrying('@1 show stat -1 1 -1', bounded, confirmBy)
         .then(parseShowStat)
         .catch(() => []);
       if (running.find((p) => p.name === frontend)?.id === generation) return;
-      if (Date.now() > deadline)
-        throw new Error('HAProxy reloaded but its current worker does not run the new file');
+      if (Date.now() > confirmBy)
+        throw new TerminalError(
+          `HAProxy reloaded but does not run the owned file: is it started with -f ${this.config.ownedFile} (or a path to the same file)?`,
+        );
       await sleep(50);
     }
   }
