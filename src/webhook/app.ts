@@ -5,7 +5,7 @@ import type { Metrics } from '../metrics/metrics.js';
 import type { PassOutcome, Reconciler } from '../reconcile/reconciler.js';
 import type { ClusterStore } from '../store/cluster-store.js';
 import type { WebhookAuthenticator } from './auth.js';
-import { checkCluster, type FieldError } from './clusters.js';
+import { checkCluster, checkClusterSet, type FieldError } from './clusters.js';
 import { openApiDocument } from './openapi.js';
 import { ClusterBody, ClusterSetBody } from './schemas.js';
 
@@ -153,22 +153,9 @@ export function createApp(o: AppOptions): express.Express {
   const replaceAll: Handler = async (req, res) => {
     const parsed = ClusterSetBody.safeParse(req.body);
     if (!parsed.success) return zodError(res, parsed.error);
-    const inputs = [];
-    const names = new Set<string>();
-    for (const [i, { name, ...body }] of parsed.data.clusters.entries()) {
-      if (names.has(name)) {
-        return fieldError(res, {
-          status: 422,
-          field: `clusters.${i}.name`,
-          reason: 'duplicate_name',
-          detail: `cluster ${name} is listed twice`,
-        });
-      }
-      names.add(name);
-      const checked = checkCluster(name, body, `clusters.${i}.`);
-      if (!checked.ok) return fieldError(res, checked.error);
-      if (checked.routed) inputs.push(checked.input);
-    }
+    const checked = checkClusterSet(parsed.data);
+    if (!checked.ok) return fieldError(res, checked.error);
+    const { inputs } = checked;
     const { removed } = await o.store.replaceAll(inputs);
     await answer(req, res, o.reconciler.request('sync'), () => ({ clusters: inputs.length, removed }));
   };
