@@ -33,6 +33,17 @@ export default defineConfig({
           },
         },
       },
+      {
+        test: {
+          // What ships, run for real: the built CLI, the image, compose.yaml and scripts/run-local.sh.
+          name: 'e2e',
+          include: ['test/e2e/**/*.test.ts'],
+          globalSetup: ['test/e2e/global-setup.ts'],
+          fileParallelism: false,
+          testTimeout: 120_000,
+          hookTimeout: 300_000,
+        },
+      },
     ],
   },
 });
