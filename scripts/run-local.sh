@@ -73,7 +73,7 @@ trap 'exit 143' TERM
 
 step "starting HAProxy and the adapter (docker compose up --wait, project $project)"
 "${compose_env[@]}" "${compose[@]}" down --volumes >/dev/null 2>&1 || true # leftovers of a run killed hard
-if ! "${compose_env[@]}" "${compose[@]}" up --detach --wait --quiet-pull; then
+if ! "${compose_env[@]}" "${compose[@]}" --progress quiet up --detach --wait --quiet-pull; then
   "${compose_env[@]}" "${compose[@]}" logs --tail 40 >&2 || true
   exit 1
 fi
@@ -129,10 +129,10 @@ cat <<TRY
   scripts/webhook.sh DELETE '/v1/clusters/beta?wait=true'       # beta's SNI no longer routes
   scripts/webhook.sh GET /v1/plan                               # what the next pass would change
   curl -s $KUBEBYON_ADAPTER_URL/metrics | grep '^kubebyon_'          # metrics
-  docker compose -p $project exec haproxy cat /run/kubebyon/kubebyon.cfg   # the file the adapter owns
+  docker compose -p $project exec haproxy sh -c 'cat /run/kubebyon/kubebyon.cfg'   # the file the adapter owns
 Ctrl-C stops HAProxy, the adapter and the stand-ins. Logs follow.
 
 TRY
-"${compose_env[@]}" "${compose[@]}" logs --follow --no-color --since 1s &
-tail -n 0 -f "$work/standin.log" | sed -u 's/^/standin  | /' &
+"${compose_env[@]}" "${compose[@]}" logs --follow --no-color --since 1s 2>&1 | node scripts/demo/log-lines.mjs &
+tail -n 0 --pid=$$ -f "$work/standin.log" | sed -u 's/^/standin  | /' &
 wait

@@ -79,6 +79,8 @@ describe('built CLI', () => {
         KUBEBYON_HAPROXY_MASTER_SOCKET: join(dir, 'no-haproxy-here.sock'),
         KUBEBYON_HAPROXY_OWNED_FILE: join(dir, 'kubebyon.cfg'),
         KUBEBYON_STATIC_NODE_ADDRESSES: '127.0.0.1',
+        // HAProxy never answers, so the stored change is never applied: the grace period bounds the stop.
+        KUBEBYON_SHUTDOWN_GRACE_MS: '2000',
       };
       const serve = startProgram(CLI, ['serve'], env);
       try {
