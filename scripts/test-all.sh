@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every check and test: type check, lint, unit tests, the Kubernetes suite against a real
 # kube-apiserver + etcd on loopback, and the integration suite against a real HAProxy 3.0 and then 2.6
-# (each in a local container with host networking). Prints one closing line "tests: N passed, N failed".
+# (each in a local container with host networking), and the e2e suite: the built CLI, the adapter's image
+# in compose.yaml driven through the signed webhook, and scripts/run-local.sh. Prints one closing line
+# "tests: N passed, N failed".
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
@@ -22,6 +24,8 @@ for v in 3.0 2.6; do
   KUBEBYON_TEST_HAPROXY_VERSION=$v npx vitest run --project integration \
     --reporter=default --reporter=json --outputFile="$results/integration-$v.json" || status=1
 done
+echo "== e2e suite: the built CLI, compose.yaml, run-local.sh"
+npx vitest run --project e2e --reporter=default --reporter=json --outputFile="$results/e2e.json" || status=1
 
 node -e '
   const fs = require("fs");
@@ -32,5 +36,6 @@ node -e '
     passed += r.numPassedTests; failed += r.numFailedTests + (r.success ? 0 : r.numFailedTestSuites);
   }
   console.log(`tests: ${passed} passed, ${failed} failed`);
-' "$results/unit.json" "$results/kubernetes.json" "$results/integration-3.0.json" "$results/integration-2.6.json"
+' "$results/unit.json" "$results/kubernetes.json" "$results/integration-3.0.json" "$results/integration-2.6.json" \
+  "$results/e2e.json"
 exit $status

@@ -45,8 +45,13 @@ export function runProgram(
 }
 
 /** A started process whose output is collected as it comes; `exited` resolves with its exit code. */
-export function startProgram(file: string, args: string[], env: NodeJS.ProcessEnv) {
-  const child = spawn(file, args, { env, cwd: REPO, stdio: ['ignore', 'pipe', 'pipe'] });
+export function startProgram(
+  file: string,
+  args: string[],
+  env: NodeJS.ProcessEnv,
+  opts: { detached?: boolean } = {},
+) {
+  const child = spawn(file, args, { env, cwd: REPO, stdio: ['ignore', 'pipe', 'pipe'], ...opts });
   const out = { stdout: '', stderr: '' };
   child.stdout.on('data', (c: Buffer) => {
     out.stdout += c.toString();

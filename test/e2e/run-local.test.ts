@@ -3,7 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { freeLoopbackPort } from '../support/ports.js';
-import { REPO, runProgram } from './built.js';
+import { waitFor } from '../support/wait.js';
+import { REPO, runProgram, startProgram } from './built.js';
 import { COMPOSE_PROJECT_PREFIX } from './global-setup.js';
 
 // README command one, as a user runs it, in its --once form: everything it starts must answer, and be gone
@@ -57,6 +58,50 @@ describe('scripts/run-local.sh --once', () => {
       '-a',
       '--filter',
       `label=com.docker.compose.project=${project}`,
+      '-q',
+    ]);
+    expect(ps.stdout.trim()).toBe('');
+    for (const port of [ports.adapter, ports.sni, ports.alpha, ports.beta])
+      await expect(fetch(`http://127.0.0.1:${port}/`)).rejects.toThrow();
+  }, 600_000);
+
+  it('keeps running with the commands to try, and Ctrl-C stops everything it started', async () => {
+    const ports = {
+      adapter: await freeLoopbackPort(),
+      sni: await freeLoopbackPort(),
+      alpha: await freeLoopbackPort(),
+      beta: await freeLoopbackPort(),
+    };
+    // Its own process group, as in a terminal, so that Ctrl-C (SIGINT to the group) reaches it all.
+    const run = startProgram(
+      join(REPO, 'scripts/run-local.sh'),
+      [],
+      {
+        ...process.env,
+        KUBEBYON_ADAPTER_PORT: String(ports.adapter),
+        KUBEBYON_SNI_PORT: String(ports.sni),
+        KUBEBYON_DEMO_NODE_PORTS: `${ports.alpha} ${ports.beta}`,
+        KUBEBYON_LOCAL_PROJECT: `${project}-interactive`,
+        KUBEBYON_LOCAL_DIR: dir,
+      },
+      { detached: true },
+    );
+    try {
+      await waitFor(() => run.out.stdout.includes('==> running'), 300_000, 'the running banner', 250);
+      expect(run.out.stdout).toMatch(/node dist\/cli\/main\.js status/);
+      expect(run.out.stdout).toContain(`curl -s http://127.0.0.1:${ports.adapter}/metrics`);
+      expect((await fetch(`http://127.0.0.1:${ports.adapter}/healthz`)).status).toBe(200);
+      process.kill(-(run.child.pid ?? 0), 'SIGINT');
+      expect((await run.exited).code).toBe(130);
+    } finally {
+      if (run.child.exitCode === null) process.kill(-(run.child.pid ?? 0), 'SIGKILL');
+    }
+    expect(run.out.stdout).toMatch(/^stopped$/m);
+    const ps = await runProgram('docker', [
+      'ps',
+      '-a',
+      '--filter',
+      `label=com.docker.compose.project=${project}-interactive`,
       '-q',
     ]);
     expect(ps.stdout.trim()).toBe('');
