@@ -35,10 +35,25 @@ export default defineConfig({
       },
       {
         test: {
-          // What ships, run for real: the built CLI, the image, compose.yaml and scripts/run-local.sh.
           name: 'e2e',
           include: ['test/e2e/**/*.test.ts'],
+          // Builds dist/ once; every file then starts the service as its own process.
           globalSetup: ['test/e2e/global-setup.ts'],
+          fileParallelism: false,
+          testTimeout: 60_000,
+          hookTimeout: 300_000,
+          env: {
+            TESTCONTAINERS_RYUK_DISABLED: 'true',
+            TESTCONTAINERS_HOST_OVERRIDE: 'localhost',
+          },
+        },
+      },
+      {
+        test: {
+          // What ships, run for real: the built CLI, the image, compose.yaml and scripts/run-local.sh.
+          name: 'ship',
+          include: ['test/ship/**/*.test.ts'],
+          globalSetup: ['test/ship/global-setup.ts'],
           fileParallelism: false,
           testTimeout: 120_000,
           hookTimeout: 300_000,

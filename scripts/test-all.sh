@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs every check and test: type check, lint, unit tests, the Kubernetes suite against a real
-# kube-apiserver + etcd on loopback, and the integration suite against a real HAProxy 3.0 and then 2.6
-# (each in a local container with host networking), and the e2e suite: the built CLI, the adapter's image
-# in compose.yaml driven through the signed webhook, and scripts/run-local.sh. Prints one closing line
-# "tests: N passed, N failed".
+# kube-apiserver + etcd on loopback, the integration suite against a real HAProxy 3.0 and then 2.6
+# (each in a local container with host networking), the end-to-end suite on both versions, and the ship
+# suite: the built CLI, the adapter's image in compose.yaml driven through the signed webhook, and
+# scripts/run-local.sh. Prints one closing line "tests: N passed, N failed".
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
@@ -24,8 +24,15 @@ for v in 3.0 2.6; do
   KUBEBYON_TEST_HAPROXY_VERSION=$v npx vitest run --project integration \
     --reporter=default --reporter=json --outputFile="$results/integration-$v.json" || status=1
 done
-echo "== e2e suite: the built CLI, compose.yaml, run-local.sh"
-npx vitest run --project e2e --reporter=default --reporter=json --outputFile="$results/e2e.json" || status=1
+# End to end: the built service (npm run build in the suite's setup) as its own process, against HAProxy
+# 3.0 and 2.6 with the haproxy provider, a real kube-apiserver for the Kubernetes cases.
+for v in 3.0 2.6; do
+  echo "== end-to-end suite against HAProxy $v"
+  KUBEBYON_TEST_HAPROXY_VERSION=$v npx vitest run --project e2e \
+    --reporter=default --reporter=json --outputFile="$results/e2e-$v.json" || status=1
+done
+echo "== ship suite: the built CLI, the image in compose.yaml, run-local.sh"
+npx vitest run --project ship --reporter=default --reporter=json --outputFile="$results/ship.json" || status=1
 
 node -e '
   const fs = require("fs");
@@ -37,5 +44,5 @@ node -e '
   }
   console.log(`tests: ${passed} passed, ${failed} failed`);
 ' "$results/unit.json" "$results/kubernetes.json" "$results/integration-3.0.json" "$results/integration-2.6.json" \
-  "$results/e2e.json"
+  "$results/e2e-3.0.json" "$results/e2e-2.6.json" "$results/ship.json"
 exit $status

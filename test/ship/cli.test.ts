@@ -140,7 +140,7 @@ describe('built CLI', () => {
       KUBEBYON_HAPROXY_OWNED_FILE: join(dir, 'kubebyon.cfg'),
       KUBEBYON_STATE_FILE: join(dir, 'none.json'),
     };
-    const clusters = join(REPO, 'test/e2e/fixtures/clusters.json');
+    const clusters = join(REPO, 'test/ship/fixtures/clusters.json');
     for (const command of ['plan', 'apply']) {
       const r = await cli([command, clusters], env);
       expect(r.code, command).toBe(1);

@@ -1,7 +1,7 @@
 import { execFile, spawn } from 'node:child_process';
 import { join } from 'node:path';
 
-/** The repository root and the built command line (test/e2e/global-setup.ts builds both dist/ and the image). */
+/** The repository root and the built command line (test/ship/global-setup.ts builds both dist/ and the image). */
 export const REPO = join(import.meta.dirname, '../..');
 export const CLI = join(REPO, 'dist/cli/main.js');
 export const ADAPTER_IMAGE = process.env.KUBEBYON_ADAPTER_IMAGE ?? 'kubebyon/haproxy-adapter:0.1.0';
