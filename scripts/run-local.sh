@@ -108,7 +108,7 @@ for c in "alpha $alpha_port" "beta $beta_port"; do
   echo "\$ curl -sk --resolve $host:$sni_port:127.0.0.1 https://$host:$sni_port/version"
   answer=$(curl -sk --max-time 10 --resolve "$host:$sni_port:127.0.0.1" "https://$host:$sni_port/version" || true)
   printf '%s\n' "${answer:-(no answer)}"
-  if grep -q "\"gitVersion\": \"v1.31.0+standin-$name\"" <<<"$answer"; then answered=$((answered + 1)); fi
+  if grep -q "\"gitVersion\":\"v1.31.0+standin-$name\"" <<<"$answer"; then answered=$((answered + 1)); fi
 done
 if [ "$answered" -eq 2 ]; then
   echo "both clusters answered through HAProxy"

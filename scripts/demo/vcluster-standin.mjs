@@ -55,20 +55,14 @@ const servers = await Promise.all(
           console.log(`[${name}] ${req.method} ${req.url} (SNI ${sni})`);
           if (req.method === 'GET' && (req.url === '/version' || req.url === '/version/')) {
             res.setHeader('content-type', 'application/json');
-            res.end(
-              `${JSON.stringify(
-                {
-                  major: '1',
-                  minor: '31',
-                  gitVersion: `v1.31.0+standin-${name}`,
-                  platform: 'linux/amd64',
-                  cluster: name,
-                  sni,
-                },
-                null,
-                2,
-              )}\n`,
-            );
+            const version = {
+              major: '1',
+              minor: '31',
+              gitVersion: `v1.31.0+standin-${name}`,
+              cluster: name,
+              sni,
+            };
+            res.end(`${JSON.stringify(version)}\n`);
             return;
           }
           res.statusCode = 404;

@@ -47,8 +47,8 @@ describe('scripts/run-local.sh --once', () => {
       expect(r.stdout).toContain(
         `$ curl -sk --resolve ${host}:${ports.sni}:127.0.0.1 https://${host}:${ports.sni}/version`,
       );
-      expect(r.stdout).toContain(`"gitVersion": "v1.31.0+standin-${name}"`);
-      expect(r.stdout).toContain(`"sni": "${host}"`);
+      expect(r.stdout).toContain(`"gitVersion":"v1.31.0+standin-${name}"`);
+      expect(r.stdout).toContain(`"sni":"${host}"`);
     }
     expect(r.stdout).toMatch(/^both clusters answered through HAProxy$/m);
     expect(r.stdout).toMatch(/^stopped$/m);
