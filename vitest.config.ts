@@ -63,6 +63,17 @@ export default defineConfig({
           },
         },
       },
+      {
+        test: {
+          // What ships, run for real: the built CLI, the image, compose.yaml and scripts/run-local.sh.
+          name: 'ship',
+          include: ['test/ship/**/*.test.ts'],
+          globalSetup: ['test/ship/global-setup.ts'],
+          fileParallelism: false,
+          testTimeout: 120_000,
+          hookTimeout: 300_000,
+        },
+      },
     ],
   },
 });

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs what this project needs on a fresh Debian 12 machine with Node 20: system packages, npm
-# dependencies, a running Docker engine, the local HAProxy test-bed images, and kube-apiserver + etcd.
+# dependencies, a running Docker engine with Compose v2, the local HAProxy test-bed images, the adapter's
+# image, and (for the tests) kube-apiserver + etcd.
+#   scripts/bootstrap.sh           everything scripts/test-all.sh needs
+#   scripts/bootstrap.sh --local   only what scripts/run-local.sh needs (no Go, Kubernetes, HAProxy 2.6)
 # Safe to run again: every step is skipped when its result is already there.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -8,12 +11,19 @@ cd "$repo"
 
 log() { echo "[bootstrap] $*" >&2; }
 
+case "${1:-}" in
+  "") tests=true ;;
+  --local) tests=false ;;
+  *) log "usage: $0 [--local]"; exit 64 ;;
+esac
+
 need=()
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 command -v dpkg-deb >/dev/null 2>&1 || need+=(dpkg)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
-command -v promtool >/dev/null 2>&1 || need+=(prometheus) # promtool parses /metrics in tests
+# promtool parses /metrics in tests
+if $tests && ! command -v promtool >/dev/null 2>&1; then need+=(prometheus); fi
 if [ ${#need[@]} -gt 0 ]; then
   log "installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -23,7 +33,10 @@ fi
 
 # Go comes with the machine image; a non-login shell may not have it on PATH.
 if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then export PATH="$PATH:/usr/local/go/bin"; fi
-command -v go >/dev/null 2>&1 || { log "Go is needed to build kube-apiserver for the tests"; exit 1; }
+if $tests && ! command -v go >/dev/null 2>&1; then
+  log "Go is needed to build kube-apiserver for the tests"
+  exit 1
+fi
 
 node_major=$(node -p 'process.versions.node.split(".")[0]')
 if [ "$node_major" -lt 20 ]; then
@@ -41,7 +54,11 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
 fi
 
 scripts/ensure-dockerd.sh
-scripts/build-testbed-images.sh
+scripts/install-compose.sh
+if $tests; then scripts/build-testbed-images.sh; else scripts/build-testbed-images.sh 3.0; fi
+scripts/build-adapter-image.sh
+$tests || exit 0
 # A real kube-apiserver (built through the Go module proxy; minutes when cold, cached after) and etcd.
+log "kube-apiserver and etcd for the Kubernetes tests"
 scripts/kube/build-apiserver.sh >/dev/null
 scripts/kube/install-etcd.sh >/dev/null

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs every check and test: type check, lint, unit tests, the Kubernetes suite against a real
 # kube-apiserver + etcd on loopback, the integration suite against a real HAProxy 3.0 and then 2.6
-# (each in a local container with host networking), the end-to-end suite on both versions, then, when a
-# Data Plane API is given, the dataplaneapi suite on 3.0 and 2.6. Prints one closing line
-# "tests: N passed, N failed".
+# (each in a local container with host networking), the end-to-end suite on both versions, the ship
+# suite (the built CLI, the adapter's image in compose.yaml driven through the signed webhook, and
+# scripts/run-local.sh), then, when a Data Plane API is given, the dataplaneapi suite on 3.0 and 2.6.
+# Prints one closing line "tests: N passed, N failed".
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
@@ -31,6 +32,8 @@ for v in 3.0 2.6; do
   KUBEBYON_TEST_HAPROXY_VERSION=$v npx vitest run --project e2e \
     --reporter=default --reporter=json --outputFile="$results/e2e-$v.json" || status=1
 done
+echo "== ship suite: the built CLI, the image in compose.yaml, run-local.sh"
+npx vitest run --project ship --reporter=default --reporter=json --outputFile="$results/ship.json" || status=1
 
 # The Data Plane API suite runs when one is given (a binary layered onto the test bed, or an image that
 # bundles it); no registry serves it, so without either it is skipped and says so.
@@ -56,6 +59,6 @@ node -e '
   }
   console.log(`tests: ${passed} passed, ${failed} failed`);
 ' "$results/unit.json" "$results/kubernetes.json" "$results/integration-3.0.json" "$results/integration-2.6.json" \
-  "$results/e2e-3.0.json" "$results/e2e-2.6.json" \
+  "$results/e2e-3.0.json" "$results/e2e-2.6.json" "$results/ship.json" \
   ${dpapi_results[@]+"${dpapi_results[@]}"}
 exit $status

@@ -32,9 +32,10 @@ export interface ServiceDeps {
   logger?: Logger;
 }
 
-export function createLogger(config: Pick<Config, 'logLevel'>): Logger {
+/** JSON logs on standard output, or on the file descriptor given (the command line logs to stderr). */
+export function createLogger(config: Pick<Config, 'logLevel'>, fd?: number): Logger {
   // Secrets never reach the log: credentials are only in headers and config, both redacted here.
-  return pino({
+  const options: pino.LoggerOptions = {
     level: config.logLevel,
     base: { service: 'kubebyon-haproxy-adapter' },
     redact: [
@@ -43,7 +44,8 @@ export function createLogger(config: Pick<Config, 'logLevel'>): Logger {
       'config.webhook.secret',
       'config.provider.password',
     ],
-  });
+  };
+  return fd === undefined ? pino(options) : pino(options, pino.destination({ fd, sync: true }));
 }
 
 function buildTopology(config: Config, request: (reason: string) => void, metrics: Metrics, logger: Logger) {

@@ -1,48 +1,75 @@
-import { readFileSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
 import { z } from 'zod';
-import { parseBindAddr } from '../config/bind.js';
+import { ConfigError, loadRenderConfig } from '../config/env.js';
 import type { HaproxyState } from '../haproxy/model.js';
-import { DEFAULT_RENDER_OPTIONS, renderDesired } from '../haproxy/render.js';
+import { renderDesired } from '../haproxy/render.js';
 import { formatPlan } from '../plan/format.js';
 import { plan } from '../plan/plan.js';
 import { resolveRoutes } from '../routes/route.js';
+import type { Output } from './output.js';
 
 // The file is untrusted input like any webhook body: its shape is checked before anything reads it.
-const ClaimsFile = z.object({
-  clusters: z.array(
-    z.object({
-      cluster: z.string(),
-      host: z.string(),
-      endpoints: z.array(z.object({ address: z.string(), port: z.number() })),
-    }),
-  ),
-});
+const ClaimsFile = z
+  .object({
+    clusters: z.array(
+      z
+        .object({
+          cluster: z.string(),
+          host: z.string(),
+          endpoints: z.array(z.object({ address: z.string(), port: z.number() }).strict()),
+        })
+        .strict(),
+    ),
+  })
+  .strict();
 
 /**
- * `render <file>`: validates a set of clusters and prints, as a dry run, what the service would create in an
- * HAProxy that holds none of its objects yet. Reads and writes nothing else.
+ * `render <file>`: validates clusters given with their endpoints and prints, as a dry run, what the service
+ * would create in an HAProxy that holds none of its objects yet. Needs no secret and reaches nothing.
  */
-export function renderCommand(file: string, env: NodeJS.ProcessEnv): number {
-  const parsed = ClaimsFile.safeParse(JSON.parse(readFileSync(file, 'utf8')));
-  if (!parsed.success) {
-    for (const issue of parsed.error.issues)
-      console.error(`${file}: ${issue.path.join('.')}: ${issue.message}`);
+export async function renderCommand(file: string, env: NodeJS.ProcessEnv, io: Output): Promise<number> {
+  let settings: ReturnType<typeof loadRenderConfig>;
+  try {
+    settings = loadRenderConfig(env);
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    io.err(`render: ${err.message}`);
     return 1;
   }
-  const bind = parseBindAddr(env.KUBEBYON_HAPROXY_BIND_ADDR ?? ':443');
-  if (!bind.ok) {
-    console.error(`KUBEBYON_HAPROXY_BIND_ADDR: ${bind.detail}`);
+  const json = await readJson(file, io);
+  if (json === undefined) return 1;
+  const parsed = ClaimsFile.safeParse(json);
+  if (!parsed.success) {
+    for (const issue of parsed.error.issues) io.err(`${file}: ${issue.path.join('.')}: ${issue.message}`);
     return 1;
   }
   const resolved = resolveRoutes(parsed.data.clusters.map((c, i) => ({ ...c, claimedAt: i })));
   for (const r of resolved.routes) {
     const state = resolved.degraded.includes(r.cluster) ? 'degraded (no endpoints)' : 'accepted';
-    console.log(`cluster ${r.cluster}: ${state} -> https://${r.host}:${bind.bind.port}`);
+    io.out(`cluster ${r.cluster}: ${state} -> https://${r.host}:${settings.publicPort}`);
   }
-  for (const r of resolved.rejected) console.log(`cluster ${r.cluster}: rejected: ${r.reason} (${r.detail})`);
-  const desired = renderDesired(resolved.routes, { ...DEFAULT_RENDER_OPTIONS, bind: bind.bind });
+  for (const r of resolved.rejected) io.out(`cluster ${r.cluster}: rejected: ${r.reason} (${r.detail})`);
+  const desired = renderDesired(resolved.routes, settings.render);
   const empty: HaproxyState = { frontends: [], backends: [] };
-  console.log('\nplan against an HAProxy with none of our objects:');
-  console.log(formatPlan(plan(desired, empty)));
+  io.out('');
+  io.out('plan against an HAProxy with none of our objects:');
+  io.out(formatPlan(plan(desired, empty)));
   return 0;
+}
+
+/** A JSON file's content, or undefined after naming why it could not be had. */
+export async function readJson(file: string, io: Output): Promise<unknown> {
+  let text: string;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch (err) {
+    io.err(`${file}: cannot read: ${(err as Error).message}`);
+    return undefined;
+  }
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    io.err(`${file}: not JSON: ${(err as Error).message}`);
+    return undefined;
+  }
 }

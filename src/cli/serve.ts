@@ -1,11 +1,11 @@
 import { ConfigError, loadConfig } from '../config/env.js';
 import { errorText } from '../providers/provider.js';
 import { createLogger, startService } from '../service.js';
-import type { Output } from './status.js';
+import type { Output } from './output.js';
 
 /**
  * `serve`: the service, configured by the environment. Resolves with the exit code once a SIGTERM or SIGINT
- * has stopped it gracefully; a bad configuration exits 2 with every problem named.
+ * has stopped it gracefully (0); a bad configuration, with every problem named, or a failed start is 1.
  */
 export async function serveCommand(env: NodeJS.ProcessEnv, io: Output): Promise<number> {
   let config: ReturnType<typeof loadConfig>;
@@ -14,9 +14,15 @@ export async function serveCommand(env: NodeJS.ProcessEnv, io: Output): Promise<
   } catch (err) {
     if (!(err instanceof ConfigError)) throw err;
     io.err(`serve: ${err.message}`);
-    return 2;
+    return 1;
   }
   const logger = createLogger(config);
+  // Listening from the start: a signal that arrives while the service starts stops it once it has started.
+  // The handlers fire once, so a second signal ends the process at once (the default action).
+  const signalled = new Promise<NodeJS.Signals>((resolve) => {
+    process.once('SIGTERM', () => resolve('SIGTERM'));
+    process.once('SIGINT', () => resolve('SIGINT'));
+  });
   let service: Awaited<ReturnType<typeof startService>>;
   try {
     service = await startService(config, { logger });
@@ -25,10 +31,7 @@ export async function serveCommand(env: NodeJS.ProcessEnv, io: Output): Promise<
     io.err(`serve: ${errorText(err)}`);
     return 1;
   }
-  const signal = await new Promise<NodeJS.Signals>((resolve) => {
-    process.once('SIGTERM', () => resolve('SIGTERM'));
-    process.once('SIGINT', () => resolve('SIGINT'));
-  });
+  const signal = await signalled;
   logger.info({ signal }, 'signal received');
   await service.stop();
   return 0;

@@ -1,15 +1,16 @@
 import { readSecret } from '../config/env.js';
 import type { ClusterStatus } from '../reconcile/status.js';
 import { sign } from '../webhook/auth.js';
+import { clusterTable, type Output } from './output.js';
 
-export interface Output {
-  out(line: string): void;
-  err(line: string): void;
-}
+export type { Output } from './output.js';
 
 /** `status`: every cluster of a running service with its state, as a table (or JSON with --json). */
-export async function statusCommand(args: string[], env: NodeJS.ProcessEnv, io: Output): Promise<number> {
-  const json = args.includes('--json');
+export async function statusCommand(
+  opts: { json: boolean },
+  env: NodeJS.ProcessEnv,
+  io: Output,
+): Promise<number> {
   const base = (env.KUBEBYON_ADAPTER_URL ?? 'http://127.0.0.1:8080').replace(/\/$/, '');
   const { value: secret, problem } = readSecret(env, 'KUBEBYON_WEBHOOK_SECRET');
   if (problem || !secret) {
@@ -38,28 +39,7 @@ export async function statusCommand(args: string[], env: NodeJS.ProcessEnv, io: 
     return 1;
   }
   const { clusters } = (await res.json()) as { clusters: ClusterStatus[] };
-  if (json) {
-    io.out(JSON.stringify(clusters, null, 2));
-    return 0;
-  }
-  const rows = [
-    ['NAME', 'HOST', 'STATE', 'API ENDPOINT', 'LAST APPLIED', 'REASON'],
-    ...clusters.map((c) => [
-      c.name,
-      c.host,
-      c.state,
-      c.api_endpoint ?? '-',
-      c.last_applied_at ?? '-',
-      c.reason ?? '',
-    ]),
-  ];
-  const widths = rows[0]?.map((_, i) => Math.max(...rows.map((r) => (r[i] ?? '').length))) ?? [];
-  for (const r of rows)
-    io.out(
-      r
-        .map((cell, i) => (i === r.length - 1 ? cell : cell.padEnd(widths[i] ?? 0)))
-        .join('  ')
-        .trimEnd(),
-    );
+  if (opts.json) io.out(JSON.stringify(clusters, null, 2));
+  else for (const line of clusterTable(clusters)) io.out(line);
   return 0;
 }

@@ -79,78 +79,92 @@ const secretOf = (name: string, min: number) =>
   z.string().min(min, `required, at least ${min} characters (set ${name} or ${name}_FILE)`);
 
 /** Settings every provider shares: the webhook, the objects rendered, the topology, the loop. */
-const BaseEnv = z
-  .object({
-    KUBEBYON_LISTEN_ADDR: bindAddr,
-    KUBEBYON_STATE_FILE: z.string().min(1),
-    KUBEBYON_LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']),
-    KUBEBYON_WEBHOOK_SECRET: secretOf('KUBEBYON_WEBHOOK_SECRET', 16),
-    KUBEBYON_WEBHOOK_AUTH: z.enum(['hmac', 'bearer']),
-    KUBEBYON_WEBHOOK_REPLAY_WINDOW_SECONDS: int(10, 3600),
-    KUBEBYON_WEBHOOK_BODY_LIMIT_BYTES: int(1024, 64 * 1024 * 1024),
-    KUBEBYON_WAIT_TIMEOUT_MS: int(100, 600_000),
-    KUBEBYON_SHUTDOWN_GRACE_MS: int(0, 600_000),
-    KUBEBYON_PROVIDER: z.enum(['dataplaneapi', 'haproxy']),
-    KUBEBYON_HAPROXY_BIND_ADDR: bindAddr,
-    KUBEBYON_HAPROXY_FRONTEND_NAME: z.string().regex(HAPROXY_NAME, 'must be 1-64 of A-Z a-z 0-9 _ . : -'),
-    KUBEBYON_HAPROXY_NAME_PREFIX: z
-      .string()
-      .refine(validatePrefix, 'must be a lower-case letter then up to 23 of a-z 0-9 _'),
-    KUBEBYON_HAPROXY_DEFAULT_BACKEND: z.union([
-      z.literal(''),
-      z.string().regex(HAPROXY_NAME, 'must be an HAProxy backend name'),
-    ]),
-    KUBEBYON_HAPROXY_INSPECT_DELAY_MS: int(100, 60_000),
-    KUBEBYON_HAPROXY_BALANCE: z.enum(['leastconn', 'roundrobin', 'source']),
-    KUBEBYON_HAPROXY_HEALTH_CHECKS: bool,
-    KUBEBYON_HAPROXY_NODE_ADDRESS_TYPE: z.enum(['internal', 'external']),
-    KUBEBYON_PUBLIC_PORT: int(1, 65535),
-    KUBEBYON_TOPOLOGY: z.enum(['static', 'kubernetes']),
-    KUBEBYON_STATIC_NODE_ADDRESSES: ipList,
-    KUBEBYON_KUBERNETES_EXCLUDE_NOT_READY: bool,
-    KUBEBYON_RECONCILE_DEBOUNCE_MS: int(0, 60_000),
-    KUBEBYON_RECONCILE_MAX_DELAY_MS: int(0, 600_000),
-    KUBEBYON_RESYNC_INTERVAL_MS: int(0, 86_400_000),
-    KUBEBYON_RECONCILE_RETRIES: int(0, 20),
-  })
-  .transform((e) => ({
-    listen: {
-      host: e.KUBEBYON_LISTEN_ADDR.address === '*' ? '0.0.0.0' : e.KUBEBYON_LISTEN_ADDR.address,
-      port: e.KUBEBYON_LISTEN_ADDR.port,
-    },
-    stateFile: e.KUBEBYON_STATE_FILE,
-    logLevel: e.KUBEBYON_LOG_LEVEL,
-    shutdownGraceMs: e.KUBEBYON_SHUTDOWN_GRACE_MS,
-    webhook: {
-      auth: e.KUBEBYON_WEBHOOK_AUTH,
-      secret: e.KUBEBYON_WEBHOOK_SECRET,
-      replayWindowSeconds: e.KUBEBYON_WEBHOOK_REPLAY_WINDOW_SECONDS,
-      bodyLimitBytes: e.KUBEBYON_WEBHOOK_BODY_LIMIT_BYTES,
-      waitTimeoutMs: e.KUBEBYON_WAIT_TIMEOUT_MS,
-    },
-    haproxy: {
-      bind: e.KUBEBYON_HAPROXY_BIND_ADDR,
-      frontendName: e.KUBEBYON_HAPROXY_FRONTEND_NAME,
-      namePrefix: e.KUBEBYON_HAPROXY_NAME_PREFIX,
-      defaultBackend: e.KUBEBYON_HAPROXY_DEFAULT_BACKEND || null,
-      inspectDelayMs: e.KUBEBYON_HAPROXY_INSPECT_DELAY_MS,
-      balance: e.KUBEBYON_HAPROXY_BALANCE,
-      healthChecks: e.KUBEBYON_HAPROXY_HEALTH_CHECKS,
-      nodeAddressType: e.KUBEBYON_HAPROXY_NODE_ADDRESS_TYPE,
-    },
-    publicPort: e.KUBEBYON_PUBLIC_PORT,
-    topology: {
-      kind: e.KUBEBYON_TOPOLOGY,
-      nodeAddresses: e.KUBEBYON_STATIC_NODE_ADDRESSES,
-      excludeNotReady: e.KUBEBYON_KUBERNETES_EXCLUDE_NOT_READY,
-    },
-    reconcile: {
-      debounceMs: e.KUBEBYON_RECONCILE_DEBOUNCE_MS,
-      maxDelayMs: e.KUBEBYON_RECONCILE_MAX_DELAY_MS,
-      resyncIntervalMs: e.KUBEBYON_RESYNC_INTERVAL_MS,
-      retries: e.KUBEBYON_RECONCILE_RETRIES,
-    },
-  }));
+const BaseFields = z.object({
+  KUBEBYON_LISTEN_ADDR: bindAddr,
+  KUBEBYON_STATE_FILE: z.string().min(1),
+  KUBEBYON_LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']),
+  KUBEBYON_WEBHOOK_SECRET: secretOf('KUBEBYON_WEBHOOK_SECRET', 16),
+  KUBEBYON_WEBHOOK_AUTH: z.enum(['hmac', 'bearer']),
+  KUBEBYON_WEBHOOK_REPLAY_WINDOW_SECONDS: int(10, 3600),
+  KUBEBYON_WEBHOOK_BODY_LIMIT_BYTES: int(1024, 64 * 1024 * 1024),
+  KUBEBYON_WAIT_TIMEOUT_MS: int(100, 600_000),
+  KUBEBYON_SHUTDOWN_GRACE_MS: int(0, 600_000),
+  KUBEBYON_PROVIDER: z.enum(['dataplaneapi', 'haproxy']),
+  KUBEBYON_HAPROXY_BIND_ADDR: bindAddr,
+  KUBEBYON_HAPROXY_FRONTEND_NAME: z.string().regex(HAPROXY_NAME, 'must be 1-64 of A-Z a-z 0-9 _ . : -'),
+  KUBEBYON_HAPROXY_NAME_PREFIX: z
+    .string()
+    .refine(validatePrefix, 'must be a lower-case letter then up to 23 of a-z 0-9 _'),
+  KUBEBYON_HAPROXY_DEFAULT_BACKEND: z.union([
+    z.literal(''),
+    z.string().regex(HAPROXY_NAME, 'must be an HAProxy backend name'),
+  ]),
+  KUBEBYON_HAPROXY_INSPECT_DELAY_MS: int(100, 60_000),
+  KUBEBYON_HAPROXY_BALANCE: z.enum(['leastconn', 'roundrobin', 'source']),
+  KUBEBYON_HAPROXY_HEALTH_CHECKS: bool,
+  KUBEBYON_HAPROXY_NODE_ADDRESS_TYPE: z.enum(['internal', 'external']),
+  KUBEBYON_PUBLIC_PORT: int(1, 65535),
+  KUBEBYON_TOPOLOGY: z.enum(['static', 'kubernetes']),
+  KUBEBYON_STATIC_NODE_ADDRESSES: ipList,
+  KUBEBYON_KUBERNETES_EXCLUDE_NOT_READY: bool,
+  KUBEBYON_RECONCILE_DEBOUNCE_MS: int(0, 60_000),
+  KUBEBYON_RECONCILE_MAX_DELAY_MS: int(0, 600_000),
+  KUBEBYON_RESYNC_INTERVAL_MS: int(0, 86_400_000),
+  KUBEBYON_RECONCILE_RETRIES: int(0, 20),
+});
+
+/** The variables that shape the rendered HAProxy objects and the endpoints reported for them. */
+const RENDER_FIELDS = {
+  KUBEBYON_HAPROXY_BIND_ADDR: true,
+  KUBEBYON_HAPROXY_FRONTEND_NAME: true,
+  KUBEBYON_HAPROXY_NAME_PREFIX: true,
+  KUBEBYON_HAPROXY_DEFAULT_BACKEND: true,
+  KUBEBYON_HAPROXY_INSPECT_DELAY_MS: true,
+  KUBEBYON_HAPROXY_BALANCE: true,
+  KUBEBYON_HAPROXY_HEALTH_CHECKS: true,
+  KUBEBYON_PUBLIC_PORT: true,
+} as const;
+type RenderFields = Pick<z.output<typeof BaseFields>, keyof typeof RENDER_FIELDS>;
+
+const renderOf = (e: RenderFields): RenderOptions => ({
+  bind: e.KUBEBYON_HAPROXY_BIND_ADDR,
+  frontendName: e.KUBEBYON_HAPROXY_FRONTEND_NAME,
+  namePrefix: e.KUBEBYON_HAPROXY_NAME_PREFIX,
+  defaultBackend: e.KUBEBYON_HAPROXY_DEFAULT_BACKEND || null,
+  inspectDelayMs: e.KUBEBYON_HAPROXY_INSPECT_DELAY_MS,
+  balance: e.KUBEBYON_HAPROXY_BALANCE,
+  healthChecks: e.KUBEBYON_HAPROXY_HEALTH_CHECKS,
+});
+
+const BaseEnv = BaseFields.transform((e) => ({
+  listen: {
+    host: e.KUBEBYON_LISTEN_ADDR.address === '*' ? '0.0.0.0' : e.KUBEBYON_LISTEN_ADDR.address,
+    port: e.KUBEBYON_LISTEN_ADDR.port,
+  },
+  stateFile: e.KUBEBYON_STATE_FILE,
+  logLevel: e.KUBEBYON_LOG_LEVEL,
+  shutdownGraceMs: e.KUBEBYON_SHUTDOWN_GRACE_MS,
+  webhook: {
+    auth: e.KUBEBYON_WEBHOOK_AUTH,
+    secret: e.KUBEBYON_WEBHOOK_SECRET,
+    replayWindowSeconds: e.KUBEBYON_WEBHOOK_REPLAY_WINDOW_SECONDS,
+    bodyLimitBytes: e.KUBEBYON_WEBHOOK_BODY_LIMIT_BYTES,
+    waitTimeoutMs: e.KUBEBYON_WAIT_TIMEOUT_MS,
+  },
+  haproxy: { ...renderOf(e), nodeAddressType: e.KUBEBYON_HAPROXY_NODE_ADDRESS_TYPE },
+  publicPort: e.KUBEBYON_PUBLIC_PORT,
+  topology: {
+    kind: e.KUBEBYON_TOPOLOGY,
+    nodeAddresses: e.KUBEBYON_STATIC_NODE_ADDRESSES,
+    excludeNotReady: e.KUBEBYON_KUBERNETES_EXCLUDE_NOT_READY,
+  },
+  reconcile: {
+    debounceMs: e.KUBEBYON_RECONCILE_DEBOUNCE_MS,
+    maxDelayMs: e.KUBEBYON_RECONCILE_MAX_DELAY_MS,
+    resyncIntervalMs: e.KUBEBYON_RESYNC_INTERVAL_MS,
+    retries: e.KUBEBYON_RECONCILE_RETRIES,
+  },
+}));
 
 /** `KUBEBYON_PROVIDER=dataplaneapi` (the default): HAProxy's Data Plane API v3. */
 const DataplaneEnv = z
@@ -231,11 +245,7 @@ export function readSecret(env: NodeJS.ProcessEnv, name: string): { value: strin
 
 /** Reads and checks the configuration; throws a ConfigError listing every problem at once. */
 export function loadConfig(env: NodeJS.ProcessEnv): Config {
-  const merged: Record<string, string> = { ...ENV_DEFAULTS };
-  for (const key of Object.keys(ENV_DEFAULTS)) {
-    const value = env[key];
-    if (value !== undefined && value !== '') merged[key] = value;
-  }
+  const merged = withDefaults(env);
   const problems: string[] = [];
   for (const name of SECRET_VARS) {
     const { value, problem } = readSecret(env, name);
@@ -256,6 +266,27 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
   }
   if (problems.length > 0 || !base.success || !provider.success) throw new ConfigError(problems);
   return { ...base.data, provider: provider.data };
+}
+
+/**
+ * Only the variables that shape the rendered objects (for `render`, which needs no secret and no HAProxy),
+ * checked by the same rules as `loadConfig`; throws a ConfigError listing every problem.
+ */
+export function loadRenderConfig(env: NodeJS.ProcessEnv): { render: RenderOptions; publicPort: number } {
+  const parsed = BaseFields.pick(RENDER_FIELDS).safeParse(withDefaults(env));
+  if (!parsed.success)
+    throw new ConfigError(parsed.error.issues.map((i) => `${String(i.path[0] ?? '')}: ${i.message}`));
+  return { render: renderOf(parsed.data), publicPort: parsed.data.KUBEBYON_PUBLIC_PORT };
+}
+
+// An unset or empty variable takes its default.
+function withDefaults(env: NodeJS.ProcessEnv): Record<string, string> {
+  const merged: Record<string, string> = { ...ENV_DEFAULTS };
+  for (const key of Object.keys(ENV_DEFAULTS)) {
+    const value = env[key];
+    if (value !== undefined && value !== '') merged[key] = value;
+  }
+  return merged;
 }
 
 /** The rendering settings of a configuration (the HAProxy objects' names, bind and server options). */

@@ -56,13 +56,13 @@ export class ClusterStore {
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
     }
-    if (text !== undefined) {
-      const parsed = StoreFile.safeParse(JSON.parse(text));
-      if (!parsed.success)
-        throw new Error(`state file ${path} is not a valid cluster store: ${parsed.error.message}`);
-      for (const c of parsed.data.clusters) store.clusters.set(c.name, c);
-    }
+    if (text !== undefined) for (const c of parseStoreFile(path, text)) store.clusters.set(c.name, c);
     return store;
+  }
+
+  /** The clusters in a state file, read without creating or changing anything (for the command line). */
+  static async read(path: string): Promise<ClusterRecord[]> {
+    return parseStoreFile(path, await readFile(path, 'utf8'));
   }
 
   /** Whether changes can be stored: the last write succeeded and the folder is writable. */
@@ -157,6 +157,19 @@ export class ClusterStore {
     }
     this.writing = undefined;
   }
+}
+
+function parseStoreFile(path: string, text: string): ClusterRecord[] {
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch (err) {
+    throw new Error(`state file ${path} is not JSON: ${(err as Error).message}`);
+  }
+  const parsed = StoreFile.safeParse(json);
+  if (!parsed.success)
+    throw new Error(`state file ${path} is not a valid cluster store: ${parsed.error.message}`);
+  return parsed.data.clusters;
 }
 
 // A claim on a host dates from when the cluster first asked for that host; a new host is a new claim.

@@ -2,7 +2,7 @@ import express, { type NextFunction, type Request, type Response } from 'express
 import { type PassOutcome, type Reconciler, TopologyNotSyncedError } from '../reconcile/reconciler.js';
 import type { ClusterStore } from '../store/cluster-store.js';
 import type { Readiness } from './app.js';
-import { checkCluster } from './clusters.js';
+import { checkCluster, checkClusterSet } from './clusters.js';
 import { fieldError, zodError } from './errors.js';
 import { ClusterBody, ClusterSetBody } from './schemas.js';
 
@@ -89,22 +89,9 @@ export function clustersRouter(o: ClustersRouterOptions): express.Router {
   const replaceAll: Handler = async (req, res) => {
     const parsed = ClusterSetBody.safeParse(req.body);
     if (!parsed.success) return zodError(res, parsed.error);
-    const inputs: Parameters<ClusterStore['replaceAll']>[0] = [];
-    const names = new Set<string>();
-    for (const [i, { name, ...body }] of parsed.data.clusters.entries()) {
-      if (names.has(name)) {
-        return fieldError(res, {
-          status: 422,
-          field: `clusters.${i}.name`,
-          reason: 'duplicate_name',
-          detail: `cluster ${name} is listed twice`,
-        });
-      }
-      names.add(name);
-      const checked = checkCluster(name, body, `clusters.${i}.`);
-      if (!checked.ok) return fieldError(res, checked.error);
-      if (checked.routed) inputs.push(checked.input);
-    }
+    const checked = checkClusterSet(parsed.data);
+    if (!checked.ok) return fieldError(res, checked.error);
+    const { inputs } = checked;
     const replaced = await stored(res, () => o.store.replaceAll(inputs));
     if (replaced === undefined) return;
     const { removed } = replaced;

@@ -1,7 +1,7 @@
 import { validateHost } from '../routes/host.js';
 import { validateClusterName } from '../routes/route.js';
 import type { ClusterTarget } from '../store/cluster-store.js';
-import type { ClusterBody } from './schemas.js';
+import type { ClusterBody, ClusterSetBody } from './schemas.js';
 
 /** Only this mode is routed through HAProxy; a cluster with any other mode has no route. */
 export const ROUTED_MODE = 'loadbalancer';
@@ -51,4 +51,35 @@ export function checkCluster(name: string, body: ClusterBody, field = ''): Check
   }
   const target: ClusterTarget = body.service ? { service: body.service } : { nodePort: body.node_port ?? 0 };
   return { ok: true, routed: true, input: { name, host: host.host, target } };
+}
+
+export type CheckedClusterSet =
+  | { ok: true; inputs: Array<{ name: string; host: string; target: ClusterTarget }> }
+  | { ok: false; error: FieldError };
+
+/**
+ * The full desired set (`PUT /v1/clusters`, or a clusters file given to the command line): every item
+ * checked like a single PUT, names unique; the first bad item refuses the whole set. Pure.
+ */
+export function checkClusterSet(body: ClusterSetBody): CheckedClusterSet {
+  const inputs = [];
+  const names = new Set<string>();
+  for (const [i, { name, ...cluster }] of body.clusters.entries()) {
+    if (names.has(name)) {
+      return {
+        ok: false,
+        error: {
+          status: 422,
+          field: `clusters.${i}.name`,
+          reason: 'duplicate_name',
+          detail: `cluster ${name} is listed twice`,
+        },
+      };
+    }
+    names.add(name);
+    const checked = checkCluster(name, cluster, `clusters.${i}.`);
+    if (!checked.ok) return checked;
+    if (checked.routed) inputs.push(checked.input);
+  }
+  return { ok: true, inputs };
 }
