@@ -2,7 +2,7 @@ import type { Request, RequestHandler, Response } from 'express';
 import type { Logger } from 'pino';
 import type { Metrics } from '../metrics/metrics.js';
 import type { RequestHead, WebhookAuthenticator } from './auth.js';
-import { type BodyRefusal, hasBody, readBody, refuseFromHeaders } from './body.js';
+import { type BodyRefusal, decodeUtf8, hasBody, readBody, refuseFromHeaders } from './body.js';
 
 export interface AuthenticateOptions {
   auth: WebhookAuthenticator;
@@ -63,8 +63,18 @@ export function authenticate(o: AuthenticateOptions): RequestHandler {
       req.body = undefined;
       return next();
     }
+    const text = decodeUtf8(body);
+    if (text === undefined) {
+      res.status(400).json({
+        error: 'invalid_request',
+        field: '',
+        reason: 'invalid_utf8',
+        detail: 'body is not valid UTF-8',
+      });
+      return;
+    }
     try {
-      req.body = JSON.parse(body.toString('utf8'));
+      req.body = JSON.parse(text);
     } catch {
       res
         .status(400)

@@ -48,7 +48,15 @@ export class SeenSignatures {
     if (this.seen.has(signature)) return false;
     // Recorded before the fsync, so that a concurrent duplicate is refused too.
     this.seen.set(signature, sentSeconds);
-    if (this.file) await this.append(`${sentSeconds} ${signature}\n`);
+    if (this.file) {
+      try {
+        await this.append(`${sentSeconds} ${signature}\n`);
+      } catch (err) {
+        // Not recorded, so the call is not acted on either: its retry must not count as a replay.
+        this.seen.delete(signature);
+        throw err;
+      }
+    }
     return true;
   }
 

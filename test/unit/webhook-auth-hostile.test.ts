@@ -1,5 +1,5 @@
 import * as crypto from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
@@ -294,6 +294,22 @@ describe('webhook authentication under hostile credentials', () => {
     expect(app.store.list()).toEqual([]);
     expect((await failures(app)).replayed).toBe(1);
     expect(readFileSync(join(dir, 'state.json.replay'), 'utf8')).toContain(headers['x-kubebyon-signature']);
+  });
+
+  it('answers 503 state_unavailable, and acts on nothing, when a signature cannot be recorded; the same call works once it can', async () => {
+    app = await startWebhookApp({ replayFile: true, dir });
+    // Root ignores permissions: a folder where the file should be makes every append fail (EISDIR).
+    const replay = join(dir, 'state.json.replay');
+    rmSync(replay, { force: true });
+    mkdirSync(replay);
+    const headers = signed({});
+    const refused = await send(app, { what: 'unrecordable', headers, reason: 'replayed' });
+    expect(refused).toMatchObject({ status: 503, body: { error: 'state_unavailable' } });
+    expect(app.store.list()).toEqual([]);
+    rmSync(replay, { recursive: true });
+    // Not acted on, so not a replay: the caller's retry of the very same call goes through.
+    expect((await send(app, { what: 'retry', headers, reason: 'replayed' })).status).toBe(202);
+    expect(app.store.get('demo')?.host).toBe('api.example.com');
   });
 
   it('exports the failure counter from the start, at 0 for every reason', async () => {
