@@ -2,7 +2,7 @@ import { access, constants, mkdir, readFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { z } from 'zod';
 import { compareStrings } from '../routes/route.js';
-import { writeFileAtomic } from './atomic-file.js';
+import { removeTemporaries, writeFileAtomic } from './atomic-file.js';
 
 /** Where a cluster's NodePort comes from: a Service on the host cluster, or a fixed port from the webhook. */
 export const ClusterTarget = z.union([
@@ -50,6 +50,8 @@ export class ClusterStore {
   static async open(path: string): Promise<ClusterStore> {
     const store = new ClusterStore(path);
     await mkdir(dirname(path), { recursive: true });
+    // A kill -9 between writing a new version and renaming it leaves the temporary file: nothing reads it.
+    await removeTemporaries(path);
     let text: string | undefined;
     try {
       text = await readFile(path, 'utf8');

@@ -1,5 +1,5 @@
 import { open, readFile } from 'node:fs/promises';
-import { writeFileAtomic } from '../store/atomic-file.js';
+import { removeTemporaries, writeFileAtomic } from '../store/atomic-file.js';
 
 const LINE = /^([0-9]{1,12}) (sha256=[0-9a-f]{64})$/;
 // Rewrite the file once it holds this many lines more than are still live.
@@ -38,6 +38,7 @@ export class SeenSignatures {
       if (m?.[1] && m[2]) s.seen.set(m[2], Number(m[1]));
     }
     s.forgetExpired(nowSeconds);
+    await removeTemporaries(file);
     await s.compact();
     return s;
   }

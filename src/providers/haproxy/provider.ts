@@ -4,7 +4,7 @@ import type { Logger } from 'pino';
 import type { StockHaproxyConfig } from '../../config/env.js';
 import type { RawBackend, RawFrontend, RawState } from '../../haproxy/model.js';
 import type { Operation, Plan } from '../../plan/plan.js';
-import { prepareFileAtomic, writeFileAtomic } from '../../store/atomic-file.js';
+import { prepareFileAtomic, removeTemporaries, writeFileAtomic } from '../../store/atomic-file.js';
 import {
   type ApplyReport,
   errorText,
@@ -77,6 +77,7 @@ export class StockHaproxyProvider implements Provider {
   private readonly cli: MasterCli;
   private cache: { text: string; parsed: ParsedOwnedFile } | undefined;
   private queue: Promise<unknown> = Promise.resolve();
+  private swept = false;
 
   constructor(
     private readonly config: StockHaproxyConfig,
@@ -107,6 +108,14 @@ export class StockHaproxyProvider implements Provider {
 
   private async applyNow(plan: Plan, signal: AbortSignal): Promise<ApplyReport> {
     signal.throwIfAborted();
+    // Before this service's first write to the owned file, nothing of its own can be in flight: a candidate
+    // file beside it is what a killed predecessor left between writing and checking it.
+    if (!this.swept) {
+      this.swept = true;
+      const removed = await removeTemporaries(this.config.ownedFile);
+      if (removed.length > 0)
+        this.deps.logger.info({ removed }, 'removed temporary files of an interrupted apply');
+    }
     const sentBefore = this.cli.sent;
     const requests = () => this.cli.sent - sentBefore;
     const snap = await this.snapshot(signal);
