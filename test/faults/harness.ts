@@ -3,6 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { createServer as createTlsServer } from 'node:tls';
 import { promisify } from 'node:util';
 import pino from 'pino';
 import type { StockHaproxyProvider } from '../../src/providers/haproxy/provider.js';
@@ -16,6 +17,7 @@ import {
 } from '../support/haproxy-testbed.js';
 import { freeLoopbackPort } from '../support/ports.js';
 import { operatorConfig, stockConfigFor } from '../support/stock-haproxy.js';
+import { testKeyPair } from '../support/tls.js';
 import { type SignedClient, signedClient } from '../support/webhook-client.js';
 
 const run = promisify(execFile);
@@ -255,4 +257,28 @@ export async function startFaultBed(o: { stateDir?: string } = {}): Promise<Faul
 
 export async function docker(...args: string[]): Promise<string> {
   return (await run('docker', args)).stdout;
+}
+
+export interface PortTlsServer {
+  name: string;
+  port: number;
+  close(): Promise<void>;
+}
+
+/**
+ * A TLS server on 127.0.0.1 at a free port inside Kubernetes' NodePort range (30000-32767), answering every
+ * connection with its name: it stands in for a vCluster API server behind a NodePort.
+ */
+export async function startNodePortTlsServer(name: string): Promise<PortTlsServer> {
+  for (let attempt = 0; attempt < 50; attempt++) {
+    const port = 30000 + Math.floor(Math.random() * 2768);
+    const server = createTlsServer(testKeyPair(), (socket) => socket.end(`${name}\n`));
+    server.on('tlsClientError', () => {});
+    const ok = await new Promise<boolean>((resolve) => {
+      server.once('error', () => resolve(false));
+      server.listen(port, '127.0.0.1', () => resolve(true));
+    });
+    if (ok) return { name, port, close: () => new Promise((r) => server.close(() => r())) };
+  }
+  throw new Error('no free port in the NodePort range');
 }
