@@ -1,6 +1,6 @@
 import { execFile, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createServer as createTlsServer } from 'node:tls';
@@ -83,9 +83,13 @@ export interface ServiceChild {
  * The service as it ships: `node dist/cli/main.js serve`, configured only by `env`, on a free loopback port.
  * Resolves once `/healthz` answers.
  */
-export async function startServiceChild(env: Record<string, string>, secret: string): Promise<ServiceChild> {
+export async function startServiceChild(
+  env: Record<string, string>,
+  secret: string,
+  listenPort?: number,
+): Promise<ServiceChild> {
   if (!existsSync(CLI)) throw new Error(`${CLI} is missing: run npm run build`);
-  const port = await freeLoopbackPort();
+  const port = listenPort ?? (await freeLoopbackPort());
   const child = spawn(process.execPath, [CLI, 'serve'], {
     cwd: REPO,
     env: {
@@ -281,4 +285,71 @@ export async function startNodePortTlsServer(name: string): Promise<PortTlsServe
     if (ok) return { name, port, close: () => new Promise((r) => server.close(() => r())) };
   }
   throw new Error('no free port in the NodePort range');
+}
+
+export interface Prometheus {
+  url: string;
+  /** The alerts Prometheus holds now, by name, with their state (pending, firing). */
+  alerts(): Promise<Array<{ name: string; state: string }>>;
+  query(expr: string): Promise<number | undefined>;
+  stop(): Promise<void>;
+}
+
+/**
+ * A real Prometheus (Debian's package) on loopback, scraping `target` every second and evaluating the
+ * project's alert rules every second: proves that an alert fires on the metrics the service really exports.
+ */
+export async function startPrometheus(target: string, ruleFile: string): Promise<Prometheus> {
+  const dir = mkdtempSync(join(tmpdir(), 'kubebyon-prometheus-'));
+  const port = await freeLoopbackPort();
+  const config = join(dir, 'prometheus.yml');
+  writeFileSync(
+    config,
+    `global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - ${ruleFile}\nscrape_configs:\n  - job_name: adapter\n    static_configs:\n      - targets: ['${target}']\n`,
+  );
+  const child = spawn(
+    'prometheus',
+    [
+      `--config.file=${config}`,
+      `--storage.tsdb.path=${join(dir, 'data')}`,
+      `--web.listen-address=127.0.0.1:${port}`,
+      '--log.level=warn',
+    ],
+    { stdio: ['ignore', 'ignore', 'pipe'] },
+  );
+  let log = '';
+  child.stderr?.on('data', (c: Buffer) => {
+    log += c.toString();
+  });
+  const gone = new Promise<void>((resolve) => child.on('exit', () => resolve()));
+  const url = `http://127.0.0.1:${port}`;
+  await eventually(
+    () => fetch(`${url}/-/ready`).then((r) => r.status),
+    (s) => s === 200,
+    30_000,
+    `prometheus to start (${log.slice(-500)})`,
+  );
+  return {
+    url,
+    async alerts() {
+      const body = (await (await fetch(`${url}/api/v1/alerts`)).json()) as {
+        data: { alerts: Array<{ labels: { alertname: string }; state: string }> };
+      };
+      return body.data.alerts.map((a) => ({ name: a.labels.alertname, state: a.state }));
+    },
+    async query(expr) {
+      const body = (await (await fetch(`${url}/api/v1/query?query=${encodeURIComponent(expr)}`)).json()) as {
+        data: { result: Array<{ value: [number, string] }> };
+      };
+      const v = body.data.result[0]?.value[1];
+      return v === undefined ? undefined : Number(v);
+    },
+    async stop() {
+      child.kill('SIGTERM');
+      const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
+      await gone;
+      clearTimeout(timer);
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
 }
