@@ -8,9 +8,16 @@ import { execFileSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
 import { join } from 'node:path';
+import {
+  eventually,
+  metric,
+  random,
+  sleep,
+  startFaultBed,
+  startServiceChild,
+} from '../test/faults/harness.js';
 import { sweepTestbedContainers } from '../test/support/haproxy-testbed.js';
 import { type NamedTlsServer, sniProbe, startNamedTlsServer } from '../test/support/tls.js';
-import { eventually, metric, random, sleep, startFaultBed, startServiceChild } from '../test/faults/harness.js';
 
 const CLIENTS = 20;
 const CHANGES = 2000;
@@ -61,9 +68,15 @@ async function main(): Promise<void> {
     const latencies: number[] = [];
     const statuses = new Map<number, number>();
     const loadsBefore = bed.haproxy.loadCount();
-    const reloadsBefore = await metric(service.url, 'kubebyon_haproxy_adapter_reloads_total', { result: 'succeeded' });
-    const passesBefore = await metric(service.url, 'kubebyon_haproxy_adapter_reconciles_total', { result: 'changed' });
-    const txBefore = await metric(service.url, 'kubebyon_haproxy_adapter_transactions_total', { result: 'committed' });
+    const reloadsBefore = await metric(service.url, 'kubebyon_haproxy_adapter_reloads_total', {
+      result: 'succeeded',
+    });
+    const passesBefore = await metric(service.url, 'kubebyon_haproxy_adapter_reconciles_total', {
+      result: 'changed',
+    });
+    const txBefore = await metric(service.url, 'kubebyon_haproxy_adapter_transactions_total', {
+      result: 'committed',
+    });
     const perClient = CHANGES / CLIENTS;
     const gap = DURATION_MS / perClient;
     const started = Date.now();
@@ -76,7 +89,13 @@ async function main(): Promise<void> {
           if (due > Date.now()) await sleep(due - Date.now());
           const name = mine[Math.floor(rand() * mine.length)] as string;
           const roll = rand();
-          const next: Want = roll < 0.15 ? null : { host: `${name}.example.com`, server: servers[Math.floor(rand() * servers.length)]?.name ?? 'a' };
+          const next: Want =
+            roll < 0.15
+              ? null
+              : {
+                  host: `${name}.example.com`,
+                  server: servers[Math.floor(rand() * servers.length)]?.name ?? 'a',
+                };
           const port = servers.find((s) => s.name === next?.server)?.port;
           const t = performance.now();
           const res =
@@ -101,7 +120,10 @@ async function main(): Promise<void> {
     await eventually(
       async () => {
         const routes = await bed.routes();
-        return [...routes].map(([h, s]) => `${h}=${s.join()}`).sort().join(';');
+        return [...routes]
+          .map(([h, s]) => `${h}=${s.join()}`)
+          .sort()
+          .join(';');
       },
       (got) =>
         got ===
@@ -120,10 +142,18 @@ async function main(): Promise<void> {
       if ('reached' in r && r.reached === w.server) probesOk++;
     }
     const loads = bed.haproxy.loadCount() - loadsBefore;
-    const reloads = (await metric(service.url, 'kubebyon_haproxy_adapter_reloads_total', { result: 'succeeded' })) - reloadsBefore;
-    const passes = (await metric(service.url, 'kubebyon_haproxy_adapter_reconciles_total', { result: 'changed' })) - passesBefore;
-    const transactions = (await metric(service.url, 'kubebyon_haproxy_adapter_transactions_total', { result: 'committed' })) - txBefore;
-    const failedPasses = await metric(service.url, 'kubebyon_haproxy_adapter_reconciles_total', { result: 'failed' });
+    const reloads =
+      (await metric(service.url, 'kubebyon_haproxy_adapter_reloads_total', { result: 'succeeded' })) -
+      reloadsBefore;
+    const passes =
+      (await metric(service.url, 'kubebyon_haproxy_adapter_reconciles_total', { result: 'changed' })) -
+      passesBefore;
+    const transactions =
+      (await metric(service.url, 'kubebyon_haproxy_adapter_transactions_total', { result: 'committed' })) -
+      txBefore;
+    const failedPasses = await metric(service.url, 'kubebyon_haproxy_adapter_reconciles_total', {
+      result: 'failed',
+    });
     const peak = peakRssMiB(service.pid);
     latencies.sort((x, y) => x - y);
     const windows = (streamMs + convergeMs) / DEBOUNCE_MS;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every check and test: type check, lint, unit tests, the Kubernetes suite against a real
-# kube-apiserver + etcd on loopback, and the integration suite against a real HAProxy 3.0 and then 2.6
-# (each in a local container with host networking). Prints one closing line "tests: N passed, N failed".
+# kube-apiserver + etcd on loopback, the integration suite against a real HAProxy 3.0 and then 2.6
+# (each in a local container with host networking), and the fault suite. Prints one closing line "tests: N passed, N failed".
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
@@ -23,6 +23,12 @@ for v in 3.0 2.6; do
     --reporter=default --reporter=json --outputFile="$results/integration-$v.json" || status=1
 done
 
+# Faults (kill -9, HAProxy away, a full or read-only state folder, kube-apiserver down, a failed reload)
+# against the service as it ships (dist/, its own process) and a stock HAProxy 3.0; about 4 minutes.
+echo "== fault suite against HAProxy 3.0 (stock-HAProxy provider)"
+KUBEBYON_TEST_HAPROXY_VERSION=3.0 npx vitest run --project faults \
+  --reporter=default --reporter=json --outputFile="$results/faults.json" || status=1
+
 node -e '
   const fs = require("fs");
   let passed = 0, failed = 0;
@@ -32,5 +38,6 @@ node -e '
     passed += r.numPassedTests; failed += r.numFailedTests + (r.success ? 0 : r.numFailedTestSuites);
   }
   console.log(`tests: ${passed} passed, ${failed} failed`);
-' "$results/unit.json" "$results/kubernetes.json" "$results/integration-3.0.json" "$results/integration-2.6.json"
+' "$results/unit.json" "$results/kubernetes.json" "$results/integration-3.0.json" "$results/integration-2.6.json" \
+  "$results/faults.json"
 exit $status

@@ -130,6 +130,8 @@ describe(`HAProxy unreachable or restarted, HAProxy ${haproxyVersionUnderTest()}
 
   it('HAProxy container restarted mid-stream: writes acknowledged throughout, converges by itself after', async () => {
     const id = await bed.containerId();
+    const startedAt = async () => (await docker('inspect', '-f', '{{.State.StartedAt}}', id)).trim();
+    const before = await startedAt();
     const restart = (async () => {
       await sleep(1_500);
       await docker('restart', '-t', '0', id);
@@ -143,6 +145,7 @@ describe(`HAProxy unreachable or restarted, HAProxy ${haproxyVersionUnderTest()}
       await sleep(400);
     }
     await restart;
+    expect(await startedAt()).not.toBe(before);
     const restarted = Date.now();
     await converged(60_000);
     await eventually(
