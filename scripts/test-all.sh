@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every check and test: type check, lint, unit tests, the Kubernetes suite against a real
 # kube-apiserver + etcd on loopback, the integration suite against a real HAProxy 3.0 and then 2.6
-# (each in a local container with host networking), and the fault suite. Prints one closing line "tests: N passed, N failed".
+# (each in a local container with host networking), the end-to-end suite on both versions, and the fault
+# suite. Prints one closing line "tests: N passed, N failed".
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
@@ -22,6 +23,13 @@ for v in 3.0 2.6; do
   KUBEBYON_TEST_HAPROXY_VERSION=$v npx vitest run --project integration \
     --reporter=default --reporter=json --outputFile="$results/integration-$v.json" || status=1
 done
+# End to end: the built service (npm run build in the suite's setup) as its own process, against HAProxy
+# 3.0 and 2.6 with the haproxy provider, a real kube-apiserver for the Kubernetes cases.
+for v in 3.0 2.6; do
+  echo "== end-to-end suite against HAProxy $v"
+  KUBEBYON_TEST_HAPROXY_VERSION=$v npx vitest run --project e2e \
+    --reporter=default --reporter=json --outputFile="$results/e2e-$v.json" || status=1
+done
 
 # Faults (kill -9, HAProxy away, a full or read-only state folder, kube-apiserver down, a failed reload)
 # against the service as it ships (dist/, its own process) and a stock HAProxy 3.0; about 4 minutes.
@@ -39,5 +47,5 @@ node -e '
   }
   console.log(`tests: ${passed} passed, ${failed} failed`);
 ' "$results/unit.json" "$results/kubernetes.json" "$results/integration-3.0.json" "$results/integration-2.6.json" \
-  "$results/faults.json"
+  "$results/e2e-3.0.json" "$results/e2e-2.6.json" "$results/faults.json"
 exit $status

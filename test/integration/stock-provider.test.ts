@@ -1,11 +1,13 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
+import { join } from 'node:path';
+import pino from 'pino';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { DEFAULT_RENDER_OPTIONS, type RenderOptions, renderDesired } from '../../src/haproxy/render.js';
 import { type Plan, plan } from '../../src/plan/plan.js';
 import { applyOperations } from '../../src/providers/haproxy/operations.js';
 import { parseOwnedFile, renderOwnedFile } from '../../src/providers/haproxy/owned-file.js';
-import type { StockHaproxyProvider } from '../../src/providers/haproxy/provider.js';
+import { StockHaproxyProvider } from '../../src/providers/haproxy/provider.js';
 import { ReloadFailedError, TerminalError } from '../../src/providers/provider.js';
 import { interpret, isOwned } from '../../src/registry/ownership.js';
 import { type RouteClaim as Claim, resolveRoutes } from '../../src/routes/route.js';
@@ -15,7 +17,7 @@ import {
   startHaproxyTestbed,
 } from '../support/haproxy-testbed.js';
 import { freeLoopbackPort } from '../support/ports.js';
-import { operatorConfig, stockProviderFor } from '../support/stock-haproxy.js';
+import { operatorConfig, stockConfigFor, stockProviderFor } from '../support/stock-haproxy.js';
 import { type NamedTlsServer, sniProbe, startNamedTlsServer } from '../support/tls.js';
 
 const version = haproxyVersionUnderTest();
@@ -208,6 +210,23 @@ describe(`haproxy provider on HAProxy ${version}`, () => {
     expect(haproxy.loadCount()).toBe(loads);
     expect(await sniProbe(port, 'x.example.com')).toEqual({ reached: 'a' });
   });
+
+  it('says so when HAProxy does not load the owned file at all, and puts the previous file back', async () => {
+    const misplaced = join(haproxy.dir, 'not-loaded.cfg');
+    writeFileSync(misplaced, '');
+    const wrong = new StockHaproxyProvider(
+      { ...stockConfigFor(haproxy), ownedFile: misplaced },
+      { logger: pino({ level: 'silent' }) },
+    );
+    const p = plan(
+      renderDesired(resolveRoutes([claim('x', 'x.example.com', a.port)]).routes, render),
+      interpret(await wrong.readState(signal())),
+    );
+    await expect(wrong.apply(p, signal())).rejects.toThrow(
+      /does not run the owned file: is it started with -f/,
+    );
+    expect(readFileSync(misplaced, 'utf8')).toBe('');
+  }, 30_000);
 
   it('notices an owned file that HAProxy does not run, and reloads it into agreement', async () => {
     await converge([claim('x', 'x.example.com', a.port)]);

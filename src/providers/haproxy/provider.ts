@@ -39,6 +39,7 @@ import {
 /** The owned file is configuration, not a secret: HAProxy (possibly another user) must read it. */
 const OWNED_FILE_MODE = 0o644;
 const CHECK_OUTPUT_LIMIT = 16 * 1024 * 1024;
+const CONFIRM_MS = 10_000;
 
 export interface StockHaproxyDeps {
   logger: Logger;
@@ -75,7 +76,7 @@ class RuntimeCommandError extends Error {
 export class StockHaproxyProvider implements Provider {
   readonly name = 'haproxy';
   private readonly cli: MasterCli;
-  private cache: { text: string; parsed: ParsedOwnedFile } | undefined;
+  private cache: { text: string; parsed: ParsedOwnedFile; generation: number } | undefined;
   private queue: Promise<unknown> = Promise.resolve();
   private swept = false;
 
@@ -158,7 +159,7 @@ export class StockHaproxyProvider implements Provider {
 
   // ---- reading ----------------------------------------------------------------------------------------
 
-  private async readOwnedFile(): Promise<{ text: string; parsed: ParsedOwnedFile }> {
+  private async readOwnedFile(): Promise<{ text: string; parsed: ParsedOwnedFile; generation: number }> {
     let text: string;
     try {
       text = await readFile(this.config.ownedFile, 'utf8');
@@ -168,7 +169,8 @@ export class StockHaproxyProvider implements Provider {
     }
     if (this.cache?.text === text) return this.cache;
     try {
-      this.cache = { text, parsed: parseOwnedFile(text) };
+      const parsed = parseOwnedFile(text);
+      this.cache = { text, parsed, generation: generationOf(parsed.state) };
     } catch (err) {
       if (err instanceof OwnedFileParseError)
         throw new TerminalError(
@@ -180,23 +182,27 @@ export class StockHaproxyProvider implements Provider {
   }
 
   private async snapshot(signal: AbortSignal): Promise<Snapshot> {
-    const { text, parsed } = await this.readOwnedFile();
+    const { text, parsed, generation } = await this.readOwnedFile();
     const proxies = parseShowStat(await this.cli.send('@1 show stat -1 3 -1', signal));
     const servers = parseServersState(await this.cli.send('@1 show servers state', signal));
     const runningFrontends = new Map<string, RunningProxy>();
     const runningBackends = new Map<string, RunningProxy>();
     for (const p of proxies) (p.kind === 'frontend' ? runningFrontends : runningBackends).set(p.name, p);
     const serversOf = new Map<string, RunningServer[]>();
-    for (const s of servers) serversOf.set(s.backend, [...(serversOf.get(s.backend) ?? []), s]);
+    for (const s of servers) {
+      const list = serversOf.get(s.backend);
+      if (list) list.push(s);
+      else serversOf.set(s.backend, [s]);
+    }
 
     const file = parsed.state;
-    const inFile = new Set([...file.frontends.map((f) => f.name), ...file.backends.map((b) => b.name)]);
+    const fileNames = new Set([...file.frontends.map((f) => f.name), ...file.backends.map((b) => b.name)]);
+    const inFile = new Set(fileNames);
     const first = [...file.frontends].sort((a, b) => (a.name < b.name ? -1 : 1))[0];
     const consistent =
       (first === undefined
         ? parsed.generation === null
-        : parsed.generation === generationOf(file) &&
-          runningFrontends.get(first.name)?.id === parsed.generation) &&
+        : parsed.generation === generation && runningFrontends.get(first.name)?.id === parsed.generation) &&
       file.frontends.every((f) => runningFrontends.has(f.name)) &&
       file.backends.every((b) => runningBackends.get(b.name)?.algo === b.balance);
     if (!consistent)
@@ -224,7 +230,7 @@ export class StockHaproxyProvider implements Provider {
     for (const b of file.backends) if (!runningBackends.has(b.name)) inFile.delete(b.name);
 
     const foreignFrontends: RawFrontend[] = [...runningFrontends.values()]
-      .filter((p) => !file.frontends.some((f) => f.name === p.name))
+      .filter((p) => !fileNames.has(p.name))
       .map((p) => ({
         name: p.name,
         bind: null,
@@ -235,7 +241,7 @@ export class StockHaproxyProvider implements Provider {
         tags: {},
       }));
     const foreignBackends: RawBackend[] = [...runningBackends.values()]
-      .filter((p) => !file.backends.some((b) => b.name === p.name))
+      .filter((p) => !fileNames.has(p.name))
       .map((p) => withRuntimeServers({ name: p.name, balance: p.algo, servers: [], tags: {} }));
     return {
       text,
@@ -423,14 +429,18 @@ export class StockHaproxyProvider implements Provider {
       throw new ReloadFailedError(`HAProxy refused the new configuration and keeps the previous one: ${why}`);
     }
     if (frontend === null || generation === null) return;
+    // The master says the reload worked: its new worker answers within moments, running the new file.
+    const confirmBy = Math.min(deadline, Date.now() + CONFIRM_MS);
     for (;;) {
       const running = await this.cli
-        .sendRetrying('@1 show stat -1 1 -1', bounded, deadline)
+        .sendRetrying('@1 show stat -1 1 -1', bounded, confirmBy)
         .then(parseShowStat)
         .catch(() => []);
       if (running.find((p) => p.name === frontend)?.id === generation) return;
-      if (Date.now() > deadline)
-        throw new Error('HAProxy reloaded but its current worker does not run the new file');
+      if (Date.now() > confirmBy)
+        throw new TerminalError(
+          `HAProxy reloaded but does not run the owned file: is it started with -f ${this.config.ownedFile} (or a path to the same file)?`,
+        );
       await sleep(50);
     }
   }
