@@ -2,7 +2,7 @@ import { access, constants, mkdir, readFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { z } from 'zod';
 import { compareStrings } from '../routes/route.js';
-import { removeTemporaries, writeFileAtomic } from './atomic-file.js';
+import { probeWritable, removeTemporaries, writeFileAtomic } from './atomic-file.js';
 
 /** Where a cluster's NodePort comes from: a Service on the host cluster, or a fixed port from the webhook. */
 export const ClusterTarget = z.union([
@@ -69,7 +69,15 @@ export class ClusterStore {
 
   /** Whether changes can be stored: the last write succeeded and the folder is writable. */
   async health(): Promise<{ ok: boolean; detail?: string }> {
-    if (this.writeError) return { ok: false, detail: `last write failed: ${this.writeError}` };
+    if (this.writeError) {
+      // Until a write succeeds again: whether one would, so that freeing space makes the service ready.
+      try {
+        await probeWritable(dirname(this.path));
+        this.writeError = undefined;
+      } catch {
+        return { ok: false, detail: `last write failed: ${this.writeError}` };
+      }
+    }
     try {
       await access(dirname(this.path), constants.W_OK);
       return { ok: true };

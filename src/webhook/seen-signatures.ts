@@ -1,5 +1,6 @@
 import { open, readFile } from 'node:fs/promises';
-import { removeTemporaries, writeFileAtomic } from '../store/atomic-file.js';
+import { dirname } from 'node:path';
+import { probeWritable, removeTemporaries, writeFileAtomic } from '../store/atomic-file.js';
 
 const LINE = /^([0-9]{1,12}) (sha256=[0-9a-f]{64})$/;
 // Rewrite the file once it holds this many lines more than are still live.
@@ -17,6 +18,7 @@ export class SeenSignatures {
   private pending: string[] = [];
   private waiters: Array<{ resolve(): void; reject(err: unknown): void }> = [];
   private flushing: Promise<void> | undefined;
+  private writeError: string | undefined;
 
   constructor(
     private readonly windowSeconds: number,
@@ -61,6 +63,18 @@ export class SeenSignatures {
     return true;
   }
 
+  /** Whether claims can be recorded: the last append succeeded, or the folder takes a write again. */
+  async health(): Promise<{ ok: boolean; detail?: string }> {
+    if (!this.file || this.writeError === undefined) return { ok: true };
+    try {
+      await probeWritable(dirname(this.file));
+      this.writeError = undefined;
+      return { ok: true };
+    } catch {
+      return { ok: false, detail: `cannot record seen signatures: ${this.writeError}` };
+    }
+  }
+
   private forgetExpired(nowSeconds: number): void {
     for (const [signature, sent] of this.seen) {
       if (nowSeconds - sent > this.windowSeconds) this.seen.delete(signature);
@@ -88,8 +102,10 @@ export class SeenSignatures {
           await handle.close();
         }
         this.lines += lines.length;
+        this.writeError = undefined;
         for (const w of waiters) w.resolve();
       } catch (err) {
+        this.writeError = err instanceof Error ? err.message : String(err);
         for (const w of waiters) w.reject(err);
         continue;
       }

@@ -5,7 +5,14 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { haproxyVersionUnderTest } from '../support/haproxy-testbed.js';
 import { type NamedTlsServer, sniProbe, startNamedTlsServer } from '../support/tls.js';
-import { eventually, type FaultBed, type ServiceChild, startFaultBed, startServiceChild } from './harness.js';
+import {
+  eventually,
+  type FaultBed,
+  readyz,
+  type ServiceChild,
+  startFaultBed,
+  startServiceChild,
+} from './harness.js';
 
 // The state folder full (a 64 KiB tmpfs, filled) or read-only (remounted): the tests run as root, whom
 // permissions do not stop. Writes must answer 503 and acknowledge nothing they did not store; the routes in
@@ -116,8 +123,21 @@ describe(`state folder full or read-only, HAProxy ${haproxyVersionUnderTest()}`,
     expect(set.status).toBe(503);
     refused++;
     await storedAndRouted();
+    // Readiness says that changes cannot be stored, and says so until they can again (no write needed).
+    await eventually(
+      () => readyz(service.url),
+      (r) => r.status === 503 && r.body.checks.state?.ok === false,
+      10_000,
+      'readiness to report the state folder unwritable',
+    );
 
     rmSync(filler);
+    await eventually(
+      () => readyz(service.url),
+      (r) => r.status === 200,
+      10_000,
+      'readiness once space is free',
+    );
     await accepted('PUT', 'three', 'b');
     await accepted('DELETE', 'two');
     await storedAndRouted();
@@ -130,9 +150,21 @@ describe(`state folder full or read-only, HAProxy ${haproxyVersionUnderTest()}`,
       await unavailable('DELETE', 'one');
       await unavailable('PUT', 'three', 'a');
       await storedAndRouted();
+      await eventually(
+        () => readyz(service.url),
+        (r) => r.status === 503 && r.body.checks.state?.ok === false,
+        10_000,
+        'readiness to report the state folder read-only',
+      );
     } finally {
       execFileSync('mount', ['-o', 'remount,rw', stateDir]);
     }
+    await eventually(
+      () => readyz(service.url),
+      (r) => r.status === 200,
+      10_000,
+      'readiness once writable',
+    );
     await accepted('PUT', 'four', 'b');
     await storedAndRouted();
   });
