@@ -78,19 +78,3 @@ export async function removeTemporaries(path: string): Promise<string[]> {
   await Promise.all(stale.map((n) => unlink(join(dirname(path), n)).catch(() => {})));
   return stale;
 }
-
-/**
- * Proves that `dir` takes a write again (after a full disk or a read-only remount): writes, syncs and removes
- * a small file. Throws what the file system said.
- */
-export async function probeWritable(dir: string): Promise<void> {
-  const probe = join(dir, `.kubebyon-probe.${process.pid}.tmp`);
-  const handle = await open(probe, 'w', 0o600);
-  try {
-    await handle.writeFile('probe\n', 'utf8');
-    await handle.sync();
-  } finally {
-    await handle.close();
-    await unlink(probe).catch(() => {});
-  }
-}

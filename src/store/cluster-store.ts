@@ -2,7 +2,7 @@ import { access, constants, mkdir, readFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { z } from 'zod';
 import { compareStrings } from '../routes/route.js';
-import { probeWritable, removeTemporaries, writeFileAtomic } from './atomic-file.js';
+import { removeTemporaries, writeFileAtomic } from './atomic-file.js';
 
 /** Where a cluster's NodePort comes from: a Service on the host cluster, or a fixed port from the webhook. */
 export const ClusterTarget = z.union([
@@ -70,12 +70,13 @@ export class ClusterStore {
   /** Whether changes can be stored: the last write succeeded and the folder is writable. */
   async health(): Promise<{ ok: boolean; detail?: string }> {
     if (this.writeError) {
-      // Until a write succeeds again: whether one would, so that freeing space makes the service ready.
+      // Not until a write succeeds again: one that changes nothing, in line with the others, so that freeing
+      // space makes the service ready without waiting for a change to store.
+      const failed = this.writeError;
       try {
-        await probeWritable(dirname(this.path));
-        this.writeError = undefined;
+        await this.change(() => undefined);
       } catch {
-        return { ok: false, detail: `last write failed: ${this.writeError}` };
+        return { ok: false, detail: `last write failed: ${this.writeError ?? failed}` };
       }
     }
     try {
