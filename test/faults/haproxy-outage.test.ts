@@ -158,5 +158,14 @@ describe(`HAProxy unreachable or restarted, HAProxy ${haproxyVersionUnderTest()}
       `[measure] HAProxy restart: ${i} writes acknowledged during it, converged ${((Date.now() - restarted) / 1000).toFixed(1)} s after`,
     );
     await probesReach();
+    if (process.env.KUBEBYON_FAULT_DEBUG)
+      console.log(
+        service
+          .output()
+          .split('\n')
+          .filter((l) => /failed|error|warn/i.test(l))
+          .slice(-40)
+          .join('\n'),
+      );
   });
 });

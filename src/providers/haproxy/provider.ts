@@ -33,6 +33,7 @@ import {
   parseShowStat,
   type RunningProxy,
   type RunningServer,
+  reloadProgress,
   runtime,
 } from './runtime-text.js';
 
@@ -412,7 +413,9 @@ export class StockHaproxyProvider implements Provider {
       await this.cli.send('reload', bounded, this.config.reloadTimeoutMs).catch(() => ''),
     );
     let proc: ProcState | undefined;
-    while (!proc || proc.reloads <= before.reloads) {
+    // A restart of HAProxy during the reload (its container restarted) ends the wait too: waiting for the
+    // new master's count to pass the old one would take the whole reload timeout.
+    while (!proc || reloadProgress(before, proc) === 'pending') {
       if (Date.now() > deadline)
         throw new Error(`HAProxy did not report the reload within ${this.config.reloadTimeoutMs} ms`);
       if (proc) await sleep(50);
@@ -421,7 +424,10 @@ export class StockHaproxyProvider implements Provider {
         .then(parseShowProc)
         .catch(() => undefined);
     }
-    if (answer.status === 'failed' || proc.failed > before.failed) {
+    const restarted = reloadProgress(before, proc) === 'restarted';
+    if (restarted)
+      this.deps.logger.warn('HAProxy restarted during the reload; checking that it runs the new file');
+    if (!restarted && (answer.status === 'failed' || proc.failed > before.failed)) {
       const why =
         answer.alerts.length > 0
           ? answer.alerts.join('; ')
