@@ -72,6 +72,25 @@ export default defineConfig({
           fileParallelism: false,
           testTimeout: 120_000,
           hookTimeout: 300_000,
+          env: {
+            TESTCONTAINERS_RYUK_DISABLED: 'true',
+            TESTCONTAINERS_HOST_OVERRIDE: 'localhost',
+          },
+        },
+      },
+      {
+        test: {
+          name: 'faults',
+          include: ['test/faults/**/*.test.ts'],
+          globalSetup: ['test/faults/global-setup.ts'],
+          // One HAProxy, one service process and their faults at a time.
+          fileParallelism: false,
+          testTimeout: 240_000,
+          hookTimeout: 300_000,
+          env: {
+            TESTCONTAINERS_RYUK_DISABLED: 'true',
+            TESTCONTAINERS_HOST_OVERRIDE: 'localhost',
+          },
         },
       },
     ],

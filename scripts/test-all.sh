@@ -3,8 +3,8 @@
 # kube-apiserver + etcd on loopback, the integration suite against a real HAProxy 3.0 and then 2.6
 # (each in a local container with host networking), the end-to-end suite on both versions, the ship
 # suite (the built CLI, the adapter's image in compose.yaml driven through the signed webhook, and
-# scripts/run-local.sh), then, when a Data Plane API is given, the dataplaneapi suite on 3.0 and 2.6.
-# Prints one closing line "tests: N passed, N failed".
+# scripts/run-local.sh), the fault suite, then, when a Data Plane API is given, the dataplaneapi suite on
+# 3.0 and 2.6. Prints one closing line "tests: N passed, N failed".
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
@@ -49,6 +49,12 @@ else
   echo "dataplaneapi suite skipped: set KUBEBYON_TEST_DATAPLANEAPI_BIN (a dataplaneapi binary) or KUBEBYON_TEST_DATAPLANEAPI_IMAGE"
 fi
 
+# Faults (kill -9, HAProxy away, a full or read-only state folder, kube-apiserver down, a failed reload)
+# against the service as it ships (dist/, its own process) and a stock HAProxy 3.0; about 4 minutes.
+echo "== fault suite against HAProxy 3.0 (stock-HAProxy provider)"
+KUBEBYON_TEST_HAPROXY_VERSION=3.0 npx vitest run --project faults \
+  --reporter=default --reporter=json --outputFile="$results/faults.json" || status=1
+
 node -e '
   const fs = require("fs");
   let passed = 0, failed = 0;
@@ -59,6 +65,6 @@ node -e '
   }
   console.log(`tests: ${passed} passed, ${failed} failed`);
 ' "$results/unit.json" "$results/kubernetes.json" "$results/integration-3.0.json" "$results/integration-2.6.json" \
-  "$results/e2e-3.0.json" "$results/e2e-2.6.json" "$results/ship.json" \
+  "$results/e2e-3.0.json" "$results/e2e-2.6.json" "$results/ship.json" "$results/faults.json" \
   ${dpapi_results[@]+"${dpapi_results[@]}"}
 exit $status

@@ -66,12 +66,15 @@ const PING_TIMEOUT_MS = 5_000;
 
 function readinessOf(
   store: ClusterStore,
+  auth: WebhookAuthenticator,
   provider: Provider,
   loop: Reconciler,
   kube: KubernetesTopology | undefined,
 ): () => Promise<Readiness> {
   return async () => {
-    const checks: Readiness['checks'] = { state: await store.health() };
+    // Changes can be acknowledged only if both the store and the seen signatures can be written.
+    const [stored, recorded] = await Promise.all([store.health(), auth.health()]);
+    const checks: Readiness['checks'] = { state: stored.ok ? recorded : stored };
     try {
       await provider.ping(AbortSignal.timeout(PING_TIMEOUT_MS));
       checks.haproxy = { ok: true };
@@ -169,20 +172,21 @@ export async function startService(config: Config, deps: ServiceDeps = {}): Prom
     publicPort: config.publicPort,
   });
   reconciler = loop;
+  const auth = await WebhookAuthenticator.open({
+    mode: config.webhook.auth,
+    secret: config.webhook.secret,
+    replayWindowSeconds: config.webhook.replayWindowSeconds,
+    replayFile: `${config.stateFile}.replay`,
+  });
   const app = createApp({
     store,
     reconciler: loop,
     metrics,
     logger,
-    auth: await WebhookAuthenticator.open({
-      mode: config.webhook.auth,
-      secret: config.webhook.secret,
-      replayWindowSeconds: config.webhook.replayWindowSeconds,
-      replayFile: `${config.stateFile}.replay`,
-    }),
+    auth,
     waitTimeoutMs: config.webhook.waitTimeoutMs,
     bodyLimitBytes: config.webhook.bodyLimitBytes,
-    readiness: readinessOf(store, provider, loop, kube),
+    readiness: readinessOf(store, auth, provider, loop, kube),
     version: VERSION,
   });
 

@@ -9,7 +9,7 @@ const NS = 'kubebyon_haproxy_adapter';
 export function createMetrics() {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
-  return {
+  const metrics = {
     registry,
     reconciles: new Counter({
       name: `${NS}_reconciles_total`,
@@ -75,7 +75,28 @@ export function createMetrics() {
       labelNames: ['method', 'route', 'status'] as const,
       registers: [registry],
     }),
+    webhookAuthFailures: new Counter({
+      name: `${NS}_webhook_auth_failures_total`,
+      help: 'Webhook calls refused with 401, by reason: missing_credentials, bad_credentials, stale_timestamp, replayed.',
+      labelNames: ['reason'] as const,
+      registers: [registry],
+    }),
   };
+  // Every series of a fixed label set exists from the start at 0: a counter that first appears at 1 shows
+  // no increase() to Prometheus, so the first failed reload (or refused call) would raise no alert.
+  for (const result of ['changed', 'unchanged', 'failed']) metrics.reconciles.inc({ result }, 0);
+  for (const result of ['committed', 'conflict', 'failed']) metrics.transactions.inc({ result }, 0);
+  for (const result of ['succeeded', 'failed']) metrics.reloads.inc({ result }, 0);
+  for (const reason of AUTH_FAILURE_REASONS) metrics.webhookAuthFailures.inc({ reason }, 0);
+  return metrics;
 }
+
+/** Why a webhook call got 401; the values of `webhook_auth_failures_total`'s `reason`. */
+export const AUTH_FAILURE_REASONS = [
+  'missing_credentials',
+  'bad_credentials',
+  'stale_timestamp',
+  'replayed',
+] as const;
 
 export type Metrics = ReturnType<typeof createMetrics>;

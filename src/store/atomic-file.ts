@@ -1,4 +1,4 @@
-import { open, rename, unlink } from 'node:fs/promises';
+import { open, readdir, rename, unlink } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 
 /** A new content for a file, written and synced beside it, not yet in place. */
@@ -17,7 +17,7 @@ export interface PreparedFile {
  */
 export async function prepareFileAtomic(path: string, content: string, mode = 0o600): Promise<PreparedFile> {
   const dir = dirname(path);
-  const tmpPath = join(dir, `.${basename(path)}.${process.pid}.${Date.now()}.tmp`);
+  const tmpPath = join(dir, `${temporaryPrefix(path)}${process.pid}.${Date.now()}.tmp`);
   const handle = await open(tmpPath, 'w', mode);
   try {
     await handle.writeFile(content, 'utf8');
@@ -56,4 +56,25 @@ export async function prepareFileAtomic(path: string, content: string, mode = 0o
  */
 export async function writeFileAtomic(path: string, content: string, mode = 0o600): Promise<void> {
   await (await prepareFileAtomic(path, content, mode)).commit();
+}
+
+const temporaryPrefix = (path: string) => `.${basename(path)}.`;
+
+/**
+ * Removes the temporary files `prepareFileAtomic` left beside `path` when its process was killed between
+ * writing one and renaming it. Call it only where no write to `path` can be under way (before the first).
+ */
+export async function removeTemporaries(path: string): Promise<string[]> {
+  const prefix = temporaryPrefix(path);
+  let names: string[];
+  try {
+    names = await readdir(dirname(path));
+  } catch {
+    return [];
+  }
+  const stale = names.filter(
+    (n) => n.startsWith(prefix) && /^[0-9]+\.[0-9]+\.tmp$/.test(n.slice(prefix.length)),
+  );
+  await Promise.all(stale.map((n) => unlink(join(dirname(path), n)).catch(() => {})));
+  return stale;
 }

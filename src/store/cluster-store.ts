@@ -2,7 +2,7 @@ import { access, constants, mkdir, readFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { z } from 'zod';
 import { compareStrings } from '../routes/route.js';
-import { writeFileAtomic } from './atomic-file.js';
+import { removeTemporaries, writeFileAtomic } from './atomic-file.js';
 
 /** Where a cluster's NodePort comes from: a Service on the host cluster, or a fixed port from the webhook. */
 export const ClusterTarget = z.union([
@@ -50,6 +50,8 @@ export class ClusterStore {
   static async open(path: string): Promise<ClusterStore> {
     const store = new ClusterStore(path);
     await mkdir(dirname(path), { recursive: true });
+    // A kill -9 between writing a new version and renaming it leaves the temporary file: nothing reads it.
+    await removeTemporaries(path);
     let text: string | undefined;
     try {
       text = await readFile(path, 'utf8');
@@ -67,7 +69,16 @@ export class ClusterStore {
 
   /** Whether changes can be stored: the last write succeeded and the folder is writable. */
   async health(): Promise<{ ok: boolean; detail?: string }> {
-    if (this.writeError) return { ok: false, detail: `last write failed: ${this.writeError}` };
+    if (this.writeError) {
+      // Not until a write succeeds again: one that changes nothing, in line with the others, so that freeing
+      // space makes the service ready without waiting for a change to store.
+      const failed = this.writeError;
+      try {
+        await this.change(() => undefined);
+      } catch {
+        return { ok: false, detail: `last write failed: ${this.writeError ?? failed}` };
+      }
+    }
     try {
       await access(dirname(this.path), constants.W_OK);
       return { ok: true };

@@ -56,6 +56,7 @@ export function createApp(o: AppOptions): express.Express {
   const guard = authenticate({
     auth: o.auth,
     logger: o.logger,
+    metrics: o.metrics,
     bodyLimitBytes: o.bodyLimitBytes,
     bodyTimeoutMs: o.bodyTimeoutMs ?? DEFAULT_BODY_TIMEOUT_MS,
     maxPendingBodies: o.maxPendingBodies ?? DEFAULT_MAX_PENDING_BODIES,

@@ -74,6 +74,11 @@ export class WebhookAuthenticator {
     return new WebhookAuthenticator(options, now, seen);
   }
 
+  /** Whether accepted writes can be recorded (their signatures kept on disk), for readiness. */
+  health(): Promise<{ ok: boolean; detail?: string }> {
+    return this.seen.health();
+  }
+
   /**
    * Everything that can be judged before the body is read, so that a caller without credentials cannot make
    * the service buffer a body: the headers' form and the timestamp's age; in bearer mode the whole check.

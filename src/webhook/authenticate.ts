@@ -1,11 +1,13 @@
 import type { Request, RequestHandler, Response } from 'express';
 import type { Logger } from 'pino';
+import type { Metrics } from '../metrics/metrics.js';
 import type { RequestHead, WebhookAuthenticator } from './auth.js';
-import { type BodyRefusal, hasBody, readBody, refuseFromHeaders } from './body.js';
+import { type BodyRefusal, decodeUtf8, hasBody, readBody, refuseFromHeaders } from './body.js';
 
 export interface AuthenticateOptions {
   auth: WebhookAuthenticator;
   logger: Logger;
+  metrics: Pick<Metrics, 'webhookAuthFailures'>;
   bodyLimitBytes: number;
   /** Longest a client may take to send a body. */
   bodyTimeoutMs: number;
@@ -23,7 +25,7 @@ export function authenticate(o: AuthenticateOptions): RequestHandler {
   return async (req, res, next) => {
     const head: RequestHead = { method: req.method, url: req.originalUrl, header: (n) => req.get(n) };
     const pre = o.auth.precheck(head);
-    if (!pre.ok) return refuse(req, res, o.logger, 401, { error: 'unauthorized', reason: pre.reason });
+    if (!pre.ok) return unauthorized(req, res, o, pre.reason);
     let body: Buffer = Buffer.alloc(0);
     if (hasBody(req)) {
       const early = refuseFromHeaders(req, o.bodyLimitBytes);
@@ -45,14 +47,34 @@ export function authenticate(o: AuthenticateOptions): RequestHandler {
       if (!read.ok) return refuseBody(req, res, o.logger, read.refusal);
       body = read.body;
     }
-    const result = await o.auth.check({ ...head, body });
-    if (!result.ok) return refuse(req, res, o.logger, 401, { error: 'unauthorized', reason: result.reason });
+    let result: Awaited<ReturnType<WebhookAuthenticator['check']>>;
+    try {
+      result = await o.auth.check({ ...head, body });
+    } catch (err) {
+      // The signature could not be recorded as seen (the state folder is full or read-only): acting on the
+      // write would let it be replayed after a restart, so nothing is done and nothing acknowledged.
+      return refuse(req, res, o.logger, 503, {
+        error: 'state_unavailable',
+        detail: `the call could not be recorded: ${err instanceof Error ? err.message : String(err)}`,
+      });
+    }
+    if (!result.ok) return unauthorized(req, res, o, result.reason);
     if (body.length === 0) {
       req.body = undefined;
       return next();
     }
+    const text = decodeUtf8(body);
+    if (text === undefined) {
+      res.status(400).json({
+        error: 'invalid_request',
+        field: '',
+        reason: 'invalid_utf8',
+        detail: 'body is not valid UTF-8',
+      });
+      return;
+    }
     try {
-      req.body = JSON.parse(body.toString('utf8'));
+      req.body = JSON.parse(text);
     } catch {
       res
         .status(400)
@@ -61,6 +83,12 @@ export function authenticate(o: AuthenticateOptions): RequestHandler {
     }
     next();
   };
+}
+
+// Counted by reason: a burst of bad signatures is an attack or a misconfigured caller, both worth an alert.
+function unauthorized(req: Request, res: Response, o: AuthenticateOptions, reason: string): void {
+  o.metrics.webhookAuthFailures.inc({ reason });
+  refuse(req, res, o.logger, 401, { error: 'unauthorized', reason });
 }
 
 function refuseBody(req: Request, res: Response, logger: Logger, r: BodyRefusal): void {

@@ -50,7 +50,37 @@ export function refuseFromHeaders(req: IncomingMessage, limitBytes: number): Bod
     };
   }
   if (Number(req.headers['content-length'] ?? 0) > limitBytes) return tooLarge(limitBytes);
+  if (!isJsonMediaType(req.headers['content-type'])) {
+    return {
+      status: 415,
+      error: 'unsupported_media_type',
+      detail: 'a body must be sent as Content-Type: application/json (UTF-8)',
+    };
+  }
   return undefined;
+}
+
+// Only JSON is read (and no Content-Type, as curl without -H sends none with -T): a form or text body is a
+// client that means something else, and a charset other than UTF-8 would be read wrongly.
+function isJsonMediaType(header: string | undefined): boolean {
+  if (header === undefined || header.trim() === '') return true;
+  const [type = '', ...params] = header.split(';').map((p) => p.trim().toLowerCase());
+  if (type !== 'application/json') return false;
+  return params.every((p) => !p.startsWith('charset=') || /^charset="?utf-8"?$/.test(p));
+}
+
+const UTF8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false });
+
+/**
+ * The body as text, or undefined when it is not valid UTF-8. A lenient decode would turn bad bytes into
+ * U+FFFD and act on a value the caller never sent (a mode of `lo\uFFFDadbalancer` removes a route).
+ */
+export function decodeUtf8(body: Buffer): string | undefined {
+  try {
+    return UTF8.decode(body);
+  } catch {
+    return undefined;
+  }
 }
 
 /**

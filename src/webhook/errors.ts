@@ -7,6 +7,8 @@ export function fieldError(res: Response, e: FieldError): void {
   res.status(e.status).json({ error: 'invalid_request', field: e.field, reason: e.reason, detail: e.detail });
 }
 
+const MAX_ISSUES = 20;
+
 export function zodError(res: Response, err: ZodError, prefix = ''): void {
   const issues = err.issues.map((i) => ({
     field: prefix + (i.code === 'unrecognized_keys' ? [...i.path, ...i.keys].join('.') : i.path.join('.')),
@@ -14,7 +16,12 @@ export function zodError(res: Response, err: ZodError, prefix = ''): void {
     detail: i.message,
   }));
   const first = issues[0] ?? { field: '', reason: 'invalid', detail: 'invalid body' };
-  res.status(400).json({ error: 'invalid_request', ...first, issues });
+  // A set of 20,000 bad items has 80,000 issues: the answer names the first few and counts the rest.
+  const listed = issues.slice(0, MAX_ISSUES);
+  const more = issues.length - listed.length;
+  res
+    .status(400)
+    .json({ error: 'invalid_request', ...first, issues: listed, ...(more > 0 ? { more_issues: more } : {}) });
 }
 
 export function notFound(_req: Request, res: Response): void {

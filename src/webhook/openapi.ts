@@ -77,11 +77,13 @@ const bodyResponses = {
     content: { 'application/json': { schema: ErrorBody } },
   },
   '415': {
-    description: 'Content-Encoding other than identity, gzip, deflate or br',
+    description:
+      'Content-Encoding other than identity, gzip, deflate or br, or a Content-Type other than application/json (UTF-8)',
     content: { 'application/json': { schema: ErrorBody } },
   },
   '503': {
-    description: 'Too many bodies being received at once; retry after the Retry-After header',
+    description:
+      'Too many bodies being received at once (busy; retry after the Retry-After header), or the call could not be recorded on disk (state_unavailable)',
     content: { 'application/json': { schema: ErrorBody } },
   },
 };

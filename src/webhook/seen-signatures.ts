@@ -1,5 +1,5 @@
 import { open, readFile } from 'node:fs/promises';
-import { writeFileAtomic } from '../store/atomic-file.js';
+import { removeTemporaries, writeFileAtomic } from '../store/atomic-file.js';
 
 const LINE = /^([0-9]{1,12}) (sha256=[0-9a-f]{64})$/;
 // Rewrite the file once it holds this many lines more than are still live.
@@ -17,6 +17,7 @@ export class SeenSignatures {
   private pending: string[] = [];
   private waiters: Array<{ resolve(): void; reject(err: unknown): void }> = [];
   private flushing: Promise<void> | undefined;
+  private writeError: string | undefined;
 
   constructor(
     private readonly windowSeconds: number,
@@ -38,6 +39,7 @@ export class SeenSignatures {
       if (m?.[1] && m[2]) s.seen.set(m[2], Number(m[1]));
     }
     s.forgetExpired(nowSeconds);
+    await removeTemporaries(file);
     await s.compact();
     return s;
   }
@@ -48,8 +50,28 @@ export class SeenSignatures {
     if (this.seen.has(signature)) return false;
     // Recorded before the fsync, so that a concurrent duplicate is refused too.
     this.seen.set(signature, sentSeconds);
-    if (this.file) await this.append(`${sentSeconds} ${signature}\n`);
+    if (this.file) {
+      try {
+        await this.append(`${sentSeconds} ${signature}\n`);
+      } catch (err) {
+        // Not recorded, so the call is not acted on either: its retry must not count as a replay.
+        this.seen.delete(signature);
+        throw err;
+      }
+    }
     return true;
+  }
+
+  /** Whether claims can be recorded: the last append succeeded, or the folder takes a write again. */
+  async health(): Promise<{ ok: boolean; detail?: string }> {
+    if (!this.file || this.writeError === undefined) return { ok: true };
+    try {
+      // An empty line, in line with the claims' appends (the reader skips it): whether they would work now.
+      await this.append('\n');
+      return { ok: true };
+    } catch {
+      return { ok: false, detail: `cannot record seen signatures: ${this.writeError}` };
+    }
   }
 
   private forgetExpired(nowSeconds: number): void {
@@ -79,8 +101,10 @@ export class SeenSignatures {
           await handle.close();
         }
         this.lines += lines.length;
+        this.writeError = undefined;
         for (const w of waiters) w.resolve();
       } catch (err) {
+        this.writeError = err instanceof Error ? err.message : String(err);
         for (const w of waiters) w.reject(err);
         continue;
       }

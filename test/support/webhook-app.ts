@@ -20,6 +20,12 @@ export interface WebhookAppOptions
   extends Partial<Pick<AppOptions, 'bodyLimitBytes' | 'bodyTimeoutMs' | 'maxPendingBodies'>> {
   authMode?: AuthMode;
   topology?: Topology;
+  /** The provider behind the loop (a fresh MemoryProvider by default). */
+  provider?: MemoryProvider;
+  /** Keep seen write signatures in `<dir>/state.json.replay`, as the service does. */
+  replayFile?: boolean;
+  /** Use this folder (and keep it on stop) instead of a fresh temporary one: for restarts. */
+  dir?: string;
 }
 
 export interface WebhookApp {
@@ -41,9 +47,9 @@ export interface WebhookApp {
 
 /** The webhook app on a free loopback port, over a fresh store in a temporary directory. */
 export async function startWebhookApp(o: WebhookAppOptions = {}): Promise<WebhookApp> {
-  const dir = mkdtempSync(join(tmpdir(), 'kubebyon-webhook-'));
+  const dir = o.dir ?? mkdtempSync(join(tmpdir(), 'kubebyon-webhook-'));
   const store = await ClusterStore.open(join(dir, 'state.json'));
-  const provider = new MemoryProvider();
+  const provider = o.provider ?? new MemoryProvider();
   const metrics = createMetrics();
   // biome-ignore lint/suspicious/noExplicitAny: log lines are plain JSON
   const logLines: any[] = [];
@@ -79,10 +85,11 @@ export async function startWebhookApp(o: WebhookAppOptions = {}): Promise<Webhoo
     reconciler,
     metrics,
     logger,
-    auth: new WebhookAuthenticator({
+    auth: await WebhookAuthenticator.open({
       mode: o.authMode ?? 'hmac',
       secret: TEST_SECRET,
       replayWindowSeconds: 300,
+      ...(o.replayFile ? { replayFile: join(dir, 'state.json.replay') } : {}),
     }),
     waitTimeoutMs: 5000,
     bodyLimitBytes: o.bodyLimitBytes ?? 64 * 1024,
@@ -111,7 +118,7 @@ export async function startWebhookApp(o: WebhookAppOptions = {}): Promise<Webhoo
       await reconciler.stop(100);
       server.closeAllConnections();
       await new Promise((r) => server.close(r));
-      rmSync(dir, { recursive: true, force: true });
+      if (!o.dir) rmSync(dir, { recursive: true, force: true });
     },
   });
 }

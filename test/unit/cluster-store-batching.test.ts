@@ -9,6 +9,7 @@ const writes = vi.hoisted(() => ({ count: 0 }));
 vi.mock('../../src/store/atomic-file.js', async (importOriginal) => {
   const real = await importOriginal<typeof import('../../src/store/atomic-file.js')>();
   return {
+    ...real,
     writeFileAtomic: async (path: string, content: string) => {
       writes.count++;
       await real.writeFileAtomic(path, content);

@@ -6,6 +6,7 @@ import {
   parseShowProc,
   parseShowStat,
   RuntimeAnswerError,
+  reloadProgress,
 } from '../../src/providers/haproxy/runtime-text.js';
 
 // Answers as HAProxy 3.0.11 and 2.6.12 (the test bed's) gave them.
@@ -17,7 +18,13 @@ describe('master CLI answers', () => {
 13              worker          1               0d00h00m04s     3.0.11-1+deb13u5
 # programs
 `;
-    expect(parseShowProc(v30)).toEqual({ reloads: 2, failed: 1, workers: [13], version: '3.0.11-1+deb13u5' });
+    expect(parseShowProc(v30)).toEqual({
+      reloads: 2,
+      failed: 1,
+      workers: [13],
+      version: '3.0.11-1+deb13u5',
+      uptimeSeconds: 37,
+    });
     const v26 = `#<PID>          <type>          <reloads>       <uptime>        <version>
 1               master          1 [failed: 0]   0d00h02m01s     2.6.12-1+deb12u4
 # workers
@@ -30,8 +37,23 @@ describe('master CLI answers', () => {
       failed: 0,
       workers: [15, 9],
       version: '2.6.12-1+deb12u4',
+      uptimeSeconds: 121,
     });
     expect(() => parseShowProc('')).toThrow(RuntimeAnswerError);
+  });
+
+  it('tells a reload from a restart of HAProxy meanwhile, whose reload count starts again', () => {
+    const proc = (reloads: number, uptime: string) =>
+      parseShowProc(`#<PID> <type> <reloads> <uptime> <version>
+1               master          ${reloads} [failed: 0]   ${uptime}     2.6.12-1+deb12u4
+`);
+    const before = proc(7, '1d02h03m04s');
+    expect(before.uptimeSeconds).toBe(((24 + 2) * 60 + 3) * 60 + 4);
+    expect(reloadProgress(before, proc(7, '1d02h03m09s'))).toBe('pending');
+    expect(reloadProgress(before, proc(8, '1d02h03m09s'))).toBe('reloaded');
+    // The container restarted: the master is young and has done no reload, or fewer than before.
+    expect(reloadProgress(before, proc(0, '0d00h00m01s'))).toBe('restarted');
+    expect(reloadProgress(proc(2, '0d00h00m00s'), proc(0, '0d00h00m00s'))).toBe('restarted');
   });
 
   it("reads 3.0's reload status with HAProxy's own alert, and 2.6's silence", () => {

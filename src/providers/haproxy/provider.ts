@@ -4,7 +4,7 @@ import type { Logger } from 'pino';
 import type { StockHaproxyConfig } from '../../config/env.js';
 import type { RawBackend, RawFrontend, RawState } from '../../haproxy/model.js';
 import type { Operation, Plan } from '../../plan/plan.js';
-import { prepareFileAtomic, writeFileAtomic } from '../../store/atomic-file.js';
+import { prepareFileAtomic, removeTemporaries, writeFileAtomic } from '../../store/atomic-file.js';
 import {
   type ApplyReport,
   errorText,
@@ -33,6 +33,7 @@ import {
   parseShowStat,
   type RunningProxy,
   type RunningServer,
+  reloadProgress,
   runtime,
 } from './runtime-text.js';
 
@@ -79,6 +80,7 @@ export class StockHaproxyProvider implements Provider {
   private readonly cli: MasterCli;
   private cache: { text: string; parsed: ParsedOwnedFile; generation: number } | undefined;
   private queue: Promise<unknown> = Promise.resolve();
+  private swept = false;
 
   constructor(
     private readonly config: StockHaproxyConfig,
@@ -109,6 +111,14 @@ export class StockHaproxyProvider implements Provider {
 
   private async applyNow(plan: Plan, signal: AbortSignal): Promise<ApplyReport> {
     signal.throwIfAborted();
+    // Before this service's first write to the owned file, nothing of its own can be in flight: a candidate
+    // file beside it is what a killed predecessor left between writing and checking it.
+    if (!this.swept) {
+      this.swept = true;
+      const removed = await removeTemporaries(this.config.ownedFile);
+      if (removed.length > 0)
+        this.deps.logger.info({ removed }, 'removed temporary files of an interrupted apply');
+    }
     const sentBefore = this.cli.sent;
     const requests = () => this.cli.sent - sentBefore;
     const snap = await this.snapshot(signal);
@@ -418,7 +428,9 @@ export class StockHaproxyProvider implements Provider {
       await this.cli.send('reload', bounded, this.config.reloadTimeoutMs).catch(() => ''),
     );
     let proc: ProcState | undefined;
-    while (!proc || proc.reloads <= before.reloads) {
+    // A restart of HAProxy during the reload (its container restarted) ends the wait too: waiting for the
+    // new master's count to pass the old one would take the whole reload timeout.
+    while (!proc || reloadProgress(before, proc) === 'pending') {
       if (Date.now() > deadline)
         throw new Error(`HAProxy did not report the reload within ${this.config.reloadTimeoutMs} ms`);
       if (proc) await sleep(50);
@@ -427,7 +439,10 @@ export class StockHaproxyProvider implements Provider {
         .then(parseShowProc)
         .catch(() => undefined);
     }
-    if (answer.status === 'failed' || proc.failed > before.failed) {
+    const restarted = reloadProgress(before, proc) === 'restarted';
+    if (restarted)
+      this.deps.logger.warn('HAProxy restarted during the reload; checking that it runs the new file');
+    if (!restarted && (answer.status === 'failed' || proc.failed > before.failed)) {
       const why =
         answer.alerts.length > 0
           ? answer.alerts.join('; ')

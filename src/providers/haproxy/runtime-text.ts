@@ -93,19 +93,38 @@ export interface ProcState {
   /** Worker pids, newest first as HAProxy lists them. */
   workers: number[];
   version: string;
+  /** How long the master has run: it falls when HAProxy was restarted (its reload count starts again at 0). */
+  uptimeSeconds: number;
 }
 
 /** The master CLI's `show proc`. */
 export function parseShowProc(text: string): ProcState {
-  const master = /^(\d+)\s+master\s+(\d+)\s+\[failed:\s*(\d+)\]\s+\S+\s+(\S+)/m.exec(text);
+  const master = /^(\d+)\s+master\s+(\d+)\s+\[failed:\s*(\d+)\]\s+(\S+)\s+(\S+)/m.exec(text);
   if (!master) throw new RuntimeAnswerError(`unexpected answer to show proc: ${text.slice(0, 200)}`);
   const workers = [...text.matchAll(/^(\d+)\s+worker\s/gm)].map((m) => Number(m[1]));
   return {
     reloads: Number(master[2]),
     failed: Number(master[3]),
     workers,
-    version: master[4] ?? '',
+    version: master[5] ?? '',
+    uptimeSeconds: uptimeSeconds(master[4] ?? ''),
   };
+}
+
+// `0d00h02m01s`; anything else reads as 0 (a restart is then only seen by the reload count).
+function uptimeSeconds(text: string): number {
+  const m = /^(\d+)d(\d+)h(\d+)m(\d+)s$/.exec(text);
+  return m ? ((Number(m[1]) * 24 + Number(m[2])) * 60 + Number(m[3])) * 60 + Number(m[4]) : 0;
+}
+
+/**
+ * Where a reload stands, from `show proc` before and after it: `reloaded` once the master counts one more
+ * reload; `restarted` when HAProxy itself was restarted meanwhile (its uptime or reload count fell: it loaded
+ * the files on disk from scratch, and its count will not pass the old one); else `pending`.
+ */
+export function reloadProgress(before: ProcState, now: ProcState): 'pending' | 'reloaded' | 'restarted' {
+  if (now.uptimeSeconds < before.uptimeSeconds || now.reloads < before.reloads) return 'restarted';
+  return now.reloads > before.reloads ? 'reloaded' : 'pending';
 }
 
 /** HAProxy's own alert lines in a startup log, without their `[ALERT]    (1) : ` prefix. */
