@@ -1,7 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { z } from 'zod';
-import type { Bind } from '../haproxy/model.js';
 import { DEFAULT_RENDER_OPTIONS, type RenderOptions } from '../haproxy/render.js';
 import { validatePrefix } from '../naming/names.js';
 import { parseBindAddr } from './bind.js';
