@@ -126,7 +126,7 @@ export async function startFakeDataplaneApi(
   const error = (res: ServerResponse, status: number, message: string) =>
     send(res, status, { code: status, message });
 
-  function handle(req: IncomingMessage, res: ServerResponse, rawBody: string): void {
+  function handle(req: IncomingMessage, res: ServerResponse, rawBody: string) {
     const url = new URL(req.url ?? '/', 'http://x');
     const method = req.method ?? 'GET';
     const path = url.pathname.replace(/^\/v3/, '');
@@ -190,6 +190,7 @@ export async function startFakeDataplaneApi(
         }
         return send(res, 201, String(body ?? ''));
       }
+      // biome-ignore lint/suspicious/noAssignInExpressions: a small regex router, one match per branch
       if (method === 'GET' && (match = m(/^\/services\/haproxy\/configuration\/(frontends|backends)$/))) {
         return send(res, 200, [...target[match[1] as 'frontends' | 'backends'].values()].map(clone));
       }
@@ -211,6 +212,7 @@ export async function startFakeDataplaneApi(
         transactions.set(id, { version, status: 'in_progress', config: copyConfig(fake.config) });
         return send(res, 201, { _version: version, id, status: 'in_progress' });
       }
+      // biome-ignore lint/suspicious/noAssignInExpressions: a small regex router, one match per branch
       if ((match = m(/^\/services\/haproxy\/transactions\/([^/]+)$/))) {
         const id = match[1] as string;
         const t = transactions.get(id);
@@ -243,10 +245,12 @@ export async function startFakeDataplaneApi(
           );
         }
       }
+      // biome-ignore lint/suspicious/noAssignInExpressions: a small regex router, one match per branch
       if (method === 'GET' && (match = m(/^\/services\/haproxy\/reloads\/(.+)$/))) {
         if (replay) return send(res, replay.status, replay.body);
         return send(res, 200, { id: match[1], status: 'succeeded', response: '' });
       }
+      // biome-ignore lint/suspicious/noAssignInExpressions: a small regex router, one match per branch
       if ((match = m(/^\/services\/haproxy\/configuration\/(frontends|backends)(?:\/([^/]+))?$/))) {
         const kind = match[1] as 'frontends' | 'backends';
         const name = match[2];
@@ -274,6 +278,7 @@ export async function startFakeDataplaneApi(
       }
       if (
         method === 'PUT' &&
+        // biome-ignore lint/suspicious/noAssignInExpressions: a small regex router, one match per branch
         (match = m(/^\/services\/haproxy\/configuration\/frontends\/([^/]+)\/backend_switching_rules$/))
       ) {
         const f = target.frontends.get(match[1] as string);
@@ -284,6 +289,7 @@ export async function startFakeDataplaneApi(
       }
       if (
         method === 'PUT' &&
+        // biome-ignore lint/suspicious/noAssignInExpressions: a small regex router, one match per branch
         (match = m(/^\/services\/haproxy\/configuration\/backends\/([^/]+)\/servers\/([^/]+)$/))
       ) {
         const b = target.backends.get(match[1] as string);

@@ -225,7 +225,8 @@ describe.skipIf(!hasShared)(
         cond_test: '{ req.ssl_sni -i legacy.example.com } || { src 127.0.0.9 }',
         metadata: { tool: { value: 'someone-else', extra: 1 } },
       };
-      (f?.backend_switching_rule_list as unknown[]).push(foreignRule);
+      if (!f) throw new Error('the fake has no frontend');
+      (f.backend_switching_rule_list as unknown[]).push(foreignRule);
       fake.reset({
         frontends: [...fake.config.frontends.values()],
         backends: [...fake.config.backends.values()],
