@@ -207,6 +207,11 @@ describe('Kubernetes topology against a real kube-apiserver', () => {
     await kube.up();
     await admin.createNode({ body: nodeBody('node-c', '10.0.0.3') });
     await eventually(internal, demo, at(31445, '10.0.0.1', '10.0.0.3'));
+    // Each watch reconnects on its own backoff: the services watch may come back after the nodes one.
+    const back = Date.now() + 60_000;
+    while (internal.health().kubernetes_services?.ok !== true && Date.now() < back) {
+      await new Promise((r) => setTimeout(r, 200));
+    }
     expect(internal.health()).toEqual({ kubernetes_nodes: { ok: true }, kubernetes_services: { ok: true } });
-  });
+  }, 150_000);
 });

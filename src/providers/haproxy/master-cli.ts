@@ -78,6 +78,7 @@ export class MasterCli {
 
   /** Like `send`, retried on any failure until `deadline`: for reads while the master reloads. */
   async sendRetrying(command: string, signal: AbortSignal, deadline: number): Promise<string> {
+    let last: unknown;
     for (;;) {
       try {
         return await this.send(
@@ -86,9 +87,13 @@ export class MasterCli {
           Math.max(1000, Math.min(this.timeoutMs, deadline - Date.now())),
         );
       } catch (err) {
-        signal.throwIfAborted();
+        // Aborted while retrying: the failure that kept us retrying says more than "aborted".
+        if (signal.aborted) throw last ?? err;
+        last = err;
         if (Date.now() >= deadline) throw err;
-        await sleep(50, signal);
+        await sleep(50, signal).catch(() => {
+          throw err;
+        });
       }
     }
   }
