@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every check and test: type check, lint, unit tests, the Kubernetes suite against a real
-# kube-apiserver + etcd on loopback, and the integration suite against a real HAProxy 3.0 and then 2.6
-# (each in a local container with host networking), then, when a Data Plane API is given, the dataplaneapi
-# suite on 3.0 and 2.6. Prints one closing line "tests: N passed, N failed".
+# kube-apiserver + etcd on loopback, the integration suite against a real HAProxy 3.0 and then 2.6
+# (each in a local container with host networking), the end-to-end suite on both versions, then, when a
+# Data Plane API is given, the dataplaneapi suite on 3.0 and 2.6. Prints one closing line
+# "tests: N passed, N failed".
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
@@ -22,6 +23,13 @@ for v in 3.0 2.6; do
   echo "== integration suite against HAProxy $v"
   KUBEBYON_TEST_HAPROXY_VERSION=$v npx vitest run --project integration \
     --reporter=default --reporter=json --outputFile="$results/integration-$v.json" || status=1
+done
+# End to end: the built service (npm run build in the suite's setup) as its own process, against HAProxy
+# 3.0 and 2.6 with the haproxy provider, a real kube-apiserver for the Kubernetes cases.
+for v in 3.0 2.6; do
+  echo "== end-to-end suite against HAProxy $v"
+  KUBEBYON_TEST_HAPROXY_VERSION=$v npx vitest run --project e2e \
+    --reporter=default --reporter=json --outputFile="$results/e2e-$v.json" || status=1
 done
 
 # The Data Plane API suite runs when one is given (a binary layered onto the test bed, or an image that
@@ -48,5 +56,5 @@ node -e '
   }
   console.log(`tests: ${passed} passed, ${failed} failed`);
 ' "$results/unit.json" "$results/kubernetes.json" "$results/integration-3.0.json" "$results/integration-2.6.json" \
-  ${dpapi_results[@]+"${dpapi_results[@]}"}
+  "$results/e2e-3.0.json" "$results/e2e-2.6.json" ${dpapi_results[@]+"${dpapi_results[@]}"}
 exit $status

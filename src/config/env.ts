@@ -176,10 +176,17 @@ const DataplaneEnv = z
 const StockHaproxyEnv = z
   .object({
     KUBEBYON_HAPROXY_OWNED_FILE: absolutePath,
-    KUBEBYON_HAPROXY_CHECK_FILES: pathList,
+    KUBEBYON_HAPROXY_CHECK_FILES: pathList.pipe(
+      z.array(absolutePath).min(1, 'name the files HAProxy loads before the owned file'),
+    ),
     KUBEBYON_HAPROXY_MASTER_SOCKET: absolutePath,
     KUBEBYON_HAPROXY_BIN: z.string().min(1),
     KUBEBYON_HAPROXY_RELOAD_TIMEOUT_MS: int(1000, 600_000),
+  })
+  // The owned file is replaced on every change: it must never be one of the operator's files.
+  .refine((e) => !e.KUBEBYON_HAPROXY_CHECK_FILES.includes(e.KUBEBYON_HAPROXY_OWNED_FILE), {
+    path: ['KUBEBYON_HAPROXY_CHECK_FILES'],
+    message: 'must not include KUBEBYON_HAPROXY_OWNED_FILE',
   })
   .transform((e) => ({
     kind: 'haproxy' as const,

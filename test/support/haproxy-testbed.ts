@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createConnection } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -33,7 +33,31 @@ export interface HaproxyTestbed {
   reloadWith(config: string): Promise<void>;
   /** How many times HAProxy has (re)loaded a configuration successfully, from its own log. */
   loadCount(): number;
+  /** HAProxy's log so far (stderr and stdout of the container). */
+  log(): string;
   stop(): Promise<void>;
+  /** With `ownedFile`: what the stock-HAProxy provider needs to drive this HAProxy. */
+  owned?: OwnedFileSetup;
+}
+
+export interface OwnedFileSetup {
+  /** The file the provider owns (host path); HAProxy loads it as its second `-f`. */
+  path: string;
+  /** The operator's file, as the provider's check files. */
+  checkFiles: string[];
+  masterSocket: string;
+  /**
+   * A `haproxy` for `-c` that is the very binary under test: a wrapper running it inside the container
+   * (the folder is mounted at its host path too, so the paths agree).
+   */
+  checkBin: string;
+  /** Replaces the owned file (plain write) and reloads; resolves once HAProxy has loaded it. */
+  reloadWith(content: string): Promise<void>;
+}
+
+export interface TestbedOptions {
+  /** Also load `<dir>/kubebyon.cfg` (created empty) as a second `-f`, for the stock-HAProxy provider. */
+  ownedFile?: boolean;
 }
 
 /** Talks to a unix socket the way HAProxy's CLI wants: write, half-close, read to the end. */
@@ -100,32 +124,62 @@ export async function sweepTestbedContainers(): Promise<void> {
 export async function startHaproxyTestbed(
   config: string,
   version = haproxyVersionUnderTest(),
+  options: TestbedOptions = {},
 ): Promise<HaproxyTestbed> {
   const dir = mkdtempSync(join(tmpdir(), 'kubebyon-haproxy-'));
   const configPath = join(dir, 'haproxy.cfg');
   writeFileSync(configPath, config);
+  const ownedPath = join(dir, 'kubebyon.cfg');
+  if (options.ownedFile) writeFileSync(ownedPath, '');
   const logLines: string[] = [];
   let container: StartedTestContainer | undefined;
   try {
-    container = await new GenericContainer(`kubebyon-testbed/haproxy:${version}`)
+    let image = new GenericContainer(`kubebyon-testbed/haproxy:${version}`)
       .withNetworkMode('host')
       .withLabels({ [TESTBED_LABEL]: testbedLabelValue() })
-      .withBindMounts([{ source: dir, target: '/etc/kubebyon', mode: 'rw' }])
+      .withBindMounts([
+        { source: dir, target: '/etc/kubebyon', mode: 'rw' },
+        // The same folder at its host path: `haproxy -c` inside the container sees the provider's paths.
+        ...(options.ownedFile ? [{ source: dir, target: dir, mode: 'rw' as const }] : []),
+      ])
       .withWaitStrategy(Wait.forLogMessage(/Loading success/))
-      .withStartupTimeout(30_000)
-      .start();
+      .withStartupTimeout(30_000);
+    // The entrypoint passes its arguments on to haproxy: the owned file is loaded after haproxy.cfg.
+    if (options.ownedFile) image = image.withCommand(['-f', '/etc/kubebyon/kubebyon.cfg']);
+    container = await image.start();
   } catch (err) {
     await sweepOne(dir);
     throw err;
   }
   const logs = await container.logs();
   logs.on('data', (line: Buffer | string) => logLines.push(line.toString()));
-  const loadCount = () => logLines.filter((l) => l.includes('Loading success')).length;
+  // Counted over the whole log: a chunk of the stream may hold several lines.
+  const loadCount = () => logLines.join('').split('Loading success').length - 1;
   // The startup line may have been read by the wait strategy before our stream attached.
   await waitFor(() => loadCount() >= 1, 10_000, 'the first "Loading success" in the log stream');
 
   const started = container;
   const masterSocket = join(dir, 'master.sock');
+  const reloadWith = async (path: string, content: string) => {
+    writeFileSync(path, content);
+    const before = loadCount();
+    // 2.6 answers nothing to `reload`; both versions log "Loading success" once new workers run.
+    await unixSocketCommand(masterSocket, 'reload');
+    await waitFor(() => loadCount() > before, 10_000, 'HAProxy to reload');
+  };
+  let owned: OwnedFileSetup | undefined;
+  if (options.ownedFile) {
+    const checkBin = join(dir, 'haproxy-check');
+    writeFileSync(checkBin, `#!/bin/sh\nexec docker exec ${started.getId()} /usr/sbin/haproxy "$@"\n`);
+    chmodSync(checkBin, 0o755);
+    owned = {
+      path: ownedPath,
+      checkFiles: [configPath],
+      masterSocket,
+      checkBin,
+      reloadWith: (content) => reloadWith(ownedPath, content),
+    };
+  }
   return {
     version,
     dir,
@@ -133,13 +187,9 @@ export async function startHaproxyTestbed(
     readConfig: () => readFileSync(configPath, 'utf8'),
     masterCli: (command) => unixSocketCommand(masterSocket, command),
     loadCount,
-    async reloadWith(newConfig) {
-      writeFileSync(configPath, newConfig);
-      const before = loadCount();
-      // 2.6 answers nothing to `reload`; both versions log "Loading success" once new workers run.
-      await unixSocketCommand(masterSocket, 'reload');
-      await waitFor(() => loadCount() > before, 10_000, 'HAProxy to reload');
-    },
+    log: () => logLines.join(''),
+    reloadWith: (newConfig) => reloadWith(configPath, newConfig),
+    ...(owned ? { owned } : {}),
     async stop() {
       try {
         await started.stop({ remove: true, removeVolumes: true });

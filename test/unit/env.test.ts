@@ -82,6 +82,38 @@ describe('loadConfig', () => {
   });
 });
 
+describe('haproxy provider settings', () => {
+  const haproxy = { ...secret, KUBEBYON_PROVIDER: 'haproxy' };
+
+  it('reads the owned file, the operator files, the master socket and the check binary', () => {
+    expect(
+      loadConfig({
+        ...haproxy,
+        KUBEBYON_HAPROXY_CHECK_FILES: '/etc/haproxy/haproxy.cfg, /etc/haproxy/extra.cfg',
+      }).provider,
+    ).toEqual({
+      kind: 'haproxy',
+      ownedFile: '/etc/haproxy/kubebyon.cfg',
+      checkFiles: ['/etc/haproxy/haproxy.cfg', '/etc/haproxy/extra.cfg'],
+      masterSocket: '/run/haproxy-master.sock',
+      haproxyBin: 'haproxy',
+      reloadTimeoutMs: 30000,
+    });
+  });
+
+  it('refuses an owned file that is also one of the operator files, and relative paths', () => {
+    for (const env of [
+      { KUBEBYON_HAPROXY_CHECK_FILES: '/etc/haproxy/haproxy.cfg,/etc/haproxy/kubebyon.cfg' },
+      { KUBEBYON_HAPROXY_CHECK_FILES: 'haproxy.cfg' },
+    ]) {
+      expect(() => loadConfig({ ...haproxy, ...env })).toThrow(/KUBEBYON_HAPROXY_CHECK_FILES/);
+    }
+    expect(() => loadConfig({ ...haproxy, KUBEBYON_HAPROXY_OWNED_FILE: 'kubebyon.cfg' })).toThrow(
+      /KUBEBYON_HAPROXY_OWNED_FILE/,
+    );
+  });
+});
+
 describe('render defaults', () => {
   it('are what the service runs with when no KUBEBYON_HAPROXY_* variable is set', () => {
     expect(renderOptionsOf(loadConfig(secret).haproxy)).toEqual(DEFAULT_RENDER_OPTIONS);

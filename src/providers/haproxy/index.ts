@@ -1,11 +1,14 @@
 import type { StockHaproxyConfig } from '../../config/env.js';
 import type { ProviderDeps } from '../index.js';
 import type { Provider } from '../provider.js';
+import { StockHaproxyProvider } from './provider.js';
 
-// Placeholder until the provider lands: refuses to start with a clear reason.
+/** `KUBEBYON_PROVIDER=haproxy`: a stock HAProxy driven through an owned `-f` file and the master CLI. */
 export async function createStockHaproxyProvider(
-  _config: StockHaproxyConfig,
-  _deps: ProviderDeps,
+  config: StockHaproxyConfig,
+  deps: ProviderDeps,
 ): Promise<Provider> {
-  throw new Error('the haproxy provider is not built yet');
+  return new StockHaproxyProvider(config, { logger: deps.logger.child({ provider: 'haproxy' }) });
 }
+
+export { StockHaproxyProvider } from './provider.js';

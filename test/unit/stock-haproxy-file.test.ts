@@ -1,0 +1,241 @@
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import type { RawBackend, RawFrontend, RawState } from '../../src/haproxy/model.js';
+import { applyOperations, NotOwnedError } from '../../src/providers/haproxy/operations.js';
+import {
+  DEFAULTS_NAME,
+  generationOf,
+  OwnedFileParseError,
+  parseOwnedFile,
+  renderOwnedFile,
+  UnsafeValueError,
+} from '../../src/providers/haproxy/owned-file.js';
+import { ConcurrentChangeError } from '../../src/providers/provider.js';
+import { ownerTags } from '../../src/registry/ownership.js';
+
+const frontend = (over: Partial<RawFrontend> = {}): RawFrontend => ({
+  name: 'kubebyon_sni',
+  bind: { address: '*', port: 443 },
+  inspectDelayMs: 5000,
+  acceptsTlsHello: true,
+  defaultBackend: null,
+  rules: [{ backend: 'kubebyon_a_0123456789ab', host: 'a.example.com', tags: ownerTags() }],
+  tags: ownerTags(),
+  ...over,
+});
+const backend = (over: Partial<RawBackend> = {}): RawBackend => ({
+  name: 'kubebyon_a_0123456789ab',
+  balance: 'leastconn',
+  servers: [
+    { name: 'srv1', address: '127.0.0.1', port: 30001, check: true, tags: ownerTags() },
+    { name: 'srv2', address: '::1', port: 30002, check: false, tags: ownerTags() },
+  ],
+  tags: ownerTags('a'),
+  ...over,
+});
+const state = (f = frontend(), b = [backend()]): RawState => ({ frontends: [f], backends: b });
+
+const sorted = (s: RawState): RawState => ({
+  frontends: [...s.frontends].sort((a, b) => (a.name < b.name ? -1 : 1)),
+  backends: [...s.backends]
+    .map((b) => ({ ...b, servers: [...b.servers].sort((x, y) => (x.name < y.name ? -1 : 1)) }))
+    .sort((a, b) => (a.name < b.name ? -1 : 1)),
+});
+
+const nameArb = fc.stringMatching(/^[a-z][a-z0-9_]{0,20}$/);
+const tagsArb = fc.oneof(
+  fc.constant({}),
+  fc.constant(ownerTags()),
+  fc.stringMatching(/^[A-Za-z0-9][A-Za-z0-9._-]{0,30}$/).map((c) => ownerTags(c)),
+);
+const serverArb = fc.record({
+  name: fc.integer({ min: 1, max: 50 }).map((n) => `srv${n}`),
+  address: fc.oneof(fc.ipV4(), fc.constantFrom('::1', '2001:db8::1', 'fe80::1')),
+  port: fc.integer({ min: 1, max: 65535 }),
+  check: fc.boolean(),
+  tags: tagsArb,
+});
+const backendArb = fc.record({
+  name: nameArb.map((n) => `be_${n}`),
+  balance: fc.constantFrom('leastconn', 'roundrobin', 'source'),
+  servers: fc.uniqueArray(serverArb, { selector: (s) => s.name, maxLength: 4 }),
+  tags: tagsArb,
+});
+const frontendArb = fc.record({
+  name: nameArb.map((n) => `fe_${n}`),
+  bind: fc.record({
+    address: fc.oneof(fc.constant('*'), fc.ipV4(), fc.constant('::')),
+    port: fc.integer({ min: 1, max: 65535 }),
+  }),
+  inspectDelayMs: fc.option(fc.integer({ min: 0, max: 60_000 }), { nil: null }),
+  acceptsTlsHello: fc.boolean(),
+  defaultBackend: fc.option(nameArb, { nil: null }),
+  rules: fc.array(
+    fc.record({
+      backend: nameArb,
+      host: fc.domain().filter((h) => /^[a-z0-9.-]+$/.test(h)),
+      tags: fc.constantFrom({}, ownerTags()),
+    }),
+    { maxLength: 4 },
+  ),
+  tags: tagsArb,
+});
+const stateArb = fc.record({
+  frontends: fc.uniqueArray(frontendArb, { selector: (f) => f.name, maxLength: 2 }),
+  backends: fc.uniqueArray(backendArb, { selector: (b) => b.name, maxLength: 4 }),
+});
+
+describe('owned file', () => {
+  it('reads back exactly what it wrote, tags included', () => {
+    fc.assert(
+      fc.property(stateArb, (s) => {
+        const text = renderOwnedFile(s);
+        const parsed = parseOwnedFile(text);
+        expect(sorted(parsed.state)).toEqual(sorted(s));
+        expect(parsed.generation).toBe(s.frontends.length > 0 ? generationOf(s) : null);
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('renders the SNI frontend and backends in HAProxy syntax, isolated by a named defaults section', () => {
+    const text = renderOwnedFile(state(frontend({ defaultBackend: 'console' })));
+    expect(text).toContain(`defaults ${DEFAULTS_NAME}\n  mode tcp\n`);
+    expect(text).toContain('timeout tunnel 4h');
+    expect(text).toMatch(
+      new RegExp(
+        [
+          `frontend kubebyon_sni from ${DEFAULTS_NAME} # kubebyon owner=kubebyon-haproxy-adapter`,
+          '  id [0-9]{10}',
+          '  mode tcp',
+          '  bind \\*:443',
+          '  tcp-request inspect-delay 5000ms',
+          '  tcp-request content accept if \\{ req.ssl_hello_type 1 \\}',
+          '  use_backend kubebyon_a_0123456789ab if \\{ req.ssl_sni -i a.example.com \\} # kubebyon owner=kubebyon-haproxy-adapter',
+          '  default_backend console',
+        ].join('\n'),
+      ),
+    );
+    expect(text).toContain(
+      [
+        `backend kubebyon_a_0123456789ab from ${DEFAULTS_NAME} # kubebyon owner=kubebyon-haproxy-adapter cluster=a`,
+        '  mode tcp',
+        '  balance leastconn',
+        '  server srv1 127.0.0.1:30001 check # kubebyon owner=kubebyon-haproxy-adapter',
+        '  server srv2 [::1]:30002 # kubebyon owner=kubebyon-haproxy-adapter',
+      ].join('\n'),
+    );
+  });
+
+  it('writes no section at all when it owns nothing (HAProxy still loads the file)', () => {
+    const text = renderOwnedFile({ frontends: [], backends: [] });
+    expect(text.split('\n').every((l) => l === '' || l.startsWith('#'))).toBe(true);
+    expect(parseOwnedFile(text)).toEqual({ state: { frontends: [], backends: [] }, generation: null });
+  });
+
+  it('refuses to write any value outside the allowed charsets', () => {
+    const bad: RawState[] = [
+      state(frontend({ rules: [{ backend: 'b', host: 'a.example.com }\n  use_backend x', tags: {} }] })),
+      state(frontend({ rules: [{ backend: 'b c', host: 'a.example.com', tags: {} }] })),
+      state(frontend({ rules: [{ backend: 'b', host: 'a.example.com#', tags: {} }] })),
+      state(frontend({ name: 'fe\nbackend x' })),
+      state(frontend({ defaultBackend: 'x y' })),
+      state(frontend({ bind: { address: '127.0.0.1 ssl crt /x', port: 443 } })),
+      state(frontend({ bind: { address: '*', port: 70000 } })),
+      state(frontend({ tags: { owner: 'me\nbackend x' } })),
+      state(frontend({ tags: { 'own er': 'me' } })),
+      state(frontend(), [backend({ balance: 'leastconn\n  server x 1.2.3.4:1' })]),
+      state(frontend(), [backend({ tags: ownerTags('a b') })]),
+      state(frontend(), [
+        backend({ servers: [{ name: 'srv1', address: 'example.com', port: 1, check: true, tags: {} }] }),
+      ]),
+      state(frontend(), [
+        backend({ servers: [{ name: 'srv1', address: '127.0.0.1', port: 0, check: true, tags: {} }] }),
+      ]),
+      state(frontend(), [backend(), backend()]),
+    ];
+    for (const s of bad) expect(() => renderOwnedFile(s), JSON.stringify(s)).toThrow(UnsafeValueError);
+  });
+
+  it('refuses to read a file with lines it did not write, naming the line', () => {
+    const text = renderOwnedFile(state());
+    const edited = text.replace('  balance leastconn', '  balance leastconn\n  option httpchk');
+    expect(() => parseOwnedFile(edited)).toThrow(OwnedFileParseError);
+    expect(() => parseOwnedFile(edited)).toThrow(/line [0-9]+: unexpected backend directive/);
+    expect(() => parseOwnedFile('global\n  daemon\n')).toThrow(OwnedFileParseError);
+    expect(() => parseOwnedFile('backend x\n')).toThrow(OwnedFileParseError);
+  });
+
+  it('changes its generation with the structure, not with the servers', () => {
+    const g = generationOf(state());
+    expect(generationOf(state(frontend(), [backend({ servers: [] })]))).toBe(g);
+    expect(generationOf(state(frontend({ rules: [] })))).not.toBe(g);
+    expect(generationOf(state(frontend({ bind: { address: '*', port: 444 } })))).not.toBe(g);
+    expect(generationOf(state(frontend(), [backend({ balance: 'roundrobin' })]))).not.toBe(g);
+    expect(g).toBeGreaterThanOrEqual(1_000_000_000);
+    expect(g).toBeLessThan(2_000_000_000);
+  });
+});
+
+describe('applyOperations', () => {
+  const foreign: RawBackend = { name: 'console', balance: 'roundrobin', servers: [], tags: {} };
+  const s = state(frontend(), [backend(), foreign]);
+
+  it('refuses any change to an object without our tags', () => {
+    expect(() => applyOperations(s, [{ kind: 'delete_backend', name: 'console' }])).toThrow(NotOwnedError);
+    expect(() =>
+      applyOperations(s, [
+        {
+          kind: 'create_server',
+          backend: 'console',
+          server: { name: 'srv1', address: '127.0.0.1', port: 1, check: false, owned: true },
+        },
+      ]),
+    ).toThrow(NotOwnedError);
+    expect(() =>
+      applyOperations(s, [
+        { kind: 'create_backend', backend: { name: 'console', cluster: 'x', balance: 'leastconn' } },
+      ]),
+    ).toThrow(ConcurrentChangeError);
+  });
+
+  it('asks for a new plan when an object is missing', () => {
+    expect(() => applyOperations(s, [{ kind: 'delete_backend', name: 'gone' }])).toThrow(
+      ConcurrentChangeError,
+    );
+  });
+
+  it('tags what it creates and keeps foreign rules with their own tags', () => {
+    const withForeignRule = state(
+      frontend({
+        rules: [
+          { backend: 'kubebyon_a_0123456789ab', host: 'a.example.com', tags: ownerTags() },
+          { backend: 'console', host: 'console.example.com', tags: {} },
+        ],
+      }),
+      [backend(), foreign],
+    );
+    const next = applyOperations(withForeignRule, [
+      {
+        kind: 'create_backend',
+        backend: { name: 'kubebyon_b_0123456789ab', cluster: 'b', balance: 'leastconn' },
+      },
+      {
+        kind: 'set_switching_rules',
+        frontend: 'kubebyon_sni',
+        rules: [
+          { backend: 'kubebyon_b_0123456789ab', host: 'b.example.com', owned: true },
+          { backend: 'console', host: 'console.example.com', owned: false },
+        ],
+        added: [],
+        removed: [],
+      },
+    ]);
+    expect(next.backends.find((b) => b.name === 'kubebyon_b_0123456789ab')?.tags).toEqual(ownerTags('b'));
+    expect(next.frontends[0]?.rules).toEqual([
+      { backend: 'kubebyon_b_0123456789ab', host: 'b.example.com', tags: ownerTags() },
+      { backend: 'console', host: 'console.example.com', tags: {} },
+    ]);
+    expect(s.backends).toHaveLength(2);
+  });
+});
