@@ -165,6 +165,24 @@ describe.skipIf(!hasShared)(
       expect(fake.requests).toEqual(['GET /services/haproxy/configuration/version']);
     });
 
+    it('counts every request it sends, reads included, and the bytes of bodies both ways', async () => {
+      const counted = { requests: 0, sent: 0, received: 0 };
+      const provider = make(fake, {
+        traffic: {
+          request: () => counted.requests++,
+          bytes: (direction, n) => {
+            counted[direction] += n;
+          },
+        },
+      });
+      await converge(provider, [claim('one'), claim('two')]);
+      expect(counted.requests).toBe(fake.requests.length);
+      expect(counted.requests).toBeGreaterThan(5);
+      // The backends and rules written, and the lists read back, are bodies of a few hundred bytes each.
+      expect(counted.sent).toBeGreaterThan(500);
+      expect(counted.received).toBeGreaterThan(500);
+    });
+
     it('an endpoint move goes through the runtime path: one server replace with the version, no reload', async () => {
       const provider = make(fake);
       await converge(provider, [claim('one', 30001), claim('two', 30001)]);

@@ -27,6 +27,7 @@ export async function createDataplaneProvider(
     runtimeMaxServers: config.runtimeMaxServers,
     ...(deps.stateDir !== undefined ? { ledgerFile: join(deps.stateDir, LEDGER_FILE) } : {}),
     logger: deps.logger,
+    ...(deps.traffic ? { traffic: deps.traffic } : {}),
   });
   try {
     await provider.ready(AbortSignal.timeout(config.timeoutMs));

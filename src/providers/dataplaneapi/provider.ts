@@ -6,6 +6,7 @@ import {
   ConcurrentChangeError,
   type Provider,
   type ProviderInfo,
+  type ProviderTraffic,
   ReloadFailedError,
   TerminalError,
 } from '../provider.js';
@@ -40,6 +41,8 @@ export interface DataplaneProviderOptions {
   /** Where the ids of open transactions are kept across a crash; in memory only when absent. */
   ledgerFile?: string;
   logger: Logger;
+  /** Counts every request and its bytes (the service's provider metrics). */
+  traffic?: ProviderTraffic;
 }
 
 /** The API lacks something this service needs (e.g. `metadata`, v3.2+): retrying cannot help. */
@@ -97,6 +100,12 @@ export class DataplaneProvider implements Provider {
       username: o.username,
       password: o.password,
       timeoutMs: o.timeoutMs,
+      ...(o.traffic
+        ? {
+            onRequest: () => o.traffic?.request(),
+            onBytes: (direction: 'sent' | 'received', n: number) => o.traffic?.bytes(direction, n),
+          }
+        : {}),
     });
     this.ledger = new TransactionLedger(o.ledgerFile, this.client.url);
   }

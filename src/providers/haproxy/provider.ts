@@ -10,6 +10,7 @@ import {
   errorText,
   type Provider,
   type ProviderInfo,
+  type ProviderTraffic,
   ReloadFailedError,
   TerminalError,
 } from '../provider.js';
@@ -43,6 +44,8 @@ const CONFIRM_MS = 10_000;
 
 export interface StockHaproxyDeps {
   logger: Logger;
+  /** Counts every master-CLI command and the owned file's bytes when written (the provider metrics). */
+  traffic?: ProviderTraffic;
 }
 
 /** What one read found: the owned file, what HAProxy runs, and the raw state made of both. */
@@ -83,7 +86,7 @@ export class StockHaproxyProvider implements Provider {
     private readonly config: StockHaproxyConfig,
     private readonly deps: StockHaproxyDeps,
   ) {
-    this.cli = new MasterCli(config.masterSocket);
+    this.cli = new MasterCli(config.masterSocket, undefined, deps.traffic);
   }
 
   async ping(signal: AbortSignal): Promise<ProviderInfo> {
@@ -267,7 +270,7 @@ export class StockHaproxyProvider implements Provider {
     text: string,
     signal: AbortSignal,
   ): Promise<void> {
-    await writeFileAtomic(this.config.ownedFile, text, OWNED_FILE_MODE);
+    await this.writeOwnedFile(text);
     const undo: Array<{ command: string; ok: RegExp }> = [];
     const started = Date.now();
     try {
@@ -329,6 +332,11 @@ export class StockHaproxyProvider implements Provider {
     }
   }
 
+  private async writeOwnedFile(text: string): Promise<void> {
+    await writeFileAtomic(this.config.ownedFile, text, OWNED_FILE_MODE);
+    this.deps.traffic?.bytes('sent', Buffer.byteLength(text));
+  }
+
   // ---- reloads ----------------------------------------------------------------------------------------
 
   private async check(candidate: string, signal: AbortSignal): Promise<void> {
@@ -370,6 +378,7 @@ export class StockHaproxyProvider implements Provider {
     signal: AbortSignal,
   ): Promise<void> {
     const prepared = await prepareFileAtomic(this.config.ownedFile, text, OWNED_FILE_MODE);
+    this.deps.traffic?.bytes('sent', Buffer.byteLength(text));
     let before: ProcState;
     try {
       await this.check(prepared.tmpPath, signal);
@@ -385,7 +394,7 @@ export class StockHaproxyProvider implements Provider {
     try {
       await this.reloadAndConfirm(before, frontend, generation);
     } catch (err) {
-      await writeFileAtomic(this.config.ownedFile, previous, OWNED_FILE_MODE);
+      await this.writeOwnedFile(previous);
       this.deps.logger.error(
         { err: errorText(err) },
         'reload failed; the previous owned file is back in place',
