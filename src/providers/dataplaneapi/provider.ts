@@ -20,7 +20,7 @@ import {
 } from './client.js';
 import { TransactionLedger } from './ledger.js';
 import { readState, type Snapshot } from './mapping.js';
-import { planWrites, type ServerUpdate, type Write } from './writes.js';
+import { planWrites, type ServerUpdate, snapshotAfter, type Write } from './writes.js';
 
 export interface DataplaneProviderOptions {
   /** The API's root, e.g. `http://127.0.0.1:5555` (`/v3` is added). */
@@ -56,6 +56,13 @@ export class TooManyTransactionsError extends Error {
 }
 
 const RELOAD_POLL_MS = 200;
+
+/** How an apply ended, and the configuration version it left (when the API said) after how many writes. */
+interface Applied {
+  reload: ApplyReport['reload'];
+  version: number | undefined;
+  writes: number;
+}
 const CLEANUP_TIMEOUT_MS = 10_000;
 const READ_ATTEMPTS = 3;
 
@@ -192,23 +199,27 @@ export class DataplaneProvider implements Provider {
     if (plan.operations.length === 0) return { reload: 'none', requests: 0 };
     await this.ready(signal);
     const counter = { requests: 0 };
+    let after: Snapshot | undefined;
     try {
       // The plan was made from the last read; without one (or after a change), read first.
       const snapshot = this.snapshot ?? (await this.read(signal));
       const work = planWrites(plan, snapshot, { runtimeMaxServers: this.o.runtimeMaxServers });
       signal.throwIfAborted();
       if (work.kind === 'none') return { reload: 'none', requests: 0 };
-      const reload =
+      const done =
         work.kind === 'runtime'
           ? await this.applyRuntime(work.updates, snapshot.version, signal, counter)
           : await this.applyTransaction(work.writes, snapshot.version, signal, counter);
-      return { reload, requests: counter.requests };
+      // The version moved by our own writes alone: the API now holds the snapshot with them applied.
+      if (done.version === snapshot.version + done.writes)
+        after = snapshotAfter(snapshot, work, done.version);
+      return { reload: done.reload, requests: counter.requests };
     } catch (err) {
       throw this.translate(err);
     } finally {
-      // Whatever happened, what was read before no longer tells what is there.
-      this.snapshot = undefined;
-      this.state = undefined;
+      // Otherwise what was read before no longer tells what is there.
+      this.snapshot = after;
+      this.state = after ? readState(after) : undefined;
     }
   }
 
@@ -218,9 +229,11 @@ export class DataplaneProvider implements Provider {
     version: number,
     signal: AbortSignal,
     counter: { requests: number },
-  ): Promise<ApplyReport['reload']> {
+  ): Promise<Applied> {
     let reloaded = false;
     let current = version;
+    // Known only while every answer says which version it left.
+    let known = true;
     for (const u of updates) {
       signal.throwIfAborted();
       counter.requests++;
@@ -232,14 +245,20 @@ export class DataplaneProvider implements Provider {
           signal,
         },
       );
-      current = versionOf(res.headers) ?? current + 1;
+      const next = versionOf(res.headers);
+      if (next === undefined) known = false;
+      current = next ?? current + 1;
       if (res.status === 202) {
         // The API could not apply it at runtime and asked for a reload.
         reloaded = true;
         await this.followReload(res.headers['reload-id'], counter);
       }
     }
-    return reloaded ? 'succeeded' : 'none';
+    return {
+      reload: reloaded ? 'succeeded' : 'none',
+      version: known ? current : undefined,
+      writes: updates.length,
+    };
   }
 
   private async applyTransaction(
@@ -247,7 +266,7 @@ export class DataplaneProvider implements Provider {
     version: number,
     signal: AbortSignal,
     counter: { requests: number },
-  ): Promise<ApplyReport['reload']> {
+  ): Promise<Applied> {
     counter.requests++;
     const opened = await this.client.POST('/services/haproxy/transactions', {
       params: { query: { version } },
@@ -277,7 +296,7 @@ export class DataplaneProvider implements Provider {
       await this.ledger.remove(id);
       if (committed.status === 202) await this.followReload(committed.headers['reload-id'], counter);
       await this.awaitNewWorkers(pidBefore, counter);
-      return 'succeeded';
+      return { reload: 'succeeded', version: versionOf(committed.headers), writes: 1 };
     } finally {
       if (open) await this.dropTransaction(id, 'the apply did not complete');
     }
