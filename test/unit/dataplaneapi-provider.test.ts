@@ -60,6 +60,7 @@ function make(
     timeoutMs: 5_000,
     reloadTimeoutMs: 2_000,
     runtimeMaxServers: 10,
+    rawMinWrites: 0,
     logger: silent,
     ...extra,
   });
@@ -419,6 +420,7 @@ describe.skipIf(!hasShared)(
             timeoutMs: 5000,
             reloadTimeoutMs: 2000,
             runtimeMaxServers: 10,
+            rawMinWrites: 0,
           },
           { logger: silent, stateDir: dir },
         );
@@ -453,6 +455,7 @@ describe.skipIf(!hasShared)('dataplaneapi provider start', () => {
             timeoutMs: 5000,
             reloadTimeoutMs: 2000,
             runtimeMaxServers: 10,
+            rawMinWrites: 0,
           },
           { logger: silent },
         ),
@@ -472,6 +475,7 @@ describe.skipIf(!hasShared)('dataplaneapi provider start', () => {
         timeoutMs: 2000,
         reloadTimeoutMs: 2000,
         runtimeMaxServers: 10,
+        rawMinWrites: 0,
       },
       { logger: silent },
     );

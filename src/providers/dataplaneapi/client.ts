@@ -54,6 +54,8 @@ export type RequestInit<O> = ([RequiredKeys<ParamsOf<O>>] extends [never]
     signal?: AbortSignal;
     /** Overrides the client's timeout (a commit with `force_reload` lasts as long as the reload). */
     timeoutMs?: number;
+    /** Header parameters the operation documents (e.g. `X-Runtime-Actions`). */
+    headers?: Record<string, string>;
   };
 
 /** The API answered with a status its operation does not call success. `message` is the API's own. */
@@ -171,7 +173,10 @@ export function createClient(options: ClientOptions): DataplaneClient {
         ...(data !== undefined ? { data } : {}),
         ...(init?.signal ? { signal: init.signal } : {}),
         timeout: init?.timeoutMs ?? options.timeoutMs,
-        headers: { 'Content-Type': typeof init?.body === 'string' ? 'text/plain' : 'application/json' },
+        headers: {
+          ...init?.headers,
+          'Content-Type': typeof init?.body === 'string' ? 'text/plain' : 'application/json',
+        },
         // Text answers (the raw configuration) stay text.
         transformResponse: (body: unknown, headers) => {
           if (typeof body === 'string') options.onBytes?.('received', Buffer.byteLength(body));

@@ -25,6 +25,7 @@ export async function createDataplaneProvider(
     timeoutMs: config.timeoutMs,
     reloadTimeoutMs: config.reloadTimeoutMs,
     runtimeMaxServers: config.runtimeMaxServers,
+    rawMinWrites: config.rawMinWrites,
     ...(deps.stateDir !== undefined ? { ledgerFile: join(deps.stateDir, LEDGER_FILE) } : {}),
     logger: deps.logger,
     ...(deps.traffic ? { traffic: deps.traffic } : {}),

@@ -20,7 +20,8 @@ import {
 } from './client.js';
 import { TransactionLedger } from './ledger.js';
 import { readState, type Snapshot } from './mapping.js';
-import { planWrites, type ServerUpdate, snapshotAfter, type Write } from './writes.js';
+import { editConfigText, RawEditUnsupported, textVersion } from './raw-text.js';
+import { planWrites, type ServerUpdate, snapshotAfter, type Write, type WritePlan } from './writes.js';
 
 export interface DataplaneProviderOptions {
   /** The API's root, e.g. `http://127.0.0.1:5555` (`/v3` is added). */
@@ -33,6 +34,12 @@ export interface DataplaneProviderOptions {
   reloadTimeoutMs: number;
   /** Most server address/port changes applied one by one without a reload; more go into one transaction. */
   runtimeMaxServers: number;
+  /**
+   * Plans that need at least this many writes in a transaction are applied as one edited configuration file
+   * instead (`POST /configuration/raw`); more endpoint moves than `runtimeMaxServers` likewise, without a
+   * reload (`skip_reload` with the moves as runtime actions). 0 turns the file path off. Default 8.
+   */
+  rawMinWrites?: number;
   /**
    * `force_reload` (default): the commit reloads HAProxy before it answers, and a failed reload answers 400
    * with the API's view restored. `follow`: commit into the API's reload batching and follow the `Reload-Id`.
@@ -62,7 +69,13 @@ interface Applied {
   reload: ApplyReport['reload'];
   version: number | undefined;
   writes: number;
+  /** Endpoint moves applied at runtime and written to the file (no reload). */
+  moves?: ServerUpdate[];
 }
+
+const DEFAULT_RAW_MIN_WRITES = 8;
+/** Runtime actions per push: the API's headers are bounded (1 MiB by default). */
+const RUNTIME_ACTIONS_BYTES = 256 * 1024;
 const CLEANUP_TIMEOUT_MS = 10_000;
 const READ_ATTEMPTS = 3;
 
@@ -100,6 +113,8 @@ export class DataplaneProvider implements Provider {
    */
   private unloaded: string | undefined;
   private apiVersion: string | undefined;
+  /** The configuration file as our last push left it, by version. */
+  private raw: { version: number; text: string } | undefined;
 
   constructor(private readonly o: DataplaneProviderOptions) {
     this.client = createClient({
@@ -209,10 +224,16 @@ export class DataplaneProvider implements Provider {
       const done =
         work.kind === 'runtime'
           ? await this.applyRuntime(work.updates, snapshot.version, signal, counter)
-          : await this.applyTransaction(work.writes, snapshot.version, signal, counter);
+          : ((await this.applyAsFile(plan, work, snapshot, signal, counter)) ??
+            (await this.applyTransaction(work.writes, snapshot.version, signal, counter)));
       // The version moved by our own writes alone: the API now holds the snapshot with them applied.
-      if (done.version === snapshot.version + done.writes)
-        after = snapshotAfter(snapshot, work, done.version);
+      if (done.version === snapshot.version + done.writes) {
+        const applied =
+          work.kind === 'transaction' && done.moves
+            ? { kind: 'runtime' as const, updates: done.moves }
+            : work;
+        after = snapshotAfter(snapshot, applied, done.version);
+      }
       return { reload: done.reload, requests: counter.requests };
     } catch (err) {
       throw this.translate(err);
@@ -300,6 +321,121 @@ export class DataplaneProvider implements Provider {
     } finally {
       if (open) await this.dropTransaction(id, 'the apply did not complete');
     }
+  }
+
+  /**
+   * Large plans as one edited configuration file instead of one request per object: the file as the API
+   * holds it (cached by version), edited (`raw-text.ts`), pushed with `force_reload`; or, for endpoint moves
+   * only, with `skip_reload` and the moves as runtime actions (`SetServerAddr`): no reload. Undefined when
+   * the plan is small, or the edit cannot be done by text (then a transaction is used).
+   */
+  private async applyAsFile(
+    plan: Plan,
+    work: Extract<WritePlan, { kind: 'transaction' }>,
+    snapshot: Snapshot,
+    signal: AbortSignal,
+    counter: { requests: number },
+  ): Promise<Applied | undefined> {
+    const min = this.o.rawMinWrites ?? DEFAULT_RAW_MIN_WRITES;
+    if (min <= 0 || (!work.moves && work.writes.length < min)) return undefined;
+    let text: string;
+    if (this.raw?.version === snapshot.version) text = this.raw.text;
+    else {
+      counter.requests++;
+      const res = await this.client.GET('/services/haproxy/configuration/raw', { signal });
+      text = String(res.data);
+      // The push names this version too, so a file newer than the plan's read cannot be overwritten.
+      const inText = textVersion(text);
+      if (
+        versionOf(res.headers) !== snapshot.version ||
+        (inText !== undefined && inText !== snapshot.version)
+      )
+        throw new ConcurrentChangeError('the configuration changed between the read and the file read');
+    }
+    let edited: string;
+    try {
+      edited = editConfigText(text, plan.operations);
+    } catch (err) {
+      if (!(err instanceof RawEditUnsupported)) throw err;
+      this.o.logger.debug(
+        { why: err.message },
+        'plan applied as a transaction: the file cannot be edited for it',
+      );
+      return undefined;
+    }
+    signal.throwIfAborted();
+    if (work.moves) return this.pushMoves(edited, work.moves, snapshot.version, signal, counter);
+    counter.requests++;
+    const pidBefore = await this.workerPid(signal);
+    counter.requests++;
+    // Past this point the change is HAProxy's: the push is not cut short by the signal.
+    const res = await this.client.POST('/services/haproxy/configuration/raw', {
+      params: { query: { version: snapshot.version, force_reload: true } },
+      body: edited,
+      timeoutMs: this.o.reloadTimeoutMs + this.o.timeoutMs,
+    });
+    this.keepRaw(res.data, res.headers);
+    await this.awaitNewWorkers(pidBefore, counter);
+    return { reload: 'succeeded', version: versionOf(res.headers), writes: 1 };
+  }
+
+  /** The edited file with `skip_reload`, the moves as runtime actions: HAProxy changes the servers live. */
+  private async pushMoves(
+    edited: string,
+    moves: ServerUpdate[],
+    version: number,
+    signal: AbortSignal,
+    counter: { requests: number },
+  ): Promise<Applied> {
+    const chunks: string[] = [];
+    let chunk: string[] = [];
+    let bytes = 0;
+    for (const m of moves) {
+      const action = `SetServerAddr ${m.backend} ${m.server} ${m.body.address} ${m.body.port}`;
+      if (bytes + action.length > RUNTIME_ACTIONS_BYTES && chunk.length > 0) {
+        chunks.push(chunk.join(';'));
+        chunk = [];
+        bytes = 0;
+      }
+      chunk.push(action);
+      bytes += action.length + 1;
+    }
+    if (chunk.length > 0) chunks.push(chunk.join(';'));
+    let current = version;
+    let known = true;
+    for (const actions of chunks) {
+      signal.throwIfAborted();
+      counter.requests++;
+      try {
+        const res = await this.client.POST('/services/haproxy/configuration/raw', {
+          params: { query: { version: current, skip_reload: true } },
+          body: edited,
+          headers: { 'X-Runtime-Actions': actions },
+          signal,
+        });
+        this.keepRaw(res.data, res.headers);
+        const next = versionOf(res.headers);
+        if (next === undefined) known = false;
+        current = next ?? current + 1;
+      } catch (err) {
+        // The file may hold the moves while HAProxy runs only part of them: it loads the file before
+        // anything is trusted again.
+        this.unloaded = 'endpoint moves written to the file may be applied only in part';
+        throw err;
+      }
+    }
+    return { reload: 'none', version: known ? current : undefined, writes: chunks.length, moves };
+  }
+
+  /** The file as the API stored it after a push of ours, for the next edit at that version. */
+  private keepRaw(data: unknown, headers: Record<string, string>): void {
+    const text = typeof data === 'string' ? data : undefined;
+    const version = versionOf(headers);
+    const inText = text === undefined ? undefined : textVersion(text);
+    this.raw =
+      text !== undefined && version !== undefined && (inText === undefined || inText === version)
+        ? { version, text }
+        : undefined;
   }
 
   private async write(w: Write, transaction_id: string, signal: AbortSignal): Promise<void> {

@@ -53,7 +53,8 @@ export interface ServerUpdate {
 export type WritePlan =
   | { kind: 'none' }
   | { kind: 'runtime'; updates: ServerUpdate[] }
-  | { kind: 'transaction'; writes: Write[] };
+  /** `moves`: the plan only moves server endpoints, too many for one request each. */
+  | { kind: 'transaction'; writes: Write[]; moves?: ServerUpdate[] };
 
 export interface WriteOptions {
   /** Most server updates sent one by one through the runtime path; more go into one transaction. */
@@ -263,7 +264,7 @@ export function planWrites(plan: Plan, snapshot: Snapshot, options: WriteOptions
     ownedOrRefuse(backends, name, 'backend');
     writes.push({ kind: 'delete_backend', name });
   }
-  return { kind: 'transaction', writes };
+  return runtime ? { kind: 'transaction', writes, moves: runtime } : { kind: 'transaction', writes };
 }
 
 function backendWrite(name: string, w: BackendWork, backends: Map<string, ApiBackend>): Write {
