@@ -60,8 +60,10 @@ export class MasterCli {
       socket.setEncoding('utf8');
       socket.on('connect', () => {
         connected = true;
-        this.sent++;
-        this.traffic.request();
+        // A line may carry several `;`-separated commands: each counts.
+        const commands = command.split(';').length;
+        this.sent += commands;
+        for (let i = 0; i < commands; i++) this.traffic.request();
         this.traffic.bytes('sent', Buffer.byteLength(command) + 1);
         socket.end(`${command}\n`);
       });

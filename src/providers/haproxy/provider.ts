@@ -41,6 +41,8 @@ import {
 const OWNED_FILE_MODE = 0o644;
 const CHECK_OUTPUT_LIMIT = 16 * 1024 * 1024;
 const CONFIRM_MS = 10_000;
+/** Runtime commands per master-CLI line: ~100 address changes stay well inside HAProxy's 16 kB buffer. */
+const MOVES_PER_LINE = 100;
 
 export interface StockHaproxyDeps {
   logger: Logger;
@@ -272,18 +274,35 @@ export class StockHaproxyProvider implements Provider {
   ): Promise<void> {
     await this.writeOwnedFile(text);
     const undo: Array<{ command: string; ok: RegExp }> = [];
+    const undoMoves: Array<{ command: string; ok: RegExp }> = [];
     const started = Date.now();
+    const backends = new Map(current.backends.map((b) => [b.name, b]));
+    // Address changes go many to a line (`;`-separated): a node move under thousands of clusters is a few
+    // dozen connections to the master instead of one each.
+    type Cmd = { command: string; ok: RegExp };
+    let moves: Array<Cmd & { undo: Cmd | undefined }> = [];
+    const flushMoves = async () => {
+      const batch = moves;
+      moves = [];
+      try {
+        await this.runBatch(batch, signal);
+      } finally {
+        // Whatever part of the batch ran is undone with the rest on failure (setting an address is idempotent).
+        undoMoves.push(...batch.map((m) => m.undo).filter((u): u is Cmd => u !== undefined));
+      }
+    };
     try {
       for (const op of operations) {
+        if (op.kind !== 'update_server' && moves.length > 0) await flushMoves();
         if (op.kind === 'update_server') {
-          const before = current.backends
-            .find((b) => b.name === op.backend)
-            ?.servers.find((s) => s.name === op.server.name);
-          await this.run(
-            runtime.setAddr(op.backend, op.server.name, op.server.address, op.server.port),
-            signal,
-          );
-          if (before) undo.push(runtime.setAddr(op.backend, op.server.name, before.address, before.port));
+          const before = backends.get(op.backend)?.servers.find((s) => s.name === op.server.name);
+          moves.push({
+            ...runtime.setAddr(op.backend, op.server.name, op.server.address, op.server.port),
+            undo: before
+              ? runtime.setAddr(op.backend, op.server.name, before.address, before.port)
+              : undefined,
+          });
+          if (moves.length >= MOVES_PER_LINE) await flushMoves();
         } else if (op.kind === 'create_server') {
           const { name, address, port, check } = op.server;
           await this.run(runtime.add(op.backend, name, address, port, check), signal);
@@ -306,7 +325,12 @@ export class StockHaproxyProvider implements Provider {
           );
         }
       }
+      if (moves.length > 0) await flushMoves();
     } catch (err) {
+      if (undoMoves.length > 0)
+        await this.runBatch(undoMoves, AbortSignal.timeout(30_000)).catch((e) =>
+          this.deps.logger.warn({ err: errorText(e) }, 'undoing runtime address changes failed'),
+        );
       for (const cmd of undo.reverse()) {
         await this.run(cmd, AbortSignal.timeout(5_000)).catch((e) =>
           this.deps.logger.warn({ err: errorText(e) }, 'undoing a runtime change failed'),
@@ -318,6 +342,26 @@ export class StockHaproxyProvider implements Provider {
       { operations: operations.length, ms: Date.now() - started },
       'servers changed through the runtime API, no reload',
     );
+  }
+
+  /** Commands sent `;`-separated on one line; each answers one paragraph, which must say it worked. */
+  private async runBatch(cmds: Array<{ command: string; ok: RegExp }>, signal: AbortSignal): Promise<void> {
+    for (let i = 0; i < cmds.length; i += MOVES_PER_LINE) {
+      const chunk = cmds.slice(i, i + MOVES_PER_LINE);
+      const answer = await this.cli.send(chunk.map((c) => c.command).join(';'), signal);
+      const answers = answer
+        .split(/\n\s*\n/)
+        .map((a) => a.trim())
+        .filter((a) => a !== '');
+      chunk.forEach((c, k) => {
+        if (!c.ok.test(answers[k] ?? ''))
+          throw new RuntimeCommandError(
+            `"${c.command}" answered ${JSON.stringify((answers[k] ?? '(nothing)').slice(0, 300))}`,
+          );
+      });
+      if (answers.length !== chunk.length)
+        throw new RuntimeCommandError(`${chunk.length} commands answered ${answers.length} times`);
+    }
   }
 
   private async deleteServer(backend: string, name: string, signal: AbortSignal): Promise<void> {
@@ -448,8 +492,9 @@ export class StockHaproxyProvider implements Provider {
 
 /** Whether the runtime API can apply these operations without a reload. */
 function runtimeOnly(operations: readonly Operation[], current: RawState): boolean {
+  const backends = new Map(current.backends.map((b) => [b.name, b]));
   return operations.every((op) => {
-    const backend = current.backends.find((b) => 'backend' in op && b.name === op.backend);
+    const backend = 'backend' in op && typeof op.backend === 'string' ? backends.get(op.backend) : undefined;
     if (op.kind === 'delete_server') return backend !== undefined;
     if (op.kind === 'create_server') return backend !== undefined && DYNAMIC_ALGORITHMS.has(backend.balance);
     if (op.kind === 'update_server') {

@@ -135,7 +135,8 @@ function hostPort(address: string, port: number): string {
 export const runtime = {
   setAddr: (backend: string, server: string, address: string, port: number) => ({
     command: `@1 set server ${backend}/${server} addr ${address} port ${port}`,
-    ok: /changed from|no need to change/i,
+    // 3.0 says "nothing changed" when the server already has that address and port.
+    ok: /changed from|no need to change|nothing changed/i,
   }),
   add: (backend: string, server: string, address: string, port: number, check: boolean) => ({
     command: `@1 add server ${backend}/${server} ${hostPort(address, port)}${check ? ' check' : ''}`,
