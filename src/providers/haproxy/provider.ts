@@ -59,6 +59,8 @@ interface Snapshot {
   inFile: Set<string>;
   /** False when HAProxy does not run the structure the owned file describes (an interrupted apply, an edit). */
   consistent: boolean;
+  /** The master's reload count and current worker when it was taken: a reload since makes it stale. */
+  proc: { reloads: number; worker: number | undefined };
 }
 
 class RuntimeCommandError extends Error {
@@ -82,6 +84,8 @@ export class StockHaproxyProvider implements Provider {
   readonly name = 'haproxy';
   private readonly cli: MasterCli;
   private cache: { text: string; parsed: ParsedOwnedFile; generation: number } | undefined;
+  /** The last read, for the apply that follows it in the same pass. */
+  private last: Snapshot | undefined;
   private queue: Promise<unknown> = Promise.resolve();
 
   constructor(
@@ -99,7 +103,9 @@ export class StockHaproxyProvider implements Provider {
   }
 
   async readState(signal: AbortSignal): Promise<RawState> {
-    return (await this.snapshot(signal)).raw;
+    const snap = await this.snapshot(signal);
+    this.last = snap;
+    return snap.raw;
   }
 
   async apply(plan: Plan, signal: AbortSignal): Promise<ApplyReport> {
@@ -115,7 +121,7 @@ export class StockHaproxyProvider implements Provider {
     signal.throwIfAborted();
     const sentBefore = this.cli.sent;
     const requests = () => this.cli.sent - sentBefore;
-    const snap = await this.snapshot(signal);
+    const snap = await this.current(signal);
     const target = applyOperations(snap.raw, plan.operations);
     const inFile = new Set(snap.inFile);
     for (const op of plan.operations) {
@@ -177,7 +183,25 @@ export class StockHaproxyProvider implements Provider {
     return this.cache;
   }
 
+  /**
+   * The state to apply a plan to: the pass's own read when neither the owned file nor HAProxy's workers have
+   * changed since (one `show proc` instead of reading every proxy and server again), else a new read.
+   */
+  private async current(signal: AbortSignal): Promise<Snapshot> {
+    const last = this.last;
+    this.last = undefined;
+    if (last) {
+      const proc = parseShowProc(await this.cli.send('show proc', signal));
+      const { text } = await this.readOwnedFile();
+      if (text === last.text && proc.reloads === last.proc.reloads && proc.workers[0] === last.proc.worker)
+        return last;
+    }
+    return this.snapshot(signal);
+  }
+
   private async snapshot(signal: AbortSignal): Promise<Snapshot> {
+    // A read may be tried again: the master resets connections for a moment while it reloads (2.6).
+    const proc = parseShowProc(await this.cli.sendRetrying('show proc', signal, Date.now() + 5_000));
     const { text, parsed, generation } = await this.readOwnedFile();
     const proxies = parseShowStat(await this.cli.send('@1 show stat -1 3 -1', signal));
     const servers = parseServersState(await this.cli.send('@1 show servers state', signal));
@@ -244,6 +268,7 @@ export class StockHaproxyProvider implements Provider {
       parsed,
       inFile,
       consistent,
+      proc: { reloads: proc.reloads, worker: proc.workers[0] },
       raw: {
         frontends: [...ownFrontends, ...foreignFrontends],
         backends: [...ownBackends, ...foreignBackends],
