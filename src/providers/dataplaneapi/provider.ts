@@ -63,6 +63,7 @@ export class TooManyTransactionsError extends Error {
 }
 
 const RELOAD_POLL_MS = 200;
+const PID_SETTLE_MS = 5_000;
 
 /** How an apply ended, and the configuration version it left (when the API said) after how many writes. */
 interface Applied {
@@ -115,6 +116,8 @@ export class DataplaneProvider implements Provider {
   private apiVersion: string | undefined;
   /** The configuration file as our last push left it, by version. */
   private raw: { version: number; text: string } | undefined;
+  /** Whether HAProxy's runtime API has ever answered through the API (it has no socket otherwise). */
+  private runtimeAnswered = false;
 
   constructor(private readonly o: DataplaneProviderOptions) {
     this.client = createClient({
@@ -299,7 +302,7 @@ export class DataplaneProvider implements Provider {
     try {
       await this.ledger.add(id);
       counter.requests++;
-      const pidBefore = await this.workerPid(signal);
+      const pidBefore = await this.settledWorkerPid(signal);
       for (const w of writes) {
         signal.throwIfAborted();
         counter.requests++;
@@ -366,7 +369,7 @@ export class DataplaneProvider implements Provider {
     signal.throwIfAborted();
     if (work.moves) return this.pushMoves(edited, work.moves, snapshot.version, signal, counter);
     counter.requests++;
-    const pidBefore = await this.workerPid(signal);
+    const pidBefore = await this.settledWorkerPid(signal);
     counter.requests++;
     // Past this point the change is HAProxy's: the push is not cut short by the signal.
     const res = await this.client.POST('/services/haproxy/configuration/raw', {
@@ -522,10 +525,27 @@ export class DataplaneProvider implements Provider {
   private async workerPid(signal?: AbortSignal): Promise<number | undefined> {
     try {
       const { data } = await this.client.GET('/services/haproxy/runtime/info', signal ? { signal } : {});
-      return typeof data.info?.pid === 'number' ? data.info.pid : undefined;
+      if (typeof data.info?.pid !== 'number') return undefined;
+      this.runtimeAnswered = true;
+      return data.info.pid;
     } catch (err) {
       if (err instanceof DataplaneUnreachableError || signal?.aborted) throw err;
       return undefined;
+    }
+  }
+
+  /**
+   * The worker pid before a reload. Right after an earlier reload the runtime API may not answer for a moment
+   * (workers are being swapped): asked again for a few seconds, since without it a reload HAProxy refuses
+   * (2.6 reloads by signal) could not be told from one it made.
+   */
+  private async settledWorkerPid(signal: AbortSignal): Promise<number | undefined> {
+    const deadline = Date.now() + PID_SETTLE_MS;
+    for (;;) {
+      const pid = await this.workerPid(signal);
+      // Without a runtime API at all (it never answered) there is nothing to wait for.
+      if (pid !== undefined || !this.runtimeAnswered || Date.now() > deadline) return pid;
+      await new Promise((r) => setTimeout(r, RELOAD_POLL_MS / 2));
     }
   }
 
@@ -561,7 +581,7 @@ export class DataplaneProvider implements Provider {
     const counter = { requests: 0 };
     const raw = await this.client.GET('/services/haproxy/configuration/raw', { signal });
     const { data: version } = await this.client.GET('/services/haproxy/configuration/version', { signal });
-    const pidBefore = await this.workerPid(signal);
+    const pidBefore = await this.settledWorkerPid(signal);
     await this.client.POST('/services/haproxy/configuration/raw', {
       params: { query: { version, force_reload: true } },
       body: raw.data,
