@@ -132,6 +132,44 @@ describe.skipIf(!source)(`Data Plane API provider on HAProxy ${versionUnderTest(
     expect(((await h.tb.api.get('/services/haproxy/reloads')).data as unknown[]).length).toBe(reloads.length);
   });
 
+  it('opens the next transaction ahead: a new cluster then needs no open; closing leaves none open', async () => {
+    const proxy = await startProxy(h.tb.url, () => 'forward');
+    const ahead = h.provider({ url: proxy.url, prepareTransactions: true });
+    const oneOpen = async () => {
+      for (const deadline = Date.now() + 10_000; Date.now() < deadline; ) {
+        if ((await openTransactions(h.tb)).length === 1) return;
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      throw new Error('no transaction was opened ahead');
+    };
+    try {
+      expect((await pass(h, ahead, [record('alpha', 'alpha.example.com', h.alpha.port)])).result.ok).toBe(
+        true,
+      );
+      await oneOpen();
+      proxy.seen.length = 0;
+      const report = await pass(h, ahead, [
+        record('alpha', 'alpha.example.com', h.alpha.port),
+        record('beta', 'beta.example.com', h.beta.port),
+      ]);
+      expect(report.result.ok, report.result.error).toBe(true);
+      const writes = proxy.seen
+        .filter((r) => r.method !== 'GET')
+        .map((r) => `${r.method} ${r.path.split('?')[0]}`);
+      expect(writes.slice(0, 3)).toEqual([
+        'POST /v3/services/haproxy/configuration/backends',
+        'PUT /v3/services/haproxy/configuration/frontends/kubebyon_sni/backend_switching_rules',
+        expect.stringMatching(/^PUT \/v3\/services\/haproxy\/transactions\/[^/]+$/),
+      ]);
+      expect(await sniProbe(h.sniPort, 'beta.example.com')).toEqual({ reached: 'beta' });
+      await oneOpen();
+    } finally {
+      await ahead.close();
+      await proxy.close();
+    }
+    expect(await openTransactions(h.tb)).toEqual([]);
+  });
+
   it('moves many endpoints at once without a reload: one edited file, the moves as runtime actions', async () => {
     const names = ['m1', 'm2', 'm3', 'm4', 'm5'];
     const at = (port: number) => names.map((n) => record(n, `${n}.example.com`, port));

@@ -61,6 +61,7 @@ function make(
     reloadTimeoutMs: 2_000,
     runtimeMaxServers: 10,
     rawMinWrites: 0,
+    prepareTransactions: false,
     logger: silent,
     ...extra,
   });
@@ -183,6 +184,41 @@ describe.skipIf(!hasShared)(
       fake.requests.length = 0;
       await make(fake).readState(signal());
       expect(fake.requests.filter((r) => r.includes('full_section=true'))).toHaveLength(2);
+    });
+
+    it('opens the next transaction ahead: the next change writes into it, a moved version drops it, close too', async () => {
+      const provider = make(fake, { prepareTransactions: true });
+      const openAhead = async () => {
+        const deadline = Date.now() + 5_000;
+        while (fake.openTransactions().length !== 1 && Date.now() < deadline)
+          await new Promise((r) => setTimeout(r, 10));
+        return fake.openTransactions();
+      };
+      await converge(provider, [claim('one')]);
+      const [ahead] = await openAhead();
+      fake.requests.length = 0;
+      await converge(provider, [claim('one'), claim('two')]);
+      const writes = fake.requests.filter((r) => !r.startsWith('GET '));
+      // No open before the writes: they go into the transaction opened ahead; then the next one is opened.
+      expect(writes[0]).toMatch(
+        new RegExp(`^POST /services/haproxy/configuration/backends\\?transaction_id=${ahead}&`),
+      );
+      expect(writes.at(-1)).toMatch(/^PUT \/services\/haproxy\/transactions\//);
+      const [second] = await openAhead();
+      expect(second).not.toBe(ahead);
+      expect(fake.requests.at(-1)).toMatch(/^POST \/services\/haproxy\/transactions\?version=\d+$/);
+      // Someone else writes: the one opened ahead is stale, dropped, and the change opens its own.
+      fake.reset({
+        ...foreign,
+        frontends: [...fake.config.frontends.values()],
+        backends: [...fake.config.backends.values()],
+      });
+      fake.requests.length = 0;
+      await converge(provider, [claim('one'), claim('two'), claim('three')]);
+      expect(fake.requests).toContain(`DELETE /services/haproxy/transactions/${second}`);
+      await openAhead();
+      await provider.close();
+      expect(fake.openTransactions()).toEqual([]);
     });
 
     it('counts every request it sends, reads included, and the bytes of bodies both ways', async () => {

@@ -45,6 +45,11 @@ export interface DataplaneProviderOptions {
    * with the API's view restored. `follow`: commit into the API's reload batching and follow the `Reload-Id`.
    */
   commit?: 'force_reload' | 'follow';
+  /**
+   * After each apply, open the next transaction ahead at the version it left (default true): opening one
+   * costs what a parse of the whole file costs, off the path of the next change. One stays open while idle.
+   */
+  prepareTransactions?: boolean;
   /** Where the ids of open transactions are kept across a crash; in memory only when absent. */
   ledgerFile?: string;
   logger: Logger;
@@ -116,6 +121,9 @@ export class DataplaneProvider implements Provider {
   private apiVersion: string | undefined;
   /** The configuration file as our last push left it, by version. */
   private raw: { version: number; text: string } | undefined;
+  /** The transaction opened ahead of the next change, with the version it was opened at. */
+  private prepared: Promise<{ id: string; version: number } | undefined> | undefined;
+  private closed = false;
   /** Whether HAProxy's runtime API has ever answered through the API (it has no socket otherwise). */
   private runtimeAnswered = false;
 
@@ -231,6 +239,7 @@ export class DataplaneProvider implements Provider {
             (await this.applyTransaction(work.writes, snapshot.version, signal, counter)));
       // The version moved by our own writes alone: the API now holds the snapshot with them applied.
       if (done.version === snapshot.version + done.writes) {
+        this.prepare(done.version);
         const applied =
           work.kind === 'transaction' && done.moves
             ? { kind: 'runtime' as const, updates: done.moves }
@@ -291,16 +300,20 @@ export class DataplaneProvider implements Provider {
     signal: AbortSignal,
     counter: { requests: number },
   ): Promise<Applied> {
-    counter.requests++;
-    const opened = await this.client.POST('/services/haproxy/transactions', {
-      params: { query: { version } },
-      signal,
-    });
-    const id = opened.data.id;
-    if (!id) throw new Error('the Data Plane API opened a transaction without an id');
+    let id = await this.takePrepared(version);
+    const ahead = id !== undefined;
+    if (id === undefined) {
+      counter.requests++;
+      const opened = await this.client.POST('/services/haproxy/transactions', {
+        params: { query: { version } },
+        signal,
+      });
+      id = opened.data.id;
+      if (!id) throw new Error('the Data Plane API opened a transaction without an id');
+    }
     let open = true;
     try {
-      await this.ledger.add(id);
+      if (!ahead) await this.ledger.add(id);
       counter.requests++;
       const pidBefore = await this.settledWorkerPid(signal);
       for (const w of writes) {
@@ -439,6 +452,38 @@ export class DataplaneProvider implements Provider {
       text !== undefined && version !== undefined && (inText === undefined || inText === version)
         ? { version, text }
         : undefined;
+  }
+
+  private prepare(version: number): void {
+    if (this.o.prepareTransactions === false || this.closed) return;
+    const earlier = this.prepared;
+    this.prepared = (async () => {
+      const stale = await earlier;
+      if (stale) await this.dropTransaction(stale.id, 'opened ahead at a version that has moved');
+      try {
+        const opened = await this.client.POST('/services/haproxy/transactions', {
+          params: { query: { version } },
+          signal: AbortSignal.timeout(this.o.timeoutMs),
+        });
+        const id = opened.data.id;
+        if (!id) return undefined;
+        await this.ledger.add(id);
+        return { id, version };
+      } catch (err) {
+        this.o.logger.debug({ err: String(err) }, 'could not open a transaction ahead');
+        return undefined;
+      }
+    })();
+  }
+
+  /** The transaction opened ahead, if it was opened at `version`; one opened at another is dropped. */
+  private async takePrepared(version: number): Promise<string | undefined> {
+    const ahead = await this.prepared;
+    this.prepared = undefined;
+    if (!ahead) return undefined;
+    if (ahead.version === version) return ahead.id;
+    await this.dropTransaction(ahead.id, 'opened ahead at a version that has moved');
+    return undefined;
   }
 
   private async write(w: Write, transaction_id: string, signal: AbortSignal): Promise<void> {
@@ -652,6 +697,10 @@ export class DataplaneProvider implements Provider {
   }
 
   async close(): Promise<void> {
+    this.closed = true;
+    const ahead = await this.prepared;
+    this.prepared = undefined;
+    if (ahead) await this.dropTransaction(ahead.id, 'shutting down');
     this.client.close();
   }
 }
