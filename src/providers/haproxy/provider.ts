@@ -43,6 +43,7 @@ const CHECK_OUTPUT_LIMIT = 16 * 1024 * 1024;
 const CONFIRM_MS = 10_000;
 /** Runtime commands per master-CLI line: ~100 address changes stay well inside HAProxy's 16 kB buffer. */
 const MOVES_PER_LINE = 100;
+const READ_RETRY_MS = 5_000;
 
 export interface StockHaproxyDeps {
   logger: Logger;
@@ -96,7 +97,7 @@ export class StockHaproxyProvider implements Provider {
   }
 
   async ping(signal: AbortSignal): Promise<ProviderInfo> {
-    const answer = (await this.cli.send('show version', signal)).trim();
+    const answer = (await this.read('show version', signal)).trim();
     if (!/^[0-9]+\.[0-9]+/.test(answer))
       throw new Error(`unexpected answer to show version: ${answer.slice(0, 100)}`);
     return { version: `HAProxy ${answer.split('\n')[0]}`, endpoint: this.config.masterSocket };
@@ -161,6 +162,20 @@ export class StockHaproxyProvider implements Provider {
 
   // ---- reading ----------------------------------------------------------------------------------------
 
+  /**
+   * A read-only command, tried again for a few seconds on any failure: while the master re-executes itself
+   * on a reload (ours or the operator's) it may take a connection and then reset it.
+   */
+  private async read(command: string, signal: AbortSignal): Promise<string> {
+    const deadline = Date.now() + READ_RETRY_MS;
+    for (;;) {
+      const answer = await this.cli.sendRetrying(command, signal, deadline);
+      // An empty answer is a connection the re-executing master closed unread.
+      if (answer.trim() !== '' || Date.now() > deadline) return answer;
+      await sleep(50, signal);
+    }
+  }
+
   private async readOwnedFile(): Promise<{ text: string; parsed: ParsedOwnedFile; generation: number }> {
     let text: string;
     try {
@@ -191,7 +206,7 @@ export class StockHaproxyProvider implements Provider {
     const last = this.last;
     this.last = undefined;
     if (last) {
-      const proc = parseShowProc(await this.cli.send('show proc', signal));
+      const proc = parseShowProc(await this.read('show proc', signal));
       const { text } = await this.readOwnedFile();
       if (text === last.text && proc.reloads === last.proc.reloads && proc.workers[0] === last.proc.worker)
         return last;
@@ -200,11 +215,10 @@ export class StockHaproxyProvider implements Provider {
   }
 
   private async snapshot(signal: AbortSignal): Promise<Snapshot> {
-    // A read may be tried again: the master resets connections for a moment while it reloads (2.6).
-    const proc = parseShowProc(await this.cli.sendRetrying('show proc', signal, Date.now() + 5_000));
+    const proc = parseShowProc(await this.read('show proc', signal));
     const { text, parsed, generation } = await this.readOwnedFile();
-    const proxies = parseShowStat(await this.cli.send('@1 show stat -1 3 -1', signal));
-    const servers = parseServersState(await this.cli.send('@1 show servers state', signal));
+    const proxies = parseShowStat(await this.read('@1 show stat -1 3 -1', signal));
+    const servers = parseServersState(await this.read('@1 show servers state', signal));
     const runningFrontends = new Map<string, RunningProxy>();
     const runningBackends = new Map<string, RunningProxy>();
     for (const p of proxies) (p.kind === 'frontend' ? runningFrontends : runningBackends).set(p.name, p);
@@ -451,7 +465,7 @@ export class StockHaproxyProvider implements Provider {
     let before: ProcState;
     try {
       await this.check(prepared.tmpPath, signal);
-      before = parseShowProc(await this.cli.send('show proc', signal));
+      before = parseShowProc(await this.read('show proc', signal));
       signal.throwIfAborted();
     } catch (err) {
       await prepared.discard();
