@@ -30,6 +30,7 @@ import {
   type ProcState,
   parseReloadAnswer,
   parseServersState,
+  parseShowBackend,
   parseShowProc,
   parseShowStat,
   type RunningProxy,
@@ -217,7 +218,24 @@ export class StockHaproxyProvider implements Provider {
   private async snapshot(signal: AbortSignal): Promise<Snapshot> {
     const proc = parseShowProc(await this.read('show proc', signal));
     const { text, parsed, generation } = await this.readOwnedFile();
-    const proxies = parseShowStat(await this.read('@1 show stat -1 3 -1', signal));
+    // With an owned frontend, its id (the file's structure hash) tells whether HAProxy runs the file's
+    // backends with their algorithms: the frontends' stats and the backends' names are enough, a small part
+    // of every backend's statistics (≈ 1.7 MB at 5000 routes).
+    const fileBalance = new Map(parsed.state.backends.map((b) => [b.name, b.balance]));
+    const proxies =
+      parsed.state.frontends.length > 0
+        ? [
+            ...parseShowStat(await this.read('@1 show stat -1 1 -1', signal)),
+            ...parseShowBackend(await this.read('@1 show backend', signal)).map(
+              (name): RunningProxy => ({
+                name,
+                kind: 'backend',
+                id: 0,
+                algo: fileBalance.get(name) ?? '',
+              }),
+            ),
+          ]
+        : parseShowStat(await this.read('@1 show stat -1 3 -1', signal));
     const servers = parseServersState(await this.read('@1 show servers state', signal));
     const runningFrontends = new Map<string, RunningProxy>();
     const runningBackends = new Map<string, RunningProxy>();
@@ -274,9 +292,10 @@ export class StockHaproxyProvider implements Provider {
         rules: [],
         tags: {},
       }));
+    // Another owner's backends are listed by name and servers: their settings are not read (nor needed).
     const foreignBackends: RawBackend[] = [...runningBackends.values()]
       .filter((p) => !fileNames.has(p.name))
-      .map((p) => withRuntimeServers({ name: p.name, balance: p.algo, servers: [], tags: {} }));
+      .map((p) => withRuntimeServers({ name: p.name, balance: '', servers: [], tags: {} }));
     return {
       text,
       parsed,
