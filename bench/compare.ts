@@ -4,7 +4,7 @@
  *
  *   npx tsx bench/compare.ts [--n 10,100,1000,5000] [--providers haproxy,dataplaneapi]
  *                            [--approaches ours,rewrite,naive] [--changes 20] [--burst 200] [--cap 120]
- *                            [--haproxy 3.0] [--out bench/results] [--no-build]
+ *                            [--haproxy 3.0] [--out bench/results] [--no-build] [--report-only]
  *
  * The Data Plane API provider runs when KUBEBYON_TEST_DATAPLANEAPI_BIN or _IMAGE is set; the stock one always.
  * Writes <out>/compare.json, compare.md and compare.svg (rewritten after every run, so a long run that is
@@ -12,7 +12,7 @@
  * endpoint move, fixed deadlines elsewhere. Not part of the test suite.
  */
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, release, tmpdir, totalmem } from 'node:os';
 import { join, resolve } from 'node:path';
 import { dataplaneSource } from '../test/support/dataplaneapi-testbed.js';
@@ -76,6 +76,13 @@ async function versions(target: Target): Promise<{ haproxy: string; dataplaneapi
 
 async function main(): Promise<void> {
   mkdirSync(outDir, { recursive: true });
+  if (process.argv.includes('--report-only')) {
+    // Writes the Markdown and the chart again from compare.json, without measuring.
+    const report = JSON.parse(readFileSync(join(outDir, 'compare.json'), 'utf8')) as Report;
+    writeFileSync(join(outDir, 'compare.md'), markdown(report, 'compare.svg'));
+    writeFileSync(join(outDir, 'compare.svg'), chart(report));
+    return;
+  }
   await sweepTestbedContainers();
   if (!process.argv.includes('--no-build'))
     execFileSync('npm', ['run', '--silent', 'build'], { cwd: REPO, stdio: 'inherit' });

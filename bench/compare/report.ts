@@ -104,6 +104,82 @@ const ROWS: Row[] = [
   },
 ];
 
+interface Target {
+  what: string;
+  measured: string;
+  met: boolean | null;
+}
+
+const runOf = (report: Report, provider: ProviderName, n: number, approach: ApproachName) =>
+  report.runs.find((r) => r.provider === provider && r.n === n && r.approach === approach && !r.error);
+
+/** The issue's targets, per provider, judged from the runs (null: not measured in this run). */
+export function targets(report: Report): Array<{ provider: ProviderName; rows: Target[] }> {
+  const providers = [...new Set(report.runs.map((r) => r.provider))];
+  return providers.map((provider) => {
+    const ns = report.runs.filter((r) => r.provider === provider && r.approach === 'ours').map((r) => r.n);
+    const big = Math.max(...ns);
+    const small = Math.min(...ns);
+    const ours = (n: number) => runOf(report, provider, n, 'ours');
+    const rewrite = runOf(report, provider, big, 'rewrite');
+    const o5 = ours(big);
+    const o1 = ours(small);
+    const o1000 = ours(1000);
+    const rows: Target[] = [];
+    rows.push({
+      what: `one-cluster change at N = ${big}: faster than the full rewrite (p50)`,
+      measured: `${fmtMs(o5?.change?.p50)} vs ${fmtMs(rewrite?.change?.p50)}`,
+      met: o5?.change && rewrite?.change ? (o5.change.p50 ?? Infinity) < (rewrite.change.p50 ?? 0) : null,
+    });
+    rows.push({
+      what: `one-cluster change: requests independent of N (N = ${small} vs ${big}, mean)`,
+      measured: `${fmtN(o1?.change?.mean.requests)} vs ${fmtN(o5?.change?.mean.requests)}`,
+      // Polls while a reload runs are the one part that may vary.
+      met: o1?.change && o5?.change ? Math.abs(o1.change.mean.requests - o5.change.mean.requests) <= 1 : null,
+    });
+    rows.push({
+      what: `one-cluster change: 1 reload (N = ${big}, most over the changes)`,
+      measured: fmtN(o5?.change?.max.reloads),
+      met: o5?.change ? o5.change.max.reloads === 1 : null,
+    });
+    rows.push({
+      what: 'burst of 200 at N = 1000: ≤ 2 reloads, converged within 3 s',
+      measured: o1000?.burst ? `${o1000.burst.usage.reloads} reloads, ${fmtMs(o1000.burst.convergeMs)}` : '—',
+      met: o1000?.burst
+        ? o1000.burst.usage.reloads <= 2 && o1000.burst.convergeMs !== null && o1000.burst.convergeMs <= 3000
+        : null,
+    });
+    const moves = ns.map((n) => ours(n)?.move?.usage.reloads ?? -1);
+    rows.push({
+      what: 'endpoint move: 0 reloads (every N)',
+      measured: ns.map((n, i) => `${n}: ${moves[i]}`).join(', '),
+      met: moves.every((m) => m === 0),
+    });
+    const noopWrites = o5?.noop
+      ? o5.noop.usage.writes >= 0
+        ? o5.noop.usage.writes
+        : (o5.noop.ownedFileReplaced ? 1 : 0) + o5.noop.usage.reloads
+      : undefined;
+    rows.push({
+      what: `no-op resync at N = ${big}: 0 writes, under 1 s`,
+      measured: o5?.noop ? `${noopWrites} writes, ${fmtMs(o5.noop.ms)}` : '—',
+      met: o5?.noop ? noopWrites === 0 && o5.noop.ms < 1000 : null,
+    });
+    rows.push({
+      what: `cold sync of ${big} under 30 s`,
+      measured: fmtMs(o5?.cold?.routableMs),
+      met: o5?.cold?.routableMs != null ? o5.cold.routableMs < 30_000 : null,
+    });
+    const peak = o5 ? Math.max(0, ...Object.values(o5.resources ?? {}).map((x) => x.peakRssMb)) : undefined;
+    rows.push({
+      what: `service RSS under 200 MB at ${big} (peak)`,
+      measured: peak ? `${peak.toFixed(0)} MB` : '—',
+      met: peak ? peak < 200 : null,
+    });
+    return { provider, rows };
+  });
+}
+
 export function markdown(report: Report, chartFile: string): string {
   const e = report.environment;
   const out: string[] = [
@@ -133,6 +209,13 @@ export function markdown(report: Report, chartFile: string): string {
     '',
   ];
   if (e.omitted.length > 0) out.push(`Left out: ${e.omitted.join('; ')}.`, '');
+  out.push('## Targets', '');
+  for (const { provider, rows } of targets(report)) {
+    out.push(`${provider}:`, '', '| target | measured (ours) | met |', '| --- | --- | --- |');
+    for (const t of rows)
+      out.push(`| ${t.what} | ${t.measured} | ${t.met === null ? '—' : t.met ? 'yes' : '**no**'} |`);
+    out.push('');
+  }
   const providers = [...new Set(report.runs.map((r) => r.provider))];
   for (const provider of providers) {
     const ns = [...new Set(report.runs.filter((r) => r.provider === provider).map((r) => r.n))].sort(
