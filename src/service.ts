@@ -152,8 +152,17 @@ export async function startService(config: Config, deps: ServiceDeps = {}): Prom
   const logger = deps.logger ?? createLogger(config);
   const metrics = createMetrics();
   const store = await ClusterStore.open(config.stateFile);
+  const providerLabel = { provider: config.provider.kind };
   const provider =
-    deps.provider ?? (await createProvider(config.provider, { logger, stateDir: dirname(config.stateFile) }));
+    deps.provider ??
+    (await createProvider(config.provider, {
+      logger,
+      stateDir: dirname(config.stateFile),
+      traffic: {
+        request: () => metrics.providerRequests.inc(providerLabel),
+        bytes: (direction, n) => metrics.providerBytes.inc({ ...providerLabel, direction }, n),
+      },
+    }));
   let reconciler: Reconciler | undefined;
   const { topology, kube } = buildTopology(
     config,

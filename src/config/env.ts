@@ -37,6 +37,7 @@ export const ENV_DEFAULTS = {
   KUBEBYON_DATAPLANE_TIMEOUT_MS: '30000',
   KUBEBYON_DATAPLANE_RELOAD_TIMEOUT_MS: '60000',
   KUBEBYON_DATAPLANE_RUNTIME_MAX_SERVERS: '4',
+  KUBEBYON_DATAPLANE_RAW_MIN_WRITES: '8',
   KUBEBYON_HAPROXY_OWNED_FILE: '/etc/haproxy/kubebyon.cfg',
   KUBEBYON_HAPROXY_CHECK_FILES: '/etc/haproxy/haproxy.cfg',
   KUBEBYON_HAPROXY_MASTER_SOCKET: '/run/haproxy-master.sock',
@@ -174,6 +175,7 @@ const DataplaneEnv = z
     KUBEBYON_DATAPLANE_TIMEOUT_MS: int(100, 600_000),
     KUBEBYON_DATAPLANE_RELOAD_TIMEOUT_MS: int(1000, 600_000),
     KUBEBYON_DATAPLANE_RUNTIME_MAX_SERVERS: int(0, 100_000),
+    KUBEBYON_DATAPLANE_RAW_MIN_WRITES: int(0, 1_000_000),
   })
   .transform((e) => ({
     kind: 'dataplaneapi' as const,
@@ -183,6 +185,7 @@ const DataplaneEnv = z
     timeoutMs: e.KUBEBYON_DATAPLANE_TIMEOUT_MS,
     reloadTimeoutMs: e.KUBEBYON_DATAPLANE_RELOAD_TIMEOUT_MS,
     runtimeMaxServers: e.KUBEBYON_DATAPLANE_RUNTIME_MAX_SERVERS,
+    rawMinWrites: e.KUBEBYON_DATAPLANE_RAW_MIN_WRITES,
   }));
 
 /** `KUBEBYON_PROVIDER=haproxy`: a stock HAProxy, through an owned `-f` file, the master CLI and the runtime API. */

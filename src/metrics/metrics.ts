@@ -35,6 +35,18 @@ export function createMetrics() {
       labelNames: ['result'] as const,
       registers: [registry],
     }),
+    providerRequests: new Counter({
+      name: `${NS}_provider_requests_total`,
+      help: 'Requests sent to HAProxy by the provider, reads included: Data Plane API requests, or master-CLI commands.',
+      labelNames: ['provider'] as const,
+      registers: [registry],
+    }),
+    providerBytes: new Counter({
+      name: `${NS}_provider_bytes_total`,
+      help: 'Bytes the provider sent to HAProxy (request bodies, CLI commands, the owned file when written) and received.',
+      labelNames: ['provider', 'direction'] as const,
+      registers: [registry],
+    }),
     routes: new Gauge({
       name: `${NS}_routes`,
       help: 'Clusters known to the service, by state.',

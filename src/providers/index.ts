@@ -1,11 +1,13 @@
 import type { Logger } from 'pino';
 import type { ProviderConfig } from '../config/env.js';
-import type { Provider } from './provider.js';
+import type { Provider, ProviderTraffic } from './provider.js';
 
 export interface ProviderDeps {
   logger: Logger;
   /** A directory the provider may keep small files in (the state file's): e.g. the open-transaction ledger. */
   stateDir?: string;
+  /** Counts what the provider sends to HAProxy (the service feeds its metrics). */
+  traffic?: ProviderTraffic;
 }
 
 /** The provider a configuration names; each lives in its own folder and is loaded only when chosen. */

@@ -8,6 +8,18 @@ export interface ApplyReport {
   requests: number;
 }
 
+/**
+ * What a provider sent to HAProxy and got back, reads included: every Data Plane API request, or every
+ * master-CLI command (and, for the stock provider, the owned file's bytes when it is written).
+ */
+export interface ProviderTraffic {
+  request(): void;
+  bytes(direction: 'sent' | 'received', n: number): void;
+}
+
+/** Traffic that nobody counts. */
+export const UNCOUNTED: ProviderTraffic = { request() {}, bytes() {} };
+
 /** What `ping` learned of the HAProxy behind the provider, for readiness and the start log. */
 export interface ProviderInfo {
   /** e.g. `HAProxy 3.0.11` or `Data Plane API v3.4.0`. */

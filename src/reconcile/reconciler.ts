@@ -72,6 +72,8 @@ export class Reconciler {
   private readonly appliedAt = new Map<string, number>();
   private reasons = new Set<string>();
   private firstPassOk = false;
+  /** When the last pass ended (epoch ms): a change later than the debounce time after it is applied at once. */
+  private lastActive = 0;
 
   constructor(private readonly o: ReconcilerOptions) {}
 
@@ -148,17 +150,22 @@ export class Reconciler {
   private async drain(): Promise<void> {
     while (this.requested > this.served && !this.stopped) {
       const firstSeen = Date.now();
-      let seen = this.requested;
-      await sleep(this.o.debounceMs);
-      while (this.requested !== seen && Date.now() - firstSeen < this.o.maxDelayMs) {
-        seen = this.requested;
+      // After a quiet spell the first change is applied at once; changes close behind it (during its pass or
+      // within the debounce time after it) wait for quiet and go together into the next pass.
+      if (firstSeen - this.lastActive < this.o.debounceMs) {
+        let seen = this.requested;
         await sleep(this.o.debounceMs);
+        while (this.requested !== seen && Date.now() - firstSeen < this.o.maxDelayMs) {
+          seen = this.requested;
+          await sleep(this.o.debounceMs);
+        }
       }
       const generation = this.requested;
       // A pass that only a periodic resync asked for, and that finds changes, has repaired drift.
       const resyncOnly = this.reasons.size === 1 && this.reasons.has('resync');
       this.reasons.clear();
       const outcome = await this.pass(resyncOnly);
+      this.lastActive = Date.now();
       this.served = generation;
       const ready = this.waiters.filter((w) => w.generation <= generation);
       this.waiters = this.waiters.filter((w) => w.generation > generation);

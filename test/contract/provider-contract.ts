@@ -16,6 +16,11 @@ export interface ProviderUnderTest {
   /** Brings HAProxy back to its fixture: foreign objects only, none of ours. */
   reset(): Promise<void>;
   cleanup(): Promise<void>;
+  /**
+   * A new provider that shares nothing with `provider`: reads back what HAProxy holds, where `provider` may
+   * answer from what it remembers of its own writes.
+   */
+  fresh?(): Provider;
 }
 
 export interface ContractOptions {
@@ -79,7 +84,10 @@ export function describeProvider(
               const before = await read();
               const p = await planFor(claims);
               await t.provider.apply(p, signal());
-              expect(await read()).toEqual(canonical(applyToState(before, p.operations)));
+              const expected = canonical(applyToState(before, p.operations));
+              expect(await read()).toEqual(expected);
+              if (t.fresh)
+                expect(canonical(interpret(await t.fresh().readState(signal())))).toEqual(expected);
               expect(foreignOf(await t.provider.readState(signal()))).toEqual(foreign);
               // Applied means converged: planning again finds nothing to do.
               expect((await planFor(claims)).operations).toEqual([]);

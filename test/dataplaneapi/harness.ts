@@ -80,6 +80,8 @@ export async function startHarness(): Promise<Harness> {
         timeoutMs: 30_000,
         reloadTimeoutMs: 8_000,
         runtimeMaxServers: 10,
+        // Most tests count requests and open transactions: one opened ahead would be in the way.
+        prepareTransactions: false,
         logger: silent,
         ...options,
       });

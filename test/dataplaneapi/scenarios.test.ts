@@ -132,6 +132,104 @@ describe.skipIf(!source)(`Data Plane API provider on HAProxy ${versionUnderTest(
     expect(((await h.tb.api.get('/services/haproxy/reloads')).data as unknown[]).length).toBe(reloads.length);
   });
 
+  it('opens the next transaction ahead: a new cluster then needs no open; closing leaves none open', async () => {
+    const proxy = await startProxy(h.tb.url, () => 'forward');
+    const ahead = h.provider({ url: proxy.url, prepareTransactions: true });
+    const oneOpen = async () => {
+      for (const deadline = Date.now() + 10_000; Date.now() < deadline; ) {
+        if ((await openTransactions(h.tb)).length === 1) return;
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      throw new Error('no transaction was opened ahead');
+    };
+    try {
+      expect((await pass(h, ahead, [record('alpha', 'alpha.example.com', h.alpha.port)])).result.ok).toBe(
+        true,
+      );
+      await oneOpen();
+      proxy.seen.length = 0;
+      const report = await pass(h, ahead, [
+        record('alpha', 'alpha.example.com', h.alpha.port),
+        record('beta', 'beta.example.com', h.beta.port),
+      ]);
+      expect(report.result.ok, report.result.error).toBe(true);
+      const writes = proxy.seen
+        .filter((r) => r.method !== 'GET')
+        .map((r) => `${r.method} ${r.path.split('?')[0]}`);
+      expect(writes.slice(0, 3)).toEqual([
+        'POST /v3/services/haproxy/configuration/backends',
+        'PUT /v3/services/haproxy/configuration/frontends/kubebyon_sni/backend_switching_rules',
+        expect.stringMatching(/^PUT \/v3\/services\/haproxy\/transactions\/[^/]+$/),
+      ]);
+      expect(await sniProbe(h.sniPort, 'beta.example.com')).toEqual({ reached: 'beta' });
+      await oneOpen();
+    } finally {
+      await ahead.close();
+      await proxy.close();
+    }
+    expect(await openTransactions(h.tb)).toEqual([]);
+  });
+
+  it('moves many endpoints at once without a reload: one edited file, the moves as runtime actions', async () => {
+    const names = ['m1', 'm2', 'm3', 'm4', 'm5'];
+    const at = (port: number) => names.map((n) => record(n, `${n}.example.com`, port));
+    expect((await pass(h, provider, at(h.alpha.port))).result.ok).toBe(true);
+    for (const n of names)
+      expect(await sniProbe(h.sniPort, `${n}.example.com`)).toEqual({ reached: 'alpha' });
+    const fanOut = h.provider({ runtimeMaxServers: 1, rawMinWrites: 2 });
+    const loads = h.tb.loadCount();
+    const proxy = await startProxy(h.tb.url, () => 'forward');
+    try {
+      const counted = h.provider({ url: proxy.url, runtimeMaxServers: 1, rawMinWrites: 2 });
+      const report = await pass(h, counted, at(h.beta.port));
+      expect(report.result.ok, report.result.error).toBe(true);
+      // The file once, then one push of it with the five moves: no transaction, no request per server.
+      const writes = proxy.seen.filter((r) => r.method !== 'GET');
+      expect(writes).toEqual([
+        {
+          method: 'POST',
+          path: expect.stringMatching(
+            /^\/v3\/services\/haproxy\/configuration\/raw\?version=\d+&skip_reload=true$/,
+          ),
+        },
+      ]);
+    } finally {
+      await proxy.close();
+    }
+    for (const n of names) expect(await sniProbe(h.sniPort, `${n}.example.com`)).toEqual({ reached: 'beta' });
+    await new Promise((r) => setTimeout(r, 1500));
+    expect(h.tb.loadCount()).toBe(loads);
+    // The file says so too: a provider that never wrote anything finds nothing to change, and HAProxy keeps
+    // the moves when it next loads the file.
+    expect((await pass(h, fanOut, at(h.beta.port))).changed).toBe(false);
+    expect(
+      (await pass(h, fanOut, [...at(h.beta.port), record('m6', 'm6.example.com', h.gamma.port)])).result.ok,
+    ).toBe(true);
+    for (const n of names) expect(await sniProbe(h.sniPort, `${n}.example.com`)).toEqual({ reached: 'beta' });
+  });
+
+  it('applies a large plan as one edited file with one reload, foreign sections untouched', async () => {
+    const many = Array.from({ length: 12 }, (_, i) => record(`f${i}`, `f${i}.example.com`, h.gamma.port));
+    const proxy = await startProxy(h.tb.url, () => 'forward');
+    try {
+      const counted = h.provider({ url: proxy.url });
+      const report = await pass(h, counted, many);
+      expect(report.result.ok, report.result.error).toBe(true);
+      expect(proxy.seen.filter((r) => r.method !== 'GET')).toEqual([
+        {
+          method: 'POST',
+          path: expect.stringMatching(
+            /^\/v3\/services\/haproxy\/configuration\/raw\?version=\d+&force_reload=true$/,
+          ),
+        },
+      ]);
+    } finally {
+      await proxy.close();
+    }
+    for (const c of many) expect(await sniProbe(h.sniPort, c.host)).toEqual({ reached: 'gamma' });
+    expect((await pass(h, h.provider(), many)).changed).toBe(false);
+  });
+
   it('a deletion closes that host: its handshakes no longer reach its backend', async () => {
     const both = [
       record('alpha', 'alpha.example.com', h.alpha.port),

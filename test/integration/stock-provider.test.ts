@@ -123,6 +123,28 @@ describe(`haproxy provider on HAProxy ${version}`, () => {
     expect(file.backends[0]?.servers.map((s) => s.port)).toEqual([c.port]);
   });
 
+  it('moves 250 endpoints with no reload, many address changes to a master-CLI line', async () => {
+    const names = Array.from({ length: 250 }, (_, i) => `m${i}`);
+    await converge(names.map((n) => claim(n, `${n}.example.com`, a.port)));
+    const loads = haproxy.loadCount();
+    const { plan: p, report } = await converge(names.map((n) => claim(n, `${n}.example.com`, b.port)));
+    expect(p.operations.filter((o) => o.kind === 'update_server')).toHaveLength(250);
+    expect(report.reload).toBe('none');
+    // Every command counts, though they went three lines to the master.
+    expect(report.requests).toBeGreaterThanOrEqual(250);
+    for (const n of ['m0', 'm99', 'm100', 'm249'])
+      expect(await sniProbe(port, `${n}.example.com`)).toEqual({ reached: 'b' });
+    await new Promise((r) => setTimeout(r, 500));
+    expect(haproxy.loadCount()).toBe(loads);
+    // The owned file says the same: a fresh provider finds nothing to do.
+    expect(
+      plan(
+        renderDesired(resolveRoutes(names.map((n) => claim(n, `${n}.example.com`, b.port))).routes, render),
+        interpret(await stockProviderFor(haproxy).readState(signal())),
+      ).operations,
+    ).toEqual([]);
+  });
+
   it('falls back to a reload to add a server under an algorithm the runtime cannot extend (source)', async () => {
     const source = { ...render, balance: 'source' as const };
     await converge([claim('x', 'x.example.com', a.port)], source);

@@ -60,6 +60,8 @@ function make(
     timeoutMs: 5_000,
     reloadTimeoutMs: 2_000,
     runtimeMaxServers: 10,
+    rawMinWrites: 0,
+    prepareTransactions: false,
     logger: silent,
     ...extra,
   });
@@ -139,7 +141,7 @@ describe.skipIf(!hasShared)(
       });
     });
 
-    it('the request count of one new cluster does not grow with N, and reads are two lists', async () => {
+    it('the request count of one new cluster does not grow with N; after its own commit a read is the version only', async () => {
       const provider = make(fake);
       const count = async (n: number) => {
         fake.reset(foreign);
@@ -152,17 +154,89 @@ describe.skipIf(!hasShared)(
       const one = await count(1);
       const many = await count(300);
       expect(many).toEqual(one);
-      // The read: the version, then frontends and backends with their children.
-      expect(fake.requests.slice(0, 3).sort()).toEqual([
+      // The version moved by our commit alone: the objects as written are what the API holds, nothing is
+      // read again but the version.
+      expect(fake.requests[0]).toBe('GET /services/haproxy/configuration/version');
+      expect(fake.requests.filter((r) => r.includes('full_section=true') && r.startsWith('GET '))).toEqual(
+        [],
+      );
+      fake.requests.length = 0;
+      await provider.readState(signal());
+      expect(fake.requests).toEqual(['GET /services/haproxy/configuration/version']);
+    });
+
+    it('reads both lists again once someone else moved the version, and on a cold start', async () => {
+      const provider = make(fake);
+      await converge(provider, [claim('one')]);
+      // Another tool writes: the version moves past what our commit left.
+      fake.reset({
+        ...foreign,
+        frontends: [...fake.config.frontends.values()],
+        backends: [...fake.config.backends.values()],
+      });
+      fake.requests.length = 0;
+      await provider.readState(signal());
+      expect(fake.requests.sort()).toEqual([
         'GET /services/haproxy/configuration/backends?full_section=true',
         'GET /services/haproxy/configuration/frontends?full_section=true',
         'GET /services/haproxy/configuration/version',
       ]);
-      // Unchanged version: only the version is asked for.
-      await provider.readState(signal());
       fake.requests.length = 0;
-      await provider.readState(signal());
-      expect(fake.requests).toEqual(['GET /services/haproxy/configuration/version']);
+      await make(fake).readState(signal());
+      expect(fake.requests.filter((r) => r.includes('full_section=true'))).toHaveLength(2);
+    });
+
+    it('opens the next transaction ahead: the next change writes into it, a moved version drops it, close too', async () => {
+      const provider = make(fake, { prepareTransactions: true });
+      const openAhead = async () => {
+        const deadline = Date.now() + 5_000;
+        while (fake.openTransactions().length !== 1 && Date.now() < deadline)
+          await new Promise((r) => setTimeout(r, 10));
+        return fake.openTransactions();
+      };
+      await converge(provider, [claim('one')]);
+      const [ahead] = await openAhead();
+      fake.requests.length = 0;
+      await converge(provider, [claim('one'), claim('two')]);
+      const writes = fake.requests.filter((r) => !r.startsWith('GET '));
+      // No open before the writes: they go into the transaction opened ahead; then the next one is opened.
+      expect(writes[0]).toMatch(
+        new RegExp(`^POST /services/haproxy/configuration/backends\\?transaction_id=${ahead}&`),
+      );
+      expect(writes.at(-1)).toMatch(/^PUT \/services\/haproxy\/transactions\//);
+      const [second] = await openAhead();
+      expect(second).not.toBe(ahead);
+      expect(fake.requests.at(-1)).toMatch(/^POST \/services\/haproxy\/transactions\?version=\d+$/);
+      // Someone else writes: the one opened ahead is stale, dropped, and the change opens its own.
+      fake.reset({
+        ...foreign,
+        frontends: [...fake.config.frontends.values()],
+        backends: [...fake.config.backends.values()],
+      });
+      fake.requests.length = 0;
+      await converge(provider, [claim('one'), claim('two'), claim('three')]);
+      expect(fake.requests).toContain(`DELETE /services/haproxy/transactions/${second}`);
+      await openAhead();
+      await provider.close();
+      expect(fake.openTransactions()).toEqual([]);
+    });
+
+    it('counts every request it sends, reads included, and the bytes of bodies both ways', async () => {
+      const counted = { requests: 0, sent: 0, received: 0 };
+      const provider = make(fake, {
+        traffic: {
+          request: () => counted.requests++,
+          bytes: (direction, n) => {
+            counted[direction] += n;
+          },
+        },
+      });
+      await converge(provider, [claim('one'), claim('two')]);
+      expect(counted.requests).toBe(fake.requests.length);
+      expect(counted.requests).toBeGreaterThan(5);
+      // The backends and rules written, and the lists read back, are bodies of a few hundred bytes each.
+      expect(counted.sent).toBeGreaterThan(500);
+      expect(counted.received).toBeGreaterThan(500);
     });
 
     it('an endpoint move goes through the runtime path: one server replace with the version, no reload', async () => {
@@ -383,6 +457,7 @@ describe.skipIf(!hasShared)(
             timeoutMs: 5000,
             reloadTimeoutMs: 2000,
             runtimeMaxServers: 10,
+            rawMinWrites: 0,
           },
           { logger: silent, stateDir: dir },
         );
@@ -417,6 +492,7 @@ describe.skipIf(!hasShared)('dataplaneapi provider start', () => {
             timeoutMs: 5000,
             reloadTimeoutMs: 2000,
             runtimeMaxServers: 10,
+            rawMinWrites: 0,
           },
           { logger: silent },
         ),
@@ -436,6 +512,7 @@ describe.skipIf(!hasShared)('dataplaneapi provider start', () => {
         timeoutMs: 2000,
         reloadTimeoutMs: 2000,
         runtimeMaxServers: 10,
+        rawMinWrites: 0,
       },
       { logger: silent },
     );

@@ -22,7 +22,13 @@ describe('Reconciler', () => {
 
   let reconcilerOptions: () => ConstructorParameters<typeof Reconciler>[0];
   const make = (
-    overrides: { debounceMs?: number; retries?: number; nodes?: string[]; topology?: Topology } = {},
+    overrides: {
+      debounceMs?: number;
+      maxDelayMs?: number;
+      retries?: number;
+      nodes?: string[];
+      topology?: Topology;
+    } = {},
   ) => {
     metrics = createMetrics();
     reconcilerOptions = () => ({
@@ -33,7 +39,7 @@ describe('Reconciler', () => {
       metrics,
       logger: pino({ level: 'silent' }),
       debounceMs: overrides.debounceMs ?? 20,
-      maxDelayMs: 2000,
+      maxDelayMs: overrides.maxDelayMs ?? 2000,
       resyncIntervalMs: 0,
       retries: overrides.retries ?? 3,
       publicPort: 443,
@@ -59,8 +65,9 @@ describe('Reconciler', () => {
   });
 
   it('coalesces a burst of 100 changes into one or two applies', async () => {
-    // Generous quiet time: on a loaded machine one fsync can take longer than a short debounce.
-    make({ debounceMs: 250 });
+    // Generous quiet time: on a loaded machine one fsync can take longer than a short debounce. The first
+    // change goes at once; the rest, arriving close behind it, go together once quiet.
+    make({ debounceMs: 250, maxDelayMs: 30_000 });
     const outcomes = [];
     // Each upsert waits for its fsync, so the requests arrive spread out as webhooks would.
     for (let i = 0; i < 100; i++) {
@@ -72,6 +79,23 @@ describe('Reconciler', () => {
     expect(provider.applies.length).toBeLessThanOrEqual(2);
     expect(provider.state.backends).toHaveLength(100);
     expect(reconciler.statuses().every((s) => s.state === 'applied')).toBe(true);
+  });
+
+  it('applies a change that follows a quiet spell at once, without waiting for the debounce time', async () => {
+    make({ debounceMs: 10_000, maxDelayMs: 60_000 });
+    await store.upsert({ name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30443 } });
+    const started = Date.now();
+    expect(await reconciler.request('webhook')).toEqual({ ok: true, changed: true });
+    expect(Date.now() - started).toBeLessThan(5_000);
+    // A change right behind that pass waits for the quiet time.
+    await store.upsert({ name: 'two', host: 'api.two.example.com', target: { nodePort: 30444 } });
+    const second = reconciler.request('webhook');
+    const waited = await Promise.race([
+      second.then(() => false),
+      new Promise((r) => setTimeout(() => r(true), 2_000)),
+    ]);
+    expect(waited).toBe(true);
+    expect(provider.applies).toHaveLength(1);
   });
 
   it('applies nothing when HAProxy already matches', async () => {

@@ -3,6 +3,7 @@ import {
   alertsIn,
   parseReloadAnswer,
   parseServersState,
+  parseShowBackend,
   parseShowProc,
   parseShowStat,
   RuntimeAnswerError,
@@ -11,6 +12,15 @@ import {
 
 // Answers as HAProxy 3.0.11 and 2.6.12 (the test bed's) gave them.
 describe('master CLI answers', () => {
+  it('reads the backend names of show backend (3.0 and 2.6 answer alike), without internal ones', () => {
+    expect(parseShowBackend('# name\nconsole\nkubebyon_a_0123456789ab\n<HTTPCLIENT>\n\n')).toEqual([
+      'console',
+      'kubebyon_a_0123456789ab',
+    ]);
+    expect(parseShowBackend('# name\n\n')).toEqual([]);
+    expect(() => parseShowBackend('Unknown command.\n')).toThrow(/show backend/);
+  });
+
   it('reads show proc on 3.0 and 2.6, after a failed reload too', () => {
     const v30 = `#<PID>          <type>          <reloads>       <uptime>        <version>
 1               master          2 [failed: 1]   0d00h00m37s     3.0.11-1+deb13u5

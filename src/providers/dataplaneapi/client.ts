@@ -54,6 +54,8 @@ export type RequestInit<O> = ([RequiredKeys<ParamsOf<O>>] extends [never]
     signal?: AbortSignal;
     /** Overrides the client's timeout (a commit with `force_reload` lasts as long as the reload). */
     timeoutMs?: number;
+    /** Header parameters the operation documents (e.g. `X-Runtime-Actions`). */
+    headers?: Record<string, string>;
   };
 
 /** The API answered with a status its operation does not call success. `message` is the API's own. */
@@ -83,6 +85,8 @@ export interface ClientOptions {
   timeoutMs: number;
   /** Called once per request sent, for the requests count of an apply. */
   onRequest?: (method: string, path: string) => void;
+  /** Called with the size of each request body sent and each answer body received. */
+  onBytes?: (direction: 'sent' | 'received', n: number) => void;
 }
 
 export interface DataplaneClient {
@@ -152,21 +156,36 @@ export function createClient(options: ClientOptions): DataplaneClient {
     const path = fillPath(template, params?.path);
     init?.signal?.throwIfAborted();
     options.onRequest?.(method, path);
+    // Serialized here, once, so that the bytes sent can be counted.
+    const data =
+      init?.body === undefined
+        ? undefined
+        : typeof init.body === 'string'
+          ? init.body
+          : JSON.stringify(init.body);
+    if (data !== undefined) options.onBytes?.('sent', Buffer.byteLength(data));
     let res: AxiosResponse<unknown>;
     try {
       res = await http.request<unknown>({
         method,
         url: path,
         ...(params?.query ? { params: params.query } : {}),
-        ...(init?.body !== undefined ? { data: init.body } : {}),
+        ...(data !== undefined ? { data } : {}),
         ...(init?.signal ? { signal: init.signal } : {}),
         timeout: init?.timeoutMs ?? options.timeoutMs,
-        headers: { 'Content-Type': typeof init?.body === 'string' ? 'text/plain' : 'application/json' },
+        headers: {
+          ...init?.headers,
+          'Content-Type': typeof init?.body === 'string' ? 'text/plain' : 'application/json',
+        },
         // Text answers (the raw configuration) stay text.
-        transformResponse: (data: unknown, headers) =>
-          typeof data === 'string' && String(headers?.['content-type'] ?? '').includes('json') && data !== ''
-            ? JSON.parse(data)
-            : data,
+        transformResponse: (body: unknown, headers) => {
+          if (typeof body === 'string') options.onBytes?.('received', Buffer.byteLength(body));
+          return typeof body === 'string' &&
+            String(headers?.['content-type'] ?? '').includes('json') &&
+            body !== ''
+            ? JSON.parse(body)
+            : body;
+        },
       });
     } catch (err) {
       if (init?.signal?.aborted) throw init.signal.reason;

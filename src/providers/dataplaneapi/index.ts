@@ -25,8 +25,10 @@ export async function createDataplaneProvider(
     timeoutMs: config.timeoutMs,
     reloadTimeoutMs: config.reloadTimeoutMs,
     runtimeMaxServers: config.runtimeMaxServers,
+    rawMinWrites: config.rawMinWrites,
     ...(deps.stateDir !== undefined ? { ledgerFile: join(deps.stateDir, LEDGER_FILE) } : {}),
     logger: deps.logger,
+    ...(deps.traffic ? { traffic: deps.traffic } : {}),
   });
   try {
     await provider.ready(AbortSignal.timeout(config.timeoutMs));

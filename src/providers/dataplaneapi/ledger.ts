@@ -50,8 +50,16 @@ export class TransactionLedger {
     this.loaded = true;
   }
 
-  private async save(): Promise<void> {
-    if (!this.file) return;
-    await writeFileAtomic(this.file, `${JSON.stringify({ api: this.api, open: [...this.ids] })}\n`);
+  // One write at a time (a transaction opened ahead is recorded while another is removed), each writing the
+  // ids as they are when it runs.
+  private saving: Promise<void> = Promise.resolve();
+  private save(): Promise<void> {
+    const file = this.file;
+    if (!file) return Promise.resolve();
+    const next = this.saving.then(() =>
+      writeFileAtomic(file, `${JSON.stringify({ api: this.api, open: [...this.ids] })}\n`),
+    );
+    this.saving = next.catch(() => {});
+    return next;
   }
 }

@@ -6,6 +6,7 @@ import {
   ConcurrentChangeError,
   type Provider,
   type ProviderInfo,
+  type ProviderTraffic,
   ReloadFailedError,
   TerminalError,
 } from '../provider.js';
@@ -19,7 +20,8 @@ import {
 } from './client.js';
 import { TransactionLedger } from './ledger.js';
 import { readState, type Snapshot } from './mapping.js';
-import { planWrites, type ServerUpdate, type Write } from './writes.js';
+import { editConfigText, RawEditUnsupported, textVersion } from './raw-text.js';
+import { planWrites, type ServerUpdate, snapshotAfter, type Write, type WritePlan } from './writes.js';
 
 export interface DataplaneProviderOptions {
   /** The API's root, e.g. `http://127.0.0.1:5555` (`/v3` is added). */
@@ -33,13 +35,26 @@ export interface DataplaneProviderOptions {
   /** Most server address/port changes applied one by one without a reload; more go into one transaction. */
   runtimeMaxServers: number;
   /**
+   * Plans that need at least this many writes in a transaction are applied as one edited configuration file
+   * instead (`POST /configuration/raw`); more endpoint moves than `runtimeMaxServers` likewise, without a
+   * reload (`skip_reload` with the moves as runtime actions). 0 turns the file path off. Default 8.
+   */
+  rawMinWrites?: number;
+  /**
    * `force_reload` (default): the commit reloads HAProxy before it answers, and a failed reload answers 400
    * with the API's view restored. `follow`: commit into the API's reload batching and follow the `Reload-Id`.
    */
   commit?: 'force_reload' | 'follow';
+  /**
+   * After each apply, open the next transaction ahead at the version it left (default true): opening one
+   * costs what a parse of the whole file costs, off the path of the next change. One stays open while idle.
+   */
+  prepareTransactions?: boolean;
   /** Where the ids of open transactions are kept across a crash; in memory only when absent. */
   ledgerFile?: string;
   logger: Logger;
+  /** Counts every request and its bytes (the service's provider metrics). */
+  traffic?: ProviderTraffic;
 }
 
 /** The API lacks something this service needs (e.g. `metadata`, v3.2+): retrying cannot help. */
@@ -53,6 +68,20 @@ export class TooManyTransactionsError extends Error {
 }
 
 const RELOAD_POLL_MS = 200;
+const PID_SETTLE_MS = 5_000;
+
+/** How an apply ended, and the configuration version it left (when the API said) after how many writes. */
+interface Applied {
+  reload: ApplyReport['reload'];
+  version: number | undefined;
+  writes: number;
+  /** Endpoint moves applied at runtime and written to the file (no reload). */
+  moves?: ServerUpdate[];
+}
+
+const DEFAULT_RAW_MIN_WRITES = 8;
+/** Runtime actions per push: the API's headers are bounded (1 MiB by default). */
+const RUNTIME_ACTIONS_BYTES = 256 * 1024;
 const CLEANUP_TIMEOUT_MS = 10_000;
 const READ_ATTEMPTS = 3;
 
@@ -90,6 +119,13 @@ export class DataplaneProvider implements Provider {
    */
   private unloaded: string | undefined;
   private apiVersion: string | undefined;
+  /** The configuration file as our last push left it, by version. */
+  private raw: { version: number; text: string } | undefined;
+  /** The transaction opened ahead of the next change, with the version it was opened at. */
+  private prepared: Promise<{ id: string; version: number } | undefined> | undefined;
+  private closed = false;
+  /** Whether HAProxy's runtime API has ever answered through the API (it has no socket otherwise). */
+  private runtimeAnswered = false;
 
   constructor(private readonly o: DataplaneProviderOptions) {
     this.client = createClient({
@@ -97,6 +133,12 @@ export class DataplaneProvider implements Provider {
       username: o.username,
       password: o.password,
       timeoutMs: o.timeoutMs,
+      ...(o.traffic
+        ? {
+            onRequest: () => o.traffic?.request(),
+            onBytes: (direction: 'sent' | 'received', n: number) => o.traffic?.bytes(direction, n),
+          }
+        : {}),
     });
     this.ledger = new TransactionLedger(o.ledgerFile, this.client.url);
   }
@@ -183,23 +225,34 @@ export class DataplaneProvider implements Provider {
     if (plan.operations.length === 0) return { reload: 'none', requests: 0 };
     await this.ready(signal);
     const counter = { requests: 0 };
+    let after: Snapshot | undefined;
     try {
       // The plan was made from the last read; without one (or after a change), read first.
       const snapshot = this.snapshot ?? (await this.read(signal));
       const work = planWrites(plan, snapshot, { runtimeMaxServers: this.o.runtimeMaxServers });
       signal.throwIfAborted();
       if (work.kind === 'none') return { reload: 'none', requests: 0 };
-      const reload =
+      const done =
         work.kind === 'runtime'
           ? await this.applyRuntime(work.updates, snapshot.version, signal, counter)
-          : await this.applyTransaction(work.writes, snapshot.version, signal, counter);
-      return { reload, requests: counter.requests };
+          : ((await this.applyAsFile(plan, work, snapshot, signal, counter)) ??
+            (await this.applyTransaction(work.writes, snapshot.version, signal, counter)));
+      // The version moved by our own writes alone: the API now holds the snapshot with them applied.
+      if (done.version === snapshot.version + done.writes) {
+        this.prepare(done.version);
+        const applied =
+          work.kind === 'transaction' && done.moves
+            ? { kind: 'runtime' as const, updates: done.moves }
+            : work;
+        after = snapshotAfter(snapshot, applied, done.version);
+      }
+      return { reload: done.reload, requests: counter.requests };
     } catch (err) {
       throw this.translate(err);
     } finally {
-      // Whatever happened, what was read before no longer tells what is there.
-      this.snapshot = undefined;
-      this.state = undefined;
+      // Otherwise what was read before no longer tells what is there.
+      this.snapshot = after;
+      this.state = after ? readState(after) : undefined;
     }
   }
 
@@ -209,9 +262,11 @@ export class DataplaneProvider implements Provider {
     version: number,
     signal: AbortSignal,
     counter: { requests: number },
-  ): Promise<ApplyReport['reload']> {
+  ): Promise<Applied> {
     let reloaded = false;
     let current = version;
+    // Known only while every answer says which version it left.
+    let known = true;
     for (const u of updates) {
       signal.throwIfAborted();
       counter.requests++;
@@ -223,14 +278,20 @@ export class DataplaneProvider implements Provider {
           signal,
         },
       );
-      current = versionOf(res.headers) ?? current + 1;
+      const next = versionOf(res.headers);
+      if (next === undefined) known = false;
+      current = next ?? current + 1;
       if (res.status === 202) {
         // The API could not apply it at runtime and asked for a reload.
         reloaded = true;
         await this.followReload(res.headers['reload-id'], counter);
       }
     }
-    return reloaded ? 'succeeded' : 'none';
+    return {
+      reload: reloaded ? 'succeeded' : 'none',
+      version: known ? current : undefined,
+      writes: updates.length,
+    };
   }
 
   private async applyTransaction(
@@ -238,19 +299,23 @@ export class DataplaneProvider implements Provider {
     version: number,
     signal: AbortSignal,
     counter: { requests: number },
-  ): Promise<ApplyReport['reload']> {
-    counter.requests++;
-    const opened = await this.client.POST('/services/haproxy/transactions', {
-      params: { query: { version } },
-      signal,
-    });
-    const id = opened.data.id;
-    if (!id) throw new Error('the Data Plane API opened a transaction without an id');
+  ): Promise<Applied> {
+    let id = await this.takePrepared(version);
+    const ahead = id !== undefined;
+    if (id === undefined) {
+      counter.requests++;
+      const opened = await this.client.POST('/services/haproxy/transactions', {
+        params: { query: { version } },
+        signal,
+      });
+      id = opened.data.id;
+      if (!id) throw new Error('the Data Plane API opened a transaction without an id');
+    }
     let open = true;
     try {
-      await this.ledger.add(id);
+      if (!ahead) await this.ledger.add(id);
       counter.requests++;
-      const pidBefore = await this.workerPid(signal);
+      const pidBefore = await this.settledWorkerPid(signal);
       for (const w of writes) {
         signal.throwIfAborted();
         counter.requests++;
@@ -268,10 +333,157 @@ export class DataplaneProvider implements Provider {
       await this.ledger.remove(id);
       if (committed.status === 202) await this.followReload(committed.headers['reload-id'], counter);
       await this.awaitNewWorkers(pidBefore, counter);
-      return 'succeeded';
+      return { reload: 'succeeded', version: versionOf(committed.headers), writes: 1 };
     } finally {
       if (open) await this.dropTransaction(id, 'the apply did not complete');
     }
+  }
+
+  /**
+   * Large plans as one edited configuration file instead of one request per object: the file as the API
+   * holds it (cached by version), edited (`raw-text.ts`), pushed with `force_reload`; or, for endpoint moves
+   * only, with `skip_reload` and the moves as runtime actions (`SetServerAddr`): no reload. Undefined when
+   * the plan is small, or the edit cannot be done by text (then a transaction is used).
+   */
+  private async applyAsFile(
+    plan: Plan,
+    work: Extract<WritePlan, { kind: 'transaction' }>,
+    snapshot: Snapshot,
+    signal: AbortSignal,
+    counter: { requests: number },
+  ): Promise<Applied | undefined> {
+    const min = this.o.rawMinWrites ?? DEFAULT_RAW_MIN_WRITES;
+    if (min <= 0 || (!work.moves && work.writes.length < min)) return undefined;
+    let text: string;
+    if (this.raw?.version === snapshot.version) text = this.raw.text;
+    else {
+      counter.requests++;
+      const res = await this.client.GET('/services/haproxy/configuration/raw', { signal });
+      text = String(res.data);
+      // The push names this version too, so a file newer than the plan's read cannot be overwritten.
+      const inText = textVersion(text);
+      if (
+        versionOf(res.headers) !== snapshot.version ||
+        (inText !== undefined && inText !== snapshot.version)
+      )
+        throw new ConcurrentChangeError('the configuration changed between the read and the file read');
+    }
+    let edited: string;
+    try {
+      edited = editConfigText(text, plan.operations);
+    } catch (err) {
+      if (!(err instanceof RawEditUnsupported)) throw err;
+      this.o.logger.debug(
+        { why: err.message },
+        'plan applied as a transaction: the file cannot be edited for it',
+      );
+      return undefined;
+    }
+    signal.throwIfAborted();
+    if (work.moves) return this.pushMoves(edited, work.moves, snapshot.version, signal, counter);
+    counter.requests++;
+    const pidBefore = await this.settledWorkerPid(signal);
+    counter.requests++;
+    // Past this point the change is HAProxy's: the push is not cut short by the signal.
+    const res = await this.client.POST('/services/haproxy/configuration/raw', {
+      params: { query: { version: snapshot.version, force_reload: true } },
+      body: edited,
+      timeoutMs: this.o.reloadTimeoutMs + this.o.timeoutMs,
+    });
+    this.keepRaw(res.data, res.headers);
+    await this.awaitNewWorkers(pidBefore, counter);
+    return { reload: 'succeeded', version: versionOf(res.headers), writes: 1 };
+  }
+
+  /** The edited file with `skip_reload`, the moves as runtime actions: HAProxy changes the servers live. */
+  private async pushMoves(
+    edited: string,
+    moves: ServerUpdate[],
+    version: number,
+    signal: AbortSignal,
+    counter: { requests: number },
+  ): Promise<Applied> {
+    const chunks: string[] = [];
+    let chunk: string[] = [];
+    let bytes = 0;
+    for (const m of moves) {
+      const action = `SetServerAddr ${m.backend} ${m.server} ${m.body.address} ${m.body.port}`;
+      if (bytes + action.length > RUNTIME_ACTIONS_BYTES && chunk.length > 0) {
+        chunks.push(chunk.join(';'));
+        chunk = [];
+        bytes = 0;
+      }
+      chunk.push(action);
+      bytes += action.length + 1;
+    }
+    if (chunk.length > 0) chunks.push(chunk.join(';'));
+    let current = version;
+    let known = true;
+    for (const actions of chunks) {
+      signal.throwIfAborted();
+      counter.requests++;
+      try {
+        const res = await this.client.POST('/services/haproxy/configuration/raw', {
+          params: { query: { version: current, skip_reload: true } },
+          body: edited,
+          headers: { 'X-Runtime-Actions': actions },
+          signal,
+        });
+        this.keepRaw(res.data, res.headers);
+        const next = versionOf(res.headers);
+        if (next === undefined) known = false;
+        current = next ?? current + 1;
+      } catch (err) {
+        // The file may hold the moves while HAProxy runs only part of them: it loads the file before
+        // anything is trusted again.
+        this.unloaded = 'endpoint moves written to the file may be applied only in part';
+        throw err;
+      }
+    }
+    return { reload: 'none', version: known ? current : undefined, writes: chunks.length, moves };
+  }
+
+  /** The file as the API stored it after a push of ours, for the next edit at that version. */
+  private keepRaw(data: unknown, headers: Record<string, string>): void {
+    const text = typeof data === 'string' ? data : undefined;
+    const version = versionOf(headers);
+    const inText = text === undefined ? undefined : textVersion(text);
+    this.raw =
+      text !== undefined && version !== undefined && (inText === undefined || inText === version)
+        ? { version, text }
+        : undefined;
+  }
+
+  private prepare(version: number): void {
+    if (this.o.prepareTransactions === false || this.closed) return;
+    const earlier = this.prepared;
+    this.prepared = (async () => {
+      const stale = await earlier;
+      if (stale) await this.dropTransaction(stale.id, 'opened ahead at a version that has moved');
+      try {
+        const opened = await this.client.POST('/services/haproxy/transactions', {
+          params: { query: { version } },
+          signal: AbortSignal.timeout(this.o.timeoutMs),
+        });
+        const id = opened.data.id;
+        if (!id) return undefined;
+        await this.ledger.add(id);
+        return { id, version };
+      } catch (err) {
+        this.o.logger.debug({ err: String(err) }, 'could not open a transaction ahead');
+        return undefined;
+      }
+    })();
+  }
+
+  /** The transaction opened ahead, if it was opened at `version`; one opened at another is dropped. */
+  private async takePrepared(version: number): Promise<string | undefined> {
+    const ahead = await this.prepared;
+    this.prepared = undefined;
+    if (!ahead) return undefined;
+    if (ahead.version === version) return ahead.id;
+    await this.dropTransaction(ahead.id, 'opened ahead at a version that has moved');
+    return undefined;
   }
 
   private async write(w: Write, transaction_id: string, signal: AbortSignal): Promise<void> {
@@ -358,10 +570,27 @@ export class DataplaneProvider implements Provider {
   private async workerPid(signal?: AbortSignal): Promise<number | undefined> {
     try {
       const { data } = await this.client.GET('/services/haproxy/runtime/info', signal ? { signal } : {});
-      return typeof data.info?.pid === 'number' ? data.info.pid : undefined;
+      if (typeof data.info?.pid !== 'number') return undefined;
+      this.runtimeAnswered = true;
+      return data.info.pid;
     } catch (err) {
       if (err instanceof DataplaneUnreachableError || signal?.aborted) throw err;
       return undefined;
+    }
+  }
+
+  /**
+   * The worker pid before a reload. Right after an earlier reload the runtime API may not answer for a moment
+   * (workers are being swapped): asked again for a few seconds, since without it a reload HAProxy refuses
+   * (2.6 reloads by signal) could not be told from one it made.
+   */
+  private async settledWorkerPid(signal: AbortSignal): Promise<number | undefined> {
+    const deadline = Date.now() + PID_SETTLE_MS;
+    for (;;) {
+      const pid = await this.workerPid(signal);
+      // Without a runtime API at all (it never answered) there is nothing to wait for.
+      if (pid !== undefined || !this.runtimeAnswered || Date.now() > deadline) return pid;
+      await new Promise((r) => setTimeout(r, RELOAD_POLL_MS / 2));
     }
   }
 
@@ -397,7 +626,7 @@ export class DataplaneProvider implements Provider {
     const counter = { requests: 0 };
     const raw = await this.client.GET('/services/haproxy/configuration/raw', { signal });
     const { data: version } = await this.client.GET('/services/haproxy/configuration/version', { signal });
-    const pidBefore = await this.workerPid(signal);
+    const pidBefore = await this.settledWorkerPid(signal);
     await this.client.POST('/services/haproxy/configuration/raw', {
       params: { query: { version, force_reload: true } },
       body: raw.data,
@@ -468,6 +697,10 @@ export class DataplaneProvider implements Provider {
   }
 
   async close(): Promise<void> {
+    this.closed = true;
+    const ahead = await this.prepared;
+    this.prepared = undefined;
+    if (ahead) await this.dropTransaction(ahead.id, 'shutting down');
     this.client.close();
   }
 }

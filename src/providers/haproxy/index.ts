@@ -8,7 +8,10 @@ export async function createStockHaproxyProvider(
   config: StockHaproxyConfig,
   deps: ProviderDeps,
 ): Promise<Provider> {
-  return new StockHaproxyProvider(config, { logger: deps.logger.child({ provider: 'haproxy' }) });
+  return new StockHaproxyProvider(config, {
+    logger: deps.logger.child({ provider: 'haproxy' }),
+    ...(deps.traffic ? { traffic: deps.traffic } : {}),
+  });
 }
 
 export { StockHaproxyProvider } from './provider.js';

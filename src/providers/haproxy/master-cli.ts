@@ -1,4 +1,5 @@
 import { createConnection } from 'node:net';
+import { type ProviderTraffic, UNCOUNTED } from '../provider.js';
 
 // The master re-executes itself on every reload; meanwhile its socket refuses connections for a moment.
 const NOT_LISTENING = new Set(['ECONNREFUSED', 'ENOENT', 'EAGAIN']);
@@ -15,6 +16,7 @@ export class MasterCli {
   constructor(
     readonly path: string,
     private readonly timeoutMs = 10_000,
+    private readonly traffic: ProviderTraffic = UNCOUNTED,
   ) {}
 
   /**
@@ -58,11 +60,16 @@ export class MasterCli {
       socket.setEncoding('utf8');
       socket.on('connect', () => {
         connected = true;
-        this.sent++;
+        // A line may carry several `;`-separated commands: each counts.
+        const commands = command.split(';').length;
+        this.sent += commands;
+        for (let i = 0; i < commands; i++) this.traffic.request();
+        this.traffic.bytes('sent', Buffer.byteLength(command) + 1);
         socket.end(`${command}\n`);
       });
       socket.on('data', (chunk: string) => {
         out += chunk;
+        this.traffic.bytes('received', Buffer.byteLength(chunk));
       });
       socket.on('error', (err: NodeJS.ErrnoException) => {
         const message = `master CLI ${this.path}: ${err.message}`;

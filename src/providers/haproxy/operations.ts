@@ -15,24 +15,28 @@ export class NotOwnedError extends TerminalError {
  * exists, means the plan was made against another state (`ConcurrentChangeError`: read and plan again).
  */
 export function applyOperations(state: RawState, operations: readonly Operation[]): RawState {
-  const next = structuredClone(state);
+  const cloned = structuredClone(state);
+  // By name, in listing order (a Map keeps insertion order): one lookup per operation, not one scan.
+  const frontends = new Map(cloned.frontends.map((f) => [f.name, f]));
+  const backends = new Map(cloned.backends.map((b) => [b.name, b]));
   const find = <T extends { name: string; tags: RawState['frontends'][number]['tags'] }>(
-    items: T[],
+    items: Map<string, T> | T[],
     name: string,
     what: string,
   ): T => {
-    const item = items.find((x) => x.name === name);
+    const item = items instanceof Map ? items.get(name) : items.find((x) => x.name === name);
     if (!item) throw new ConcurrentChangeError(`${what} ${name} is not there any more`);
     if (!isOwned(item.tags))
       throw new NotOwnedError(`refusing to change ${what} ${name}: not owned by this service`);
     return item;
   };
-  const absent = (items: Array<{ name: string }>, name: string, what: string) => {
-    if (items.some((x) => x.name === name)) throw new ConcurrentChangeError(`${what} ${name} exists already`);
+  const absent = (items: Map<string, unknown> | Array<{ name: string }>, name: string, what: string) => {
+    const there = items instanceof Map ? items.has(name) : items.some((x) => x.name === name);
+    if (there) throw new ConcurrentChangeError(`${what} ${name} exists already`);
   };
   const noProxy = (name: string) => {
-    absent(next.frontends, name, 'frontend');
-    absent(next.backends, name, 'backend');
+    absent(frontends, name, 'frontend');
+    absent(backends, name, 'backend');
   };
 
   for (const op of operations) {
@@ -40,7 +44,7 @@ export function applyOperations(state: RawState, operations: readonly Operation[
       case 'create_frontend': {
         noProxy(op.frontend.name);
         const { name, bind, inspectDelayMs, defaultBackend } = op.frontend;
-        next.frontends.push({
+        frontends.set(name, {
           name,
           bind,
           inspectDelayMs,
@@ -53,7 +57,7 @@ export function applyOperations(state: RawState, operations: readonly Operation[
       }
       case 'update_frontend': {
         const { bind, inspectDelayMs, defaultBackend } = op.frontend;
-        Object.assign(find(next.frontends, op.frontend.name, 'frontend'), {
+        Object.assign(find(frontends, op.frontend.name, 'frontend'), {
           bind,
           inspectDelayMs,
           defaultBackend,
@@ -62,12 +66,12 @@ export function applyOperations(state: RawState, operations: readonly Operation[
         break;
       }
       case 'delete_frontend':
-        find(next.frontends, op.name, 'frontend');
-        next.frontends = next.frontends.filter((f) => f.name !== op.name);
+        find(frontends, op.name, 'frontend');
+        frontends.delete(op.name);
         break;
       case 'create_backend':
         noProxy(op.backend.name);
-        next.backends.push({
+        backends.set(op.backend.name, {
           name: op.backend.name,
           balance: op.backend.balance,
           servers: [],
@@ -75,36 +79,36 @@ export function applyOperations(state: RawState, operations: readonly Operation[
         });
         break;
       case 'update_backend':
-        Object.assign(find(next.backends, op.backend.name, 'backend'), {
+        Object.assign(find(backends, op.backend.name, 'backend'), {
           balance: op.backend.balance,
           tags: ownerTags(op.backend.cluster),
         });
         break;
       case 'delete_backend':
-        find(next.backends, op.name, 'backend');
-        next.backends = next.backends.filter((b) => b.name !== op.name);
+        find(backends, op.name, 'backend');
+        backends.delete(op.name);
         break;
       case 'create_server': {
-        const b = find(next.backends, op.backend, 'backend');
+        const b = find(backends, op.backend, 'backend');
         absent(b.servers, op.server.name, `server ${op.backend}/`);
         const { name, address, port, check } = op.server;
         b.servers.push({ name, address, port, check, tags: ownerTags() });
         break;
       }
       case 'update_server': {
-        const b = find(next.backends, op.backend, 'backend');
+        const b = find(backends, op.backend, 'backend');
         const s: RawServer = find(b.servers, op.server.name, `server ${op.backend}/`);
         Object.assign(s, { address: op.server.address, port: op.server.port, check: op.server.check });
         break;
       }
       case 'delete_server': {
-        const b = find(next.backends, op.backend, 'backend');
+        const b = find(backends, op.backend, 'backend');
         find(b.servers, op.server.name, `server ${op.backend}/`);
         b.servers = b.servers.filter((s) => s.name !== op.server.name);
         break;
       }
       case 'set_switching_rules': {
-        const f = find(next.frontends, op.frontend, 'frontend');
+        const f = find(frontends, op.frontend, 'frontend');
         // Foreign rules keep their own tags; the plan names them only to keep their place.
         const foreign = f.rules.filter((r) => !isOwned(r.tags));
         f.rules = op.rules.map((r): RawRule => {
@@ -118,5 +122,5 @@ export function applyOperations(state: RawState, operations: readonly Operation[
       }
     }
   }
-  return next;
+  return { frontends: [...frontends.values()], backends: [...backends.values()] };
 }

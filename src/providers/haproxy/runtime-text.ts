@@ -50,6 +50,14 @@ export function parseShowStat(text: string): RunningProxy[] {
   return out;
 }
 
+/** `show backend`: the names of the backends the worker runs (HAProxy's internal `<...>` ones left out). */
+export function parseShowBackend(text: string): string[] {
+  const lines = text.split('\n').map((l) => l.trim());
+  if (lines[0] !== '# name')
+    throw new RuntimeAnswerError(`unexpected answer to show backend: ${text.slice(0, 200)}`);
+  return lines.slice(1).filter((l) => l !== '' && !l.startsWith('#') && !l.startsWith('<'));
+}
+
 const CHK_ST_ENABLED = 0x04;
 
 /** `show servers state` (format 1): every server of every backend, with the address HAProxy uses now. */
@@ -154,7 +162,8 @@ function hostPort(address: string, port: number): string {
 export const runtime = {
   setAddr: (backend: string, server: string, address: string, port: number) => ({
     command: `@1 set server ${backend}/${server} addr ${address} port ${port}`,
-    ok: /changed from|no need to change/i,
+    // 3.0 says "nothing changed" when the server already has that address and port.
+    ok: /changed from|no need to change|nothing changed/i,
   }),
   add: (backend: string, server: string, address: string, port: number, check: boolean) => ({
     command: `@1 add server ${backend}/${server} ${hostPort(address, port)}${check ? ' check' : ''}`,

@@ -1,0 +1,170 @@
+import { connect, createServer, type Server, type TLSSocket } from 'node:tls';
+import { testKeyPair } from '../../test/support/tls.js';
+
+/**
+ * The stand-in vCluster API servers: a few TLS servers on each node address (127.0.0.2, 127.0.0.3), all at
+ * the same ports, that answer every connection with `<address>:<port> <SNI>` and keep it open until the
+ * client closes. Many routes share one server; the SNI in the answer proves which route HAProxy took, the
+ * address and port which server (before and after a node address change).
+ */
+export interface IdentityServers {
+  addresses: string[];
+  ports: number[];
+  close(): Promise<void>;
+}
+
+export async function startIdentityServers(addresses: string[], count: number): Promise<IdentityServers> {
+  const servers: Server[] = [];
+  const ports: number[] = [];
+  for (let attempt = 0; ports.length < count && attempt < count * 20; attempt++) {
+    const port = 20_000 + Math.floor(Math.random() * 9_000);
+    if (ports.includes(port)) continue;
+    const started: Server[] = [];
+    try {
+      for (const address of addresses) started.push(await listen(address, port));
+      servers.push(...started);
+      ports.push(port);
+    } catch {
+      await Promise.all(started.map(closeServer));
+    }
+  }
+  if (ports.length < count) throw new Error(`found only ${ports.length} ports free on ${addresses}`);
+  return { addresses, ports, close: () => Promise.all(servers.map(closeServer)).then(() => {}) };
+}
+
+function listen(address: string, port: number): Promise<Server> {
+  const server = createServer(testKeyPair(), (socket: TLSSocket) => {
+    socket.on('error', () => {});
+    socket.write(`${address}:${port} ${socket.servername || '-'}\n`);
+  });
+  server.on('tlsClientError', () => {});
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, address, () => resolve(server));
+  });
+}
+
+function closeServer(server: Server): Promise<void> {
+  return new Promise((resolve) => server.close(() => resolve()));
+}
+
+/** One TLS handshake to HAProxy with `host` as SNI: the identity line that came back, or null. */
+export function probe(port: number, host: string, timeoutMs = 2_000): Promise<string | null> {
+  return new Promise((resolve) => {
+    let data = '';
+    let settled = false;
+    const socket = connect({ host: '127.0.0.1', port, servername: host, rejectUnauthorized: false });
+    const done = (answer: string | null) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      socket.destroy();
+      resolve(answer);
+    };
+    const timer = setTimeout(() => done(null), timeoutMs);
+    socket.setEncoding('utf8');
+    socket.on('data', (chunk: string) => {
+      data += chunk;
+      if (data.includes('\n')) done(data.trim());
+    });
+    socket.on('error', () => done(null));
+    socket.on('close', () => done(null));
+  });
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * Probes until `host` answers with `expected`; resolves with the time it took (ms since `since`), or null
+ * once `deadline` (epoch ms) has passed.
+ */
+export async function until(
+  port: number,
+  host: string,
+  expected: string,
+  since: number,
+  deadline: number,
+): Promise<number | null> {
+  for (;;) {
+    const answer = await probe(port, host, 1_000);
+    if (answer === expected) return performance.now() - since;
+    if (Date.now() > deadline) return null;
+    // Often at first; after a few seconds a slow apply is measured to a quarter second, sparing the CPU.
+    await sleep(performance.now() - since < 3_000 ? 15 : 250);
+  }
+}
+
+/**
+ * Probes every (host, expected) pair until each has answered as expected, `concurrency` at a time. Resolves
+ * with the time the last one first did (ms since `since`), or null with how many were left at the deadline.
+ */
+export async function untilAll(
+  port: number,
+  targets: Array<{ host: string; expected: string }>,
+  since: number,
+  deadline: number,
+  concurrency = 16,
+): Promise<{ ms: number | null; missing: number }> {
+  let worst = 0;
+  let missing = 0;
+  let next = 0;
+  const worker = async () => {
+    while (next < targets.length) {
+      const t = targets[next++];
+      if (!t) break;
+      const ms = await until(port, t.host, t.expected, since, deadline);
+      if (ms === null) missing++;
+      else worst = Math.max(worst, ms);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(concurrency, targets.length) }, worker));
+  return { ms: missing > 0 ? null : worst, missing };
+}
+
+function openHeld(port: number, host: string, into: TLSSocket[]): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const socket = connect({ host: '127.0.0.1', port, servername: host, rejectUnauthorized: false });
+    const timer = setTimeout(() => {
+      socket.destroy();
+      resolve();
+    }, 3_000);
+    socket.on('error', () => resolve());
+    socket.once('data', () => {
+      clearTimeout(timer);
+      into.push(socket);
+      resolve();
+    });
+  });
+}
+
+/**
+ * Long-lived connections through HAProxy, like kubectl watches: a few at first, then a new one every
+ * `everyMs` (at most `max`) until `stop()`. Each reload leaves the old worker alive while connections it
+ * accepted stay open: that is what "workers alive after the burst" counts.
+ */
+export async function watchers(
+  port: number,
+  hosts: string[],
+  everyMs: number,
+  max: number,
+): Promise<{ stop(): number; close(): void }> {
+  const sockets: TLSSocket[] = [];
+  await Promise.all(hosts.slice(0, 4).map((h) => openHeld(port, h, sockets)));
+  let i = 0;
+  let started = 0;
+  const timer = setInterval(() => {
+    if (started >= max) return;
+    started++;
+    void openHeld(port, hosts[i++ % hosts.length] as string, sockets);
+  }, everyMs);
+  return {
+    stop: () => {
+      clearInterval(timer);
+      return sockets.length;
+    },
+    close: () => {
+      clearInterval(timer);
+      for (const s of sockets) s.destroy();
+    },
+  };
+}

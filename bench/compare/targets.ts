@@ -1,0 +1,109 @@
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import type { StockHaproxyConfig } from '../../src/config/env.js';
+import { parseShowProc } from '../../src/providers/haproxy/runtime-text.js';
+import {
+  type DataplaneSource,
+  DPAPI_USER,
+  foreignConfig,
+  startDataplaneTestbed,
+} from '../../test/support/dataplaneapi-testbed.js';
+import { type HaproxyVersion, startHaproxyTestbed } from '../../test/support/haproxy-testbed.js';
+import { freeLoopbackPort } from '../../test/support/ports.js';
+import { operatorConfig } from '../../test/support/stock-haproxy.js';
+import { type CountingProxy, startCountingProxy } from './counting-proxy.js';
+
+const run = promisify(execFile);
+
+export type ProviderName = 'haproxy' | 'dataplaneapi';
+
+/** A fresh real HAProxy (and Data Plane API) for one approach at one N, on loopback with host networking. */
+export interface Target {
+  provider: ProviderName;
+  sniPort: number;
+  /** The text HAProxy started with (the operator's part). */
+  baseConfig: string;
+  /** HAProxy's successful (re)loads: the master's reload counter less its failures (`show proc`). */
+  loads(): Promise<number>;
+  /** HAProxy worker processes alive (current and old ones still serving connections), from `show proc`. */
+  workers(): Promise<number>;
+  masterCli(command: string): Promise<string>;
+  /** The environment that points the service's provider at this HAProxy. */
+  providerEnv(): Record<string, string>;
+  dataplane?: { proxy: CountingProxy; apiUrl: string; password: string };
+  stock?: StockHaproxyConfig & { containerId: string };
+  stop(): Promise<void>;
+}
+
+async function reloadsOf(cli: (command: string) => Promise<string>): Promise<number> {
+  const proc = parseShowProc(await cli('show proc'));
+  return proc.reloads - proc.failed;
+}
+
+export async function startTarget(
+  provider: ProviderName,
+  version: HaproxyVersion,
+  source: DataplaneSource | undefined,
+): Promise<Target> {
+  const sniPort = await freeLoopbackPort();
+  const consolePort = await freeLoopbackPort();
+  if (provider === 'dataplaneapi') {
+    if (!source) throw new Error('the dataplaneapi provider needs KUBEBYON_TEST_DATAPLANEAPI_BIN or _IMAGE');
+    const base = foreignConfig({ consolePort, consoleBackendPort: 9 });
+    const tb = await startDataplaneTestbed(source, version, base);
+    const proxy = await startCountingProxy(tb.url);
+    return {
+      provider,
+      sniPort,
+      baseConfig: base,
+      loads: () => reloadsOf(tb.masterCli),
+      workers: async () => parseShowProc(await tb.masterCli('show proc')).workers.length,
+      masterCli: tb.masterCli,
+      providerEnv: () => ({
+        KUBEBYON_PROVIDER: 'dataplaneapi',
+        KUBEBYON_DATAPLANE_URL: proxy.url,
+        KUBEBYON_DATAPLANE_USERNAME: DPAPI_USER,
+        KUBEBYON_DATAPLANE_PASSWORD: tb.password,
+        KUBEBYON_DATAPLANE_TIMEOUT_MS: '600000',
+        KUBEBYON_DATAPLANE_RELOAD_TIMEOUT_MS: '600000',
+      }),
+      dataplane: { proxy, apiUrl: tb.url, password: tb.password },
+      async stop() {
+        await proxy.close();
+        await tb.stop();
+      },
+    };
+  }
+  const base = operatorConfig(consolePort, 9);
+  const tb = await startHaproxyTestbed(base, version, { ownedFile: true });
+  const owned = tb.owned;
+  if (!owned) throw new Error('the test bed has no owned file');
+  const containerId = /docker exec (\S+) /.exec((await run('cat', [owned.checkBin])).stdout)?.[1] as string;
+  const stock: StockHaproxyConfig & { containerId: string } = {
+    kind: 'haproxy',
+    ownedFile: owned.path,
+    checkFiles: owned.checkFiles,
+    masterSocket: owned.masterSocket,
+    haproxyBin: owned.checkBin,
+    reloadTimeoutMs: 600_000,
+    containerId,
+  };
+  return {
+    provider,
+    sniPort,
+    baseConfig: base,
+    loads: () => reloadsOf(tb.masterCli),
+    workers: async () => parseShowProc(await tb.masterCli('show proc')).workers.length,
+    masterCli: tb.masterCli,
+    providerEnv: () => ({
+      KUBEBYON_PROVIDER: 'haproxy',
+      KUBEBYON_HAPROXY_OWNED_FILE: owned.path,
+      KUBEBYON_HAPROXY_CHECK_FILES: owned.checkFiles.join(','),
+      KUBEBYON_HAPROXY_MASTER_SOCKET: owned.masterSocket,
+      KUBEBYON_HAPROXY_BIN: owned.checkBin,
+      KUBEBYON_HAPROXY_RELOAD_TIMEOUT_MS: '600000',
+    }),
+    stock,
+    stop: () => tb.stop(),
+  };
+}

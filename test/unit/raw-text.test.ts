@@ -1,0 +1,219 @@
+import { describe, expect, it } from 'vitest';
+import type { Operation } from '../../src/plan/plan.js';
+import {
+  editConfigText,
+  RawEditUnsupported,
+  textVersion,
+} from '../../src/providers/dataplaneapi/raw-text.js';
+import { RefusedOperationError } from '../../src/providers/dataplaneapi/writes.js';
+import { TerminalError } from '../../src/providers/provider.js';
+
+// A file as Data Plane API v3.4.0 stores it (seen on a real API): its head, foreign sections, and the
+// service's objects with their metadata as a JSON comment on the line.
+const OWN = '# {"owner":{"value":"kubebyon-haproxy-adapter"}}';
+const FILE = `# _md5hash=883027db668dcb425b3a378c78b78163
+# _version=7
+# Dataplaneapi managed File
+# changing file directly can cause a conflict if dataplaneapi is running
+
+global
+  stats socket /etc/kubebyon/admin.sock mode 600 level admin expose-fd listeners
+
+defaults base
+  mode tcp
+  timeout connect 5s
+
+frontend console from base
+  mode http
+  bind 127.0.0.1:18999
+  http-request return status 200 content-type text/plain string "console\\n"
+
+frontend kubebyon_sni ${OWN}
+  mode tcp
+  bind 127.0.0.1:18998 name kubebyon ${OWN}
+  tcp-request inspect-delay 5s ${OWN}
+  tcp-request content accept if { req.ssl_hello_type 1 } ${OWN}
+  use_backend kubebyon_one_7692c3ad3540 if { req.ssl_sni -i one.example.com } ${OWN}
+  default_backend console_tls
+
+backend console_tls from base
+  mode tcp
+  balance roundrobin
+  server web1 127.0.0.1:9
+
+backend kubebyon_one_7692c3ad3540 # {"cluster":{"value":"one"},"owner":{"value":"kubebyon-haproxy-adapter"}}
+  mode tcp
+  balance leastconn
+  server srv1 127.0.0.2:20001 check ${OWN}
+  server srv2 [::1]:20002 check ${OWN}
+`;
+
+const foreignLines = (text: string) => {
+  const out: string[] = [];
+  let foreign = false;
+  // The API writes its own head lines again on every push: they are not sent.
+  for (const line of text.slice(text.indexOf('global')).split('\n')) {
+    if (/^\S/.test(line)) foreign = !line.includes('kubebyon-haproxy-adapter');
+    if (foreign) out.push(line);
+  }
+  return out.join('\n');
+};
+
+const newCluster: Operation[] = [
+  {
+    kind: 'create_backend',
+    backend: { name: 'kubebyon_two_0123456789ab', cluster: 'two', balance: 'leastconn' },
+  },
+  {
+    kind: 'create_server',
+    backend: 'kubebyon_two_0123456789ab',
+    server: { name: 'srv1', address: '127.0.0.3', port: 20003, check: false, owned: true },
+  },
+  {
+    kind: 'set_switching_rules',
+    frontend: 'kubebyon_sni',
+    rules: [
+      { backend: 'kubebyon_one_7692c3ad3540', host: 'one.example.com', owned: true },
+      { backend: 'kubebyon_two_0123456789ab', host: 'two.example.com', owned: true },
+    ],
+    added: [{ backend: 'kubebyon_two_0123456789ab', host: 'two.example.com', owned: true }],
+    removed: [],
+  },
+];
+
+describe('editConfigText', () => {
+  it('adds a cluster in the API form and sends every foreign line back byte for byte', () => {
+    const out = editConfigText(FILE, newCluster);
+    expect(foreignLines(out)).toBe(foreignLines(FILE));
+    expect(out).not.toContain('# _version=');
+    expect(out).toContain(
+      `backend kubebyon_two_0123456789ab # {"cluster":{"value":"two"},"owner":{"value":"kubebyon-haproxy-adapter"}}\n  mode tcp\n  balance leastconn\n  server srv1 127.0.0.3:20003 ${OWN}\n`,
+    );
+    // The rules keep their place in the frontend: before default_backend.
+    expect(out).toContain(
+      `  use_backend kubebyon_one_7692c3ad3540 if { req.ssl_sni -i one.example.com } ${OWN}\n  use_backend kubebyon_two_0123456789ab if { req.ssl_sni -i two.example.com } ${OWN}\n  default_backend console_tls\n`,
+    );
+  });
+
+  it('moves a server by changing its address only, keeping the rest of its line', () => {
+    const out = editConfigText(FILE, [
+      {
+        kind: 'update_server',
+        backend: 'kubebyon_one_7692c3ad3540',
+        server: { name: 'srv2', address: '::2', port: 20009, check: true, owned: true },
+        changes: [],
+      },
+    ]);
+    expect(out).toContain(`  server srv2 [::2]:20009 check ${OWN}\n`);
+    expect(out).toContain(`  server srv1 127.0.0.2:20001 check ${OWN}\n`);
+    expect(foreignLines(out)).toBe(foreignLines(FILE));
+  });
+
+  it('creates the frontend as the API writes it, and deletes sections of its own', () => {
+    const empty = FILE.slice(0, FILE.indexOf('frontend kubebyon_sni'));
+    const out = editConfigText(`${empty}backend console_tls from base\n  mode tcp\n`, [
+      {
+        kind: 'create_frontend',
+        frontend: {
+          name: 'kubebyon_sni',
+          bind: { address: '*', port: 443 },
+          inspectDelayMs: 5000,
+          defaultBackend: 'console_tls',
+        },
+      },
+      ...newCluster.slice(0, 2),
+      {
+        ...(newCluster[2] as Extract<Operation, { kind: 'set_switching_rules' }>),
+        rules: [{ backend: 'kubebyon_two_0123456789ab', host: 'two.example.com', owned: true }],
+      },
+    ]);
+    expect(out).toContain(
+      [
+        `frontend kubebyon_sni ${OWN}`,
+        '  mode tcp',
+        `  bind *:443 name kubebyon ${OWN}`,
+        `  tcp-request inspect-delay 5000ms ${OWN}`,
+        `  tcp-request content accept if { req.ssl_hello_type 1 } ${OWN}`,
+        `  use_backend kubebyon_two_0123456789ab if { req.ssl_sni -i two.example.com } ${OWN}`,
+        '  default_backend console_tls',
+      ].join('\n'),
+    );
+    const gone = editConfigText(FILE, [
+      { kind: 'delete_frontend', name: 'kubebyon_sni' },
+      { kind: 'delete_backend', name: 'kubebyon_one_7692c3ad3540' },
+    ]);
+    expect(gone).not.toMatch(/kubebyon_sni|kubebyon_one|kubebyon-haproxy-adapter/);
+    expect(foreignLines(gone).trim()).toBe(foreignLines(FILE).trim());
+  });
+
+  it('refuses to touch a section without its tags, whatever the plan says', () => {
+    expect(() => editConfigText(FILE, [{ kind: 'delete_backend', name: 'console_tls' }])).toThrow(
+      RefusedOperationError,
+    );
+    expect(() =>
+      editConfigText(FILE, [
+        {
+          kind: 'update_server',
+          backend: 'console_tls',
+          server: { name: 'web1', address: '127.0.0.9', port: 9, check: false, owned: true },
+          changes: [],
+        },
+      ]),
+    ).toThrow(RefusedOperationError);
+    expect(() =>
+      editConfigText(FILE, [
+        { kind: 'create_backend', backend: { name: 'console_tls', cluster: 'x', balance: 'leastconn' } },
+      ]),
+    ).toThrow(RefusedOperationError);
+  });
+
+  it('writes nothing unvalidated: a host or address that could inject configuration is refused', () => {
+    const bad = structuredClone(newCluster);
+    (bad[2] as Extract<Operation, { kind: 'set_switching_rules' }>).rules[1] = {
+      backend: 'kubebyon_two_0123456789ab',
+      host: 'two.example.com }\n  use_backend x if TRUE #',
+      owned: true,
+    };
+    expect(() => editConfigText(FILE, bad)).toThrow(TerminalError);
+    const badServer = structuredClone(newCluster);
+    (badServer[1] as Extract<Operation, { kind: 'create_server' }>).server.address = '127.0.0.3:1 backup';
+    expect(() => editConfigText(FILE, badServer)).toThrow(TerminalError);
+  });
+
+  it('leaves to a transaction what it cannot do by text', () => {
+    const withForeignRule = FILE.replace(
+      '  default_backend console_tls',
+      '  use_backend console_tls if { req.ssl_sni -i console.example.com }\n  default_backend console_tls',
+    );
+    expect(() => editConfigText(withForeignRule, newCluster)).toThrow(RawEditUnsupported);
+    expect(() =>
+      editConfigText(FILE, [
+        {
+          kind: 'update_frontend',
+          frontend: {
+            name: 'kubebyon_sni',
+            bind: { address: '*', port: 443 },
+            inspectDelayMs: 1,
+            defaultBackend: null,
+          },
+          changes: [],
+        },
+      ]),
+    ).toThrow(RawEditUnsupported);
+    expect(() =>
+      editConfigText(FILE, [
+        {
+          kind: 'update_server',
+          backend: 'kubebyon_one_7692c3ad3540',
+          server: { name: 'srv1', address: '127.0.0.2', port: 20001, check: false, owned: true },
+          changes: [],
+        },
+      ]),
+    ).toThrow(RawEditUnsupported);
+  });
+
+  it('reads the version the API wrote into the head', () => {
+    expect(textVersion(FILE)).toBe(7);
+    expect(textVersion('global\n')).toBeUndefined();
+  });
+});
