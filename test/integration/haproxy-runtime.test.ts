@@ -12,7 +12,7 @@ import { type NamedTlsServer, sniProbe, startNamedTlsServer } from '../support/t
 
 // Pins the HAProxy behaviours a provider relies on, on each supported version: server address changes and
 // dynamic servers through the runtime API without a reload, and a broken configuration that leaves the running
-// one in place (docs/PROVIDER-OPTIONS.md).
+// one in place (the `haproxy` provider in src/providers/haproxy/ is built on them).
 describe(`HAProxy ${haproxyVersionUnderTest()} runtime behaviour`, () => {
   let haproxy: HaproxyTestbed;
   let a: NamedTlsServer;
