@@ -13,12 +13,23 @@ export interface SignedClient {
   }>;
 }
 
-/** Sends webhook calls the way kubebyon-api does: JSON body, timestamp and HMAC signature headers. */
+/**
+ * Sends webhook calls the way kubebyon-api does: JSON body, timestamp and HMAC signature headers. Like a
+ * correct client, it never signs the same write twice in one second (the service refuses that as a replay):
+ * an identical call within the same second is signed with the next second.
+ */
 export function signedClient(baseUrl: string, secret: string): SignedClient {
+  const lastSigned = new Map<string, number>();
   return {
     async request(method, path, body, opts = {}) {
       const raw = body === undefined ? Buffer.alloc(0) : Buffer.from(JSON.stringify(body));
-      const timestamp = String(opts.timestamp ?? Math.floor(Date.now() / 1000));
+      const key = `${method} ${path} ${raw.toString('base64')}`;
+      let seconds = opts.timestamp ?? Math.floor(Date.now() / 1000);
+      if (opts.timestamp === undefined) {
+        seconds = Math.max(seconds, (lastSigned.get(key) ?? 0) + 1);
+        lastSigned.set(key, seconds);
+      }
+      const timestamp = String(seconds);
       const res = await fetch(`${baseUrl}${path}`, {
         method,
         headers: {
