@@ -55,6 +55,8 @@ export interface Approach {
   /** Plans applied (transactions, raw pushes, file rewrites). */
   applies(): Promise<number>;
   resources?(): Resources;
+  /** Seconds spent so far in each phase of the service's passes (ours only): where the time goes. */
+  phases?(): Promise<Record<string, number>>;
   stop(): Promise<void>;
 }
 
@@ -128,6 +130,15 @@ export async function startOurs(
   };
   return {
     name: 'ours',
+    phases: async () => {
+      const m = await svc.metrics();
+      const prefix = 'kubebyon_haproxy_adapter_reconcile_phase_duration_seconds_sum{phase="';
+      return Object.fromEntries(
+        [...m.entries()]
+          .filter(([k]) => k.startsWith(prefix))
+          .map(([k, v]) => [k.slice(prefix.length, -2), v]),
+      );
+    },
     putAll: (clusters) =>
       expectOk(
         callRetrying('PUT', '/v1/clusters?wait=true', {

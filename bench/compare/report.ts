@@ -68,6 +68,13 @@ const ROWS: Row[] = [
   { label: '2 one change: writes (mean)', value: (r) => r.change?.mean.writes, fmt: fmtN },
   { label: '2 one change: bytes (mean)', value: (r) => r.change?.mean.bytes, fmt: fmtBytes },
   { label: '2 one change: reloads (mean)', value: (r) => r.change?.mean.reloads, fmt: fmtN },
+  ...['render', 'read', 'plan', 'apply'].map(
+    (phase): Row => ({
+      label: `2 one change: time in ${phase} (mean)`,
+      value: (r) => r.change?.phasesMs?.[phase],
+      fmt: fmtMs,
+    }),
+  ),
   {
     label: '3 burst: converged',
     value: (r) => r.burst?.convergeMs ?? r.burst?.extrapolatedMs,

@@ -33,6 +33,8 @@ export interface RunResult {
     /** Per change, mean and max over the changes. */
     mean: Usage;
     max: Usage;
+    /** Ours: mean milliseconds per change spent in each phase of the passes (render, read, plan, apply). */
+    phasesMs?: Record<string, number>;
   };
   burst: {
     count: number;
@@ -160,6 +162,7 @@ export async function runScenario(
   {
     const latencies: Array<number | null> = [];
     const usages: Usage[] = [];
+    const phasesBefore = await approach.phases?.();
     for (let k = 0; k < o.changes; k++) {
       const c = clusterAt(k, 'a', 3, ports);
       added.push(c);
@@ -188,6 +191,14 @@ export async function runScenario(
       mean,
       max,
     };
+    const phasesAfter = await approach.phases?.();
+    if (phasesBefore && phasesAfter)
+      result.change.phasesMs = Object.fromEntries(
+        Object.entries(phasesAfter).map(([phase, s]) => [
+          phase,
+          Math.round(((s - (phasesBefore[phase] ?? 0)) * 1000) / o.changes),
+        ]),
+      );
     snap('changes');
     o.log(`one change: p50 ${result.change.p50} p95 ${result.change.p95} mean ${JSON.stringify(mean)}`);
   }

@@ -23,6 +23,13 @@ export function createMetrics() {
       buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
       registers: [registry],
     }),
+    reconcilePhaseDuration: new Histogram({
+      name: `${NS}_reconcile_phase_duration_seconds`,
+      help: 'Time spent in each phase of a reconcile pass: render (desired objects), read (HAProxy state), plan, apply (writes, reload and its confirmation).',
+      labelNames: ['phase'] as const,
+      buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+      registers: [registry],
+    }),
     transactions: new Counter({
       name: `${NS}_transactions_total`,
       help: 'Plans applied to HAProxy as one transaction, by result: committed, conflict (retried), failed.',

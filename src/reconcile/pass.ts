@@ -66,7 +66,11 @@ export interface PassReport {
 export async function runPass(i: PassInputs): Promise<PassReport> {
   const { metrics, logger, provider, signal } = i;
   const startedAt = Date.now();
+  const phase = (name: 'render' | 'read' | 'plan' | 'apply') =>
+    metrics.reconcilePhaseDuration.startTimer({ phase: name });
+  const endRender = phase('render');
   const { desired, config } = desiredConfig(i.records, i.topology, i.render);
+  endRender();
   const clusterOf = new Map(config.backends.map((b) => [b.name, b.cluster]));
   const conflicted = new Map<string, string>();
   const touched = new Set<string>();
@@ -74,7 +78,12 @@ export async function runPass(i: PassInputs): Promise<PassReport> {
   try {
     await pRetry(
       async () => {
-        const p = await planAgainst(config, provider, signal);
+        const endRead = phase('read');
+        const raw = await provider.readState(signal);
+        endRead();
+        const endPlan = phase('plan');
+        const p = plan(config, interpret(raw));
+        endPlan();
         conflicted.clear();
         for (const c of p.conflicts) {
           // A foreign frontend under our name blocks every route: nothing may be applied, nothing is routed.
@@ -86,6 +95,7 @@ export async function runPass(i: PassInputs): Promise<PassReport> {
         if (p.operations.length === 0) return;
         for (const cluster of clustersTouched(p, clusterOf)) touched.add(cluster);
         logPlan(logger, p);
+        const endApply = phase('apply');
         try {
           const report = await provider.apply(p, signal);
           metrics.transactions.inc({ result: 'committed' });
@@ -94,6 +104,8 @@ export async function runPass(i: PassInputs): Promise<PassReport> {
           metrics.transactions.inc({ result: err instanceof ConcurrentChangeError ? 'conflict' : 'failed' });
           if (err instanceof ReloadFailedError) metrics.reloads.inc({ result: 'failed' });
           throw err;
+        } finally {
+          endApply();
         }
         changed = true;
       },

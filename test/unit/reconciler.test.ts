@@ -290,4 +290,25 @@ describe('Reconciler', () => {
     await expect(reconciler.preview()).rejects.toBeInstanceOf(TopologyNotSyncedError);
     expect(provider.reads).toBe(0);
   });
+
+  it('times each phase of a pass; a pass with nothing to change spends no time applying', async () => {
+    make();
+    const phaseCount = async (phase: string) => {
+      const m = (await metrics.registry.getMetricsAsJSON()).find(
+        (x) => x.name === 'kubebyon_haproxy_adapter_reconcile_phase_duration_seconds',
+      );
+      const v = m?.values.find(
+        (x) => (x as { metricName?: string }).metricName?.endsWith('_count') && x.labels.phase === phase,
+      );
+      return v?.value ?? 0;
+    };
+    await store.upsert({ name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30443 } });
+    await reconciler.request('webhook');
+    expect(provider.applies).toHaveLength(1);
+    for (const phase of ['render', 'read', 'plan', 'apply']) expect(await phaseCount(phase)).toBe(1);
+    await reconciler.request('resync');
+    expect(provider.applies).toHaveLength(1);
+    for (const phase of ['render', 'read', 'plan']) expect(await phaseCount(phase)).toBe(2);
+    expect(await phaseCount('apply')).toBe(1);
+  });
 });
