@@ -55,6 +55,8 @@ export interface Approach {
   /** Plans applied (transactions, raw pushes, file rewrites). */
   applies(): Promise<number>;
   resources?(): Resources;
+  /** V8 heap in use now, in MB (ours only). */
+  heapUsedMb?(): Promise<number | undefined>;
   /** Seconds spent so far in each phase of the service's passes (ours only): where the time goes. */
   phases?(): Promise<Record<string, number>>;
   stop(): Promise<void>;
@@ -130,6 +132,10 @@ export async function startOurs(
   };
   return {
     name: 'ours',
+    heapUsedMb: async () => {
+      const bytes = (await svc.metrics()).get('nodejs_heap_size_used_bytes');
+      return bytes === undefined ? undefined : Math.round(bytes / 1e5) / 10;
+    },
     phases: async () => {
       const m = await svc.metrics();
       const prefix = 'kubebyon_haproxy_adapter_reconcile_phase_duration_seconds_sum{phase="';

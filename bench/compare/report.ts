@@ -100,6 +100,11 @@ const ROWS: Row[] = [
   },
   { label: '6 service RSS after the burst (MB)', value: (r) => r.resources?.burst?.rssMb, fmt: fmtN },
   {
+    label: '6 service V8 heap used after the burst (MB)',
+    value: (r) => r.resources?.burst?.heapUsedMb,
+    fmt: fmtN,
+  },
+  {
     label: '6 service peak RSS (MB)',
     value: (r) => Math.max(0, ...Object.values(r.resources ?? {}).map((x) => x.peakRssMb)) || null,
     fmt: fmtN,

@@ -123,9 +123,9 @@ export async function runScenario(
   const existing = Array.from({ length: o.n }, (_, i) => clusterAt(i, 'c', 5, ports));
   const added: Cluster[] = [];
   const resources: Record<string, Resources> = {};
-  const snap = (phase: string) => {
+  const snap = async (phase: string) => {
     const r = approach.resources?.();
-    if (r) resources[phase] = r;
+    if (r) resources[phase] = { ...r, heapUsedMb: await approach.heapUsedMb?.() };
   };
   const result: Partial<RunResult> = {
     provider: target.provider,
@@ -154,7 +154,7 @@ export async function runScenario(
       missing: r.missing,
       usage: await usageSince(m, approach, target),
     };
-    snap('cold');
+    await snap('cold');
     o.log(`cold sync: ${JSON.stringify(result.cold)}`);
   }
 
@@ -199,7 +199,7 @@ export async function runScenario(
           Math.round(((s - (phasesBefore[phase] ?? 0)) * 1000) / o.changes),
         ]),
       );
-    snap('changes');
+    await snap('changes');
     o.log(`one change: p50 ${result.change.p50} p95 ${result.change.p95} mean ${JSON.stringify(mean)}`);
   }
 
@@ -254,7 +254,7 @@ export async function runScenario(
       await approach.upsert(burst[burst.length - 1] as Cluster);
       await approach.settle();
     }
-    snap('burst');
+    await snap('burst');
     o.log(`burst: ${JSON.stringify(result.burst)}`);
   }
 
@@ -274,7 +274,7 @@ export async function runScenario(
       missing: r.missing,
       usage: await usageSince(m, approach, target),
     };
-    snap('move');
+    await snap('move');
     o.log(`endpoint move: ${JSON.stringify(result.move)}`);
   }
 
@@ -298,7 +298,7 @@ export async function runScenario(
       usage: await usageSince(m, approach, target),
       ownedFileReplaced: before === null ? null : before !== after,
     };
-    snap('noop');
+    await snap('noop');
     o.log(`no-op resync: ${JSON.stringify(result.noop)}`);
   }
   result.load = { before: result.load?.before ?? [], after: loadavg() };

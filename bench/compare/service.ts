@@ -14,6 +14,8 @@ export interface Resources {
   peakRssMb: number;
   /** User + system CPU time since start, in seconds. */
   cpuSeconds: number;
+  /** V8 heap in use (the service's own objects), in MB: the rest of the RSS is code, libraries and slack. */
+  heapUsedMb?: number | undefined;
 }
 
 export interface ServiceProcess {
