@@ -4,7 +4,8 @@
 # (each in a local container with host networking), the end-to-end suite on both versions, the ship
 # suite (the built CLI, the adapter's image in compose.yaml driven through the signed webhook, and
 # scripts/run-local.sh), the fault suite, then, when a Data Plane API is given, the dataplaneapi suite on
-# 3.0 and 2.6. Prints one closing line "tests: N passed, N failed".
+# 3.0 and 2.6 and the fault suite again with the dataplaneapi provider. Prints one closing line
+# "tests: N passed, N failed".
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
@@ -54,6 +55,16 @@ fi
 echo "== fault suite against HAProxy 3.0 (stock-HAProxy provider)"
 KUBEBYON_TEST_HAPROXY_VERSION=3.0 npx vitest run --project faults \
   --reporter=default --reporter=json --outputFile="$results/faults.json" || status=1
+# The provider-dependent faults (kill -9, the API away or HAProxy restarted, a failed reload) once more with
+# the Data Plane API provider, when one is given; the provider-independent ones are skipped in that run.
+if [ -n "${KUBEBYON_TEST_DATAPLANEAPI_BIN:-}${KUBEBYON_TEST_DATAPLANEAPI_IMAGE:-}" ]; then
+  echo "== fault suite against HAProxy 3.0 (Data Plane API provider)"
+  KUBEBYON_TEST_FAULTS_PROVIDER=dataplaneapi KUBEBYON_TEST_HAPROXY_VERSION=3.0 npx vitest run --project faults \
+    --reporter=default --reporter=json --outputFile="$results/faults-dataplaneapi.json" || status=1
+  dpapi_results+=("$results/faults-dataplaneapi.json")
+else
+  echo "fault suite with the dataplaneapi provider skipped: set KUBEBYON_TEST_DATAPLANEAPI_BIN or KUBEBYON_TEST_DATAPLANEAPI_IMAGE"
+fi
 
 node -e '
   const fs = require("fs");

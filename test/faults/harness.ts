@@ -1,16 +1,27 @@
 import { execFile, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { createServer as createTlsServer } from 'node:tls';
 import { promisify } from 'node:util';
 import pino from 'pino';
+import { describe } from 'vitest';
+import type { RawState } from '../../src/haproxy/model.js';
+import { LEDGER_FILE } from '../../src/providers/dataplaneapi/index.js';
+import { DataplaneProvider } from '../../src/providers/dataplaneapi/provider.js';
 import type { StockHaproxyProvider } from '../../src/providers/haproxy/provider.js';
 import { StockHaproxyProvider as Provider } from '../../src/providers/haproxy/provider.js';
 import { interpret } from '../../src/registry/ownership.js';
 import {
+  DPAPI_USER,
+  dataplaneSource,
+  foreignConfig,
+  startDataplaneTestbed,
+} from '../support/dataplaneapi-testbed.js';
+import {
   type HaproxyTestbed,
+  type HaproxyVersion,
   haproxyVersionUnderTest,
   startHaproxyTestbed,
   TESTBED_LABEL,
@@ -179,23 +190,115 @@ export async function metric(
   return 0;
 }
 
+/** The provider a fault run drives: `KUBEBYON_TEST_FAULTS_PROVIDER`, `haproxy` (stock HAProxy) by default. */
+export type FaultProvider = 'haproxy' | 'dataplaneapi';
+
+export function faultProviderUnderTest(): FaultProvider {
+  const p = process.env.KUBEBYON_TEST_FAULTS_PROVIDER ?? 'haproxy';
+  if (p !== 'haproxy' && p !== 'dataplaneapi')
+    throw new Error(`KUBEBYON_TEST_FAULTS_PROVIDER must be haproxy or dataplaneapi, got ${p}`);
+  return p;
+}
+
+/**
+ * Why a fault case does not run in this run, or undefined when it does. `provider` cases run with either
+ * provider (the Data Plane API one only where an API is given); `stock` cases do not depend on the provider,
+ * or drive the stock one directly, and run in the stock run only.
+ */
+export function faultSkipReason(kind: 'provider' | 'stock'): string | undefined {
+  const provider = faultProviderUnderTest();
+  if (provider === 'haproxy') return undefined;
+  if (kind === 'stock')
+    return 'provider-independent (or drives the stock provider itself): runs in the stock-HAProxy run only';
+  if (!dataplaneSource())
+    return 'KUBEBYON_TEST_FAULTS_PROVIDER=dataplaneapi needs a Data Plane API: set KUBEBYON_TEST_DATAPLANEAPI_BIN (a dataplaneapi binary) or KUBEBYON_TEST_DATAPLANEAPI_IMAGE';
+  return undefined;
+}
+
+/** A fault suite, or, when this run cannot run it, the same suite skipped with the reason in its title. */
+export function describeFault(kind: 'provider' | 'stock', title: string, body: () => void): void {
+  const why = faultSkipReason(kind);
+  if (why === undefined) describe(title, body);
+  else describe.skip(`${title} [skipped: ${why}]`, body);
+}
+
+/** The bed of one fault run, whichever provider drives HAProxy. */
 export interface FaultBed {
-  haproxy: HaproxyTestbed;
+  provider: FaultProvider;
+  version: HaproxyVersion;
   /** Port of the SNI frontend the service creates (KUBEBYON_HAPROXY_BIND_ADDR). */
   sniPort: number;
   stateDir: string;
   secret: string;
   env(extra?: Record<string, string>): Record<string, string>;
-  /** A provider of our own, to read what HAProxy runs (owned objects, as interpreted from their tags). */
-  reader: StockHaproxyProvider;
-  /** Routes HAProxy runs now: host -> the backend's servers as `address:port`, from the master CLI. */
+  /** Routes HAProxy runs now: host -> the backend's servers as `address:port` (owned objects, from their tags). */
   routes(): Promise<Map<string, string[]>>;
+  /** Ids of the transactions open in the Data Plane API now (always none with the stock provider). */
+  openTransactions(): Promise<string[]>;
+  /** The ids the service's ledger beside the state file lists as open (none without the file). */
+  ledger(): string[];
+  /** Folders where an interrupted write would leave a `.tmp` file behind. */
+  writeDirs: string[];
+  /**
+   * Makes what the service drives unreachable, HAProxy itself running on: with the stock provider its master
+   * socket is moved away; with the Data Plane API the API's process is killed (SIGKILL). `restore()` undoes it.
+   */
+  cut(): Promise<void>;
+  restore(): Promise<void>;
+  /**
+   * `docker restart -t 0` of HAProxy's container. With the Data Plane API, which dies with it, the API is then
+   * started again as its supervisor would; nothing is done to the service.
+   */
+  restart(): Promise<void>;
   containerId(): Promise<string>;
   stop(): Promise<void>;
 }
 
+/** The stock-HAProxy bed: also the test bed itself and a provider of our own to read it. */
+export interface StockFaultBed extends FaultBed {
+  provider: 'haproxy';
+  haproxy: HaproxyTestbed;
+  /** A provider of our own, to read what HAProxy runs (owned objects, as interpreted from their tags). */
+  reader: StockHaproxyProvider;
+}
+
+export interface FaultBedOptions {
+  stateDir?: string;
+  provider?: FaultProvider;
+}
+
+function routesOf(state: RawState): Map<string, string[]> {
+  const owned = interpret(state);
+  const front = owned.frontends.find((f) => f.name === 'kubebyon_sni');
+  const out = new Map<string, string[]>();
+  for (const rule of front?.rules ?? []) {
+    const backend = owned.backends.find((b) => b.name === rule.backend);
+    out.set(rule.host, (backend?.servers ?? []).map((s) => `${s.address}:${s.port}`).sort());
+  }
+  return out;
+}
+
+const SERVICE_DEFAULTS = {
+  // Test backends are plain TLS servers that go away between cases: no health checks to wait for.
+  KUBEBYON_HAPROXY_HEALTH_CHECKS: 'false',
+  KUBEBYON_RECONCILE_DEBOUNCE_MS: '50',
+  KUBEBYON_RECONCILE_MAX_DELAY_MS: '500',
+  KUBEBYON_STATIC_NODE_ADDRESSES: '127.0.0.1',
+};
+
+/**
+ * A real HAProxy test bed (host networking, loopback ports) driven by `provider` (default: the run's,
+ * KUBEBYON_TEST_FAULTS_PROVIDER), and the environment to serve it: with `haproxy`, a stock HAProxy with an
+ * owned file; with `dataplaneapi`, HAProxy with the given Data Plane API beside it.
+ */
+export function startFaultBed(o?: FaultBedOptions & { provider?: 'haproxy' }): Promise<StockFaultBed>;
+export function startFaultBed(o: FaultBedOptions): Promise<FaultBed>;
+export async function startFaultBed(o: FaultBedOptions = {}): Promise<FaultBed> {
+  return (o.provider ?? 'haproxy') === 'haproxy' ? startStockBed(o) : startDataplaneBed(o);
+}
+
 /** A stock HAProxy test bed (host networking) with an owned file, and the environment to serve it. */
-export async function startFaultBed(o: { stateDir?: string } = {}): Promise<FaultBed> {
+async function startStockBed(o: FaultBedOptions): Promise<StockFaultBed> {
   const sniPort = await freeLoopbackPort();
   const haproxy = await startHaproxyTestbed(
     operatorConfig(await freeLoopbackPort(), await freeLoopbackPort()),
@@ -207,7 +310,11 @@ export async function startFaultBed(o: { stateDir?: string } = {}): Promise<Faul
   const stateDir = o.stateDir ?? mkdtempSync(join(tmpdir(), 'kubebyon-faults-'));
   const secret = randomBytes(24).toString('hex');
   const reader = new Provider(stockConfigFor(haproxy), { logger: pino({ level: 'silent' }) });
+  const socket = owned.masterSocket;
+  const containerId = () => testbedContainer(haproxy.dir);
   return {
+    provider: 'haproxy',
+    version: haproxy.version,
     haproxy,
     sniPort,
     stateDir,
@@ -218,45 +325,116 @@ export async function startFaultBed(o: { stateDir?: string } = {}): Promise<Faul
       KUBEBYON_STATE_FILE: join(stateDir, 'clusters.json'),
       KUBEBYON_HAPROXY_OWNED_FILE: owned.path,
       KUBEBYON_HAPROXY_CHECK_FILES: owned.checkFiles.join(','),
-      KUBEBYON_HAPROXY_MASTER_SOCKET: owned.masterSocket,
+      KUBEBYON_HAPROXY_MASTER_SOCKET: socket,
       KUBEBYON_HAPROXY_BIN: owned.checkBin,
       KUBEBYON_HAPROXY_BIND_ADDR: `127.0.0.1:${sniPort}`,
       KUBEBYON_PUBLIC_PORT: String(sniPort),
-      // Test backends are plain TLS servers that go away between cases: no health checks to wait for.
-      KUBEBYON_HAPROXY_HEALTH_CHECKS: 'false',
-      KUBEBYON_RECONCILE_DEBOUNCE_MS: '50',
-      KUBEBYON_RECONCILE_MAX_DELAY_MS: '500',
-      KUBEBYON_STATIC_NODE_ADDRESSES: '127.0.0.1',
+      ...SERVICE_DEFAULTS,
       ...extra,
     }),
-    async routes() {
-      const state = interpret(await reader.readState(AbortSignal.timeout(30_000)));
-      const front = state.frontends.find((f) => f.name === 'kubebyon_sni');
-      const out = new Map<string, string[]>();
-      for (const rule of front?.rules ?? []) {
-        const backend = state.backends.find((b) => b.name === rule.backend);
-        out.set(rule.host, (backend?.servers ?? []).map((s) => `${s.address}:${s.port}`).sort());
-      }
-      return out;
+    routes: async () => routesOf(await reader.readState(AbortSignal.timeout(30_000))),
+    openTransactions: async () => [],
+    ledger: () => [],
+    writeDirs: [dirname(owned.path), stateDir],
+    async cut() {
+      renameSync(socket, `${socket}.away`);
     },
-    async containerId() {
-      const { stdout } = await run('docker', ['ps', '-q', '--filter', `label=${TESTBED_LABEL}`]);
-      for (const id of stdout.split('\n').filter(Boolean)) {
-        const { stdout: mounts } = await run('docker', [
-          'inspect',
-          '-f',
-          '{{range .Mounts}}{{.Source}} {{end}}',
-          id,
-        ]);
-        if (mounts.split(' ').includes(haproxy.dir)) return id;
-      }
-      throw new Error(`no container mounts ${haproxy.dir}`);
+    async restore() {
+      renameSync(`${socket}.away`, socket);
     },
+    async restart() {
+      await run('docker', ['restart', '-t', '0', await containerId()]);
+    },
+    containerId,
     async stop() {
       await haproxy.stop();
       if (!o.stateDir) rmSync(stateDir, { recursive: true, force: true });
     },
   };
+}
+
+/** HAProxy with the given Data Plane API beside it (one container, host networking). */
+async function startDataplaneBed(o: FaultBedOptions): Promise<FaultBed> {
+  const source = dataplaneSource();
+  if (!source) throw new Error(faultSkipReason('provider') ?? 'no Data Plane API given');
+  const sniPort = await freeLoopbackPort();
+  // The operator's part: a console frontend and its TLS backend (nothing listens behind it).
+  const tb = await startDataplaneTestbed(
+    source,
+    haproxyVersionUnderTest(),
+    foreignConfig({ consolePort: await freeLoopbackPort(), consoleBackendPort: await freeLoopbackPort() }),
+  );
+  const stateDir = o.stateDir ?? mkdtempSync(join(tmpdir(), 'kubebyon-faults-'));
+  const secret = randomBytes(24).toString('hex');
+  // A reader of our own: it never opens a transaction (nothing ahead, no ledger).
+  const reader = new DataplaneProvider({
+    url: tb.url,
+    username: DPAPI_USER,
+    password: tb.password,
+    timeoutMs: 30_000,
+    reloadTimeoutMs: 10_000,
+    runtimeMaxServers: 0,
+    prepareTransactions: false,
+    logger: pino({ level: 'silent' }),
+  });
+  const ledgerFile = join(stateDir, LEDGER_FILE);
+  return {
+    provider: 'dataplaneapi',
+    version: haproxyVersionUnderTest(),
+    sniPort,
+    stateDir,
+    secret,
+    env: (extra = {}) => ({
+      KUBEBYON_PROVIDER: 'dataplaneapi',
+      KUBEBYON_STATE_FILE: join(stateDir, 'clusters.json'),
+      KUBEBYON_DATAPLANE_URL: tb.url,
+      KUBEBYON_DATAPLANE_USERNAME: DPAPI_USER,
+      KUBEBYON_DATAPLANE_PASSWORD: tb.password,
+      KUBEBYON_DATAPLANE_TIMEOUT_MS: '10000',
+      // 2.6 reloads by signal: a reload it refuses is seen as no new worker within this time.
+      KUBEBYON_DATAPLANE_RELOAD_TIMEOUT_MS: '10000',
+      KUBEBYON_HAPROXY_BIND_ADDR: `127.0.0.1:${sniPort}`,
+      KUBEBYON_PUBLIC_PORT: String(sniPort),
+      ...SERVICE_DEFAULTS,
+      ...extra,
+    }),
+    // The reader's read is cached by configuration version, so this is what the API holds now.
+    routes: async () => routesOf(await reader.readState(AbortSignal.timeout(30_000))),
+    async openTransactions() {
+      const res = await tb.api.get('/services/haproxy/transactions?status=in_progress');
+      if (res.status !== 200)
+        throw new Error(`listing transactions: ${res.status} ${JSON.stringify(res.data)}`);
+      return (res.data as Array<{ id: string }>).map((t) => t.id).sort();
+    },
+    ledger() {
+      if (!existsSync(ledgerFile)) return [];
+      return ((JSON.parse(readFileSync(ledgerFile, 'utf8')) as { open: string[] }).open ?? []).sort();
+    },
+    writeDirs: [stateDir],
+    cut: () => tb.stopApi('KILL'),
+    restore: () => tb.startApi(),
+    restart: () => tb.restart(),
+    containerId: async () => tb.containerId,
+    async stop() {
+      await reader.close();
+      await tb.stop();
+      if (!o.stateDir) rmSync(stateDir, { recursive: true, force: true });
+    },
+  };
+}
+
+async function testbedContainer(dir: string): Promise<string> {
+  const { stdout } = await run('docker', ['ps', '-q', '--filter', `label=${TESTBED_LABEL}`]);
+  for (const id of stdout.split('\n').filter(Boolean)) {
+    const { stdout: mounts } = await run('docker', [
+      'inspect',
+      '-f',
+      '{{range .Mounts}}{{.Source}} {{end}}',
+      id,
+    ]);
+    if (mounts.split(' ').includes(dir)) return id;
+  }
+  throw new Error(`no container mounts ${dir}`);
 }
 
 export async function docker(...args: string[]): Promise<string> {

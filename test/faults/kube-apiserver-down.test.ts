@@ -1,17 +1,18 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { CoreV1Api, KubernetesObjectApi, loadAllYaml, type V1Service } from '@kubernetes/client-node';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it } from 'vitest';
 import { haproxyVersionUnderTest } from '../support/haproxy-testbed.js';
 import { type KubeApiserver, startKubeApiserver } from '../support/kube-apiserver.js';
 import { sniProbe } from '../support/tls.js';
 import {
+  describeFault,
   eventually,
-  type FaultBed,
   metric,
   type PortTlsServer,
   readyz,
   type ServiceChild,
+  type StockFaultBed,
   sleep,
   startFaultBed,
   startNodePortTlsServer,
@@ -35,10 +36,10 @@ function service(name: string, nodePort: number): V1Service {
 // kube-apiserver down for 30 s under KUBEBYON_TOPOLOGY=kubernetes: the service keeps the last known nodes
 // and NodePorts (no route removed while it cannot see them), says so in readiness and metrics, and follows
 // the cluster again once the API is back.
-describe(`kube-apiserver down for 30 s, HAProxy ${haproxyVersionUnderTest()}`, () => {
+describeFault('stock', `kube-apiserver down for 30 s, HAProxy ${haproxyVersionUnderTest()}`, () => {
   let kube: KubeApiserver;
   let admin: CoreV1Api;
-  let bed: FaultBed;
+  let bed: StockFaultBed;
   let svc: ServiceChild;
   const servers: Record<string, PortTlsServer> = {};
   let n = 0;

@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it } from 'vitest';
 import { DEFAULT_RENDER_OPTIONS, renderDesired } from '../../src/haproxy/render.js';
 import { plan } from '../../src/plan/plan.js';
 import type { StockHaproxyProvider } from '../../src/providers/haproxy/provider.js';
@@ -6,14 +6,14 @@ import { interpret } from '../../src/registry/ownership.js';
 import { resolveRoutes } from '../../src/routes/route.js';
 import { haproxyVersionUnderTest } from '../support/haproxy-testbed.js';
 import { type NamedTlsServer, sniProbe, startNamedTlsServer } from '../support/tls.js';
-import { docker, type FaultBed, sleep, startFaultBed } from './harness.js';
+import { describeFault, docker, type StockFaultBed, sleep, startFaultBed } from './harness.js';
 
 // HAProxy restarted at the very moment the provider reloads it: the `reload` never reaches the old master,
 // and the new master loads the owned file (already committed) from disk, with a reload count that starts at 0.
 // The provider must take that as the end of the reload and confirm the new file runs, not wait out its
 // reload timeout for a count that will not pass the old one.
-describe(`HAProxy restarted during a reload, HAProxy ${haproxyVersionUnderTest()}`, () => {
-  let bed: FaultBed;
+describeFault('stock', `HAProxy restarted during a reload, HAProxy ${haproxyVersionUnderTest()}`, () => {
+  let bed: StockFaultBed;
   let backend: NamedTlsServer;
 
   beforeAll(async () => {

@@ -2,14 +2,15 @@ import { execFileSync } from 'node:child_process';
 import { closeSync, mkdtempSync, openSync, rmdirSync, rmSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it } from 'vitest';
 import { haproxyVersionUnderTest } from '../support/haproxy-testbed.js';
 import { type NamedTlsServer, sniProbe, startNamedTlsServer } from '../support/tls.js';
 import {
+  describeFault,
   eventually,
-  type FaultBed,
   readyz,
   type ServiceChild,
+  type StockFaultBed,
   startFaultBed,
   startServiceChild,
 } from './harness.js';
@@ -17,8 +18,8 @@ import {
 // The state folder full (a 64 KiB tmpfs, filled) or read-only (remounted): the tests run as root, whom
 // permissions do not stop. Writes must answer 503 and acknowledge nothing they did not store; the routes in
 // HAProxy stay as they were; once the folder is writable again, writes go through and converge.
-describe(`state folder full or read-only, HAProxy ${haproxyVersionUnderTest()}`, () => {
-  let bed: FaultBed;
+describeFault('stock', `state folder full or read-only, HAProxy ${haproxyVersionUnderTest()}`, () => {
+  let bed: StockFaultBed;
   let service: ServiceChild;
   let stateDir: string;
   const servers: Record<string, NamedTlsServer> = {};

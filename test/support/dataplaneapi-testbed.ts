@@ -61,6 +61,17 @@ export interface DataplaneTestbed {
   dataplaneLog(): string;
   masterCli(command: string): Promise<string>;
   runtimeCli(command: string): Promise<string>;
+  /** The container's id. */
+  containerId: string;
+  /** Sends `signal` to the API's process inside the container; resolves once the API no longer answers. */
+  stopApi(signal?: 'KILL' | 'TERM'): Promise<void>;
+  /** Starts the API again in the container (as a supervisor would); resolves once it answers. */
+  startApi(): Promise<void>;
+  /**
+   * `docker restart -t 0` of the container (HAProxy, and the API with it, killed), then the API started again
+   * once HAProxy runs, as a supervisor would; resolves once the API answers.
+   */
+  restart(): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -216,34 +227,41 @@ export async function startDataplaneTestbed(
       rmSync(dir, { recursive: true, force: true });
     }
   };
-  try {
-    await waitFor(() => loadCount() >= 1, 10_000, 'the first "Loading success"');
-    // A second process in the same container; its parent is the runtime, not HAProxy's master.
+  const url = `http://127.0.0.1:${port}`;
+  const api = axios.create({
+    baseURL: `${url}/v3`,
+    auth: { username: DPAPI_USER, password },
+    validateStatus: () => true,
+    timeout: 30_000,
+    proxy: false,
+  });
+  const answers = () =>
+    api.get('/services/haproxy/configuration/version', { timeout: 2_000 }).then(
+      (res) => res.status === 200,
+      () => false,
+    );
+  const startApi = async () => {
+    // A second process in the same container; its parent is the runtime, not HAProxy's master. Its pid is
+    // kept in the mounted folder, so that a fault test can signal exactly this process.
     await run('docker', [
       'exec',
       '-d',
       started.getId(),
       '/bin/sh',
       '-c',
-      'exec /usr/local/bin/dataplaneapi -f /etc/kubebyon/dataplaneapi.yaml >/etc/kubebyon/dataplaneapi.log 2>&1',
+      'echo $$ >/etc/kubebyon/dataplaneapi.pid; exec /usr/local/bin/dataplaneapi -f /etc/kubebyon/dataplaneapi.yaml >>/etc/kubebyon/dataplaneapi.log 2>&1',
     ]);
-    const url = `http://127.0.0.1:${port}`;
-    const api = axios.create({
-      baseURL: `${url}/v3`,
-      auth: { username: DPAPI_USER, password },
-      validateStatus: () => true,
-      timeout: 30_000,
-      proxy: false,
-    });
     const deadline = Date.now() + 30_000;
-    for (;;) {
-      const res = await api.get('/services/haproxy/configuration/version').catch(() => undefined);
-      if (res?.status === 200) break;
+    while (!(await answers())) {
       if (Date.now() > deadline) {
         throw new Error(`the Data Plane API did not answer at ${url}: ${readLog(dir, 'dataplaneapi.log')}`);
       }
       await new Promise((r) => setTimeout(r, 200));
     }
+  };
+  try {
+    await waitFor(() => loadCount() >= 1, 10_000, 'the first "Loading success"');
+    await startApi();
     return {
       version: shownVersion,
       url,
@@ -255,6 +273,37 @@ export async function startDataplaneTestbed(
       dataplaneLog: () => readLog(dir, 'dataplaneapi.log'),
       masterCli: (command) => unixSocketCommand(join(dir, 'master.sock'), command),
       runtimeCli: (command) => unixSocketCommand(join(dir, 'admin.sock'), command),
+      containerId: started.getId(),
+      async stopApi(signal = 'KILL') {
+        await run('docker', [
+          'exec',
+          started.getId(),
+          '/bin/sh',
+          '-c',
+          `/bin/busybox kill -${signal} "$(cat /etc/kubebyon/dataplaneapi.pid)"`,
+        ]);
+        const deadline = Date.now() + 30_000;
+        while (await answers()) {
+          if (Date.now() > deadline) throw new Error(`the Data Plane API still answers after SIG${signal}`);
+          await new Promise((r) => setTimeout(r, 100));
+        }
+      },
+      startApi,
+      async restart() {
+        await run('docker', ['restart', '-t', '0', started.getId()]);
+        // HAProxy's master answers on its (recreated) socket once it runs again.
+        const deadline = Date.now() + 30_000;
+        const runs = () =>
+          unixSocketCommand(join(dir, 'master.sock'), 'show proc', 1).then(
+            (out) => out.includes('worker'),
+            () => false,
+          );
+        while (!(await runs())) {
+          if (Date.now() > deadline) throw new Error('HAProxy did not run again within 30 s of the restart');
+          await new Promise((r) => setTimeout(r, 100));
+        }
+        await startApi();
+      },
       stop,
     };
   } catch (err) {
