@@ -69,7 +69,13 @@ export async function planCommand(
       if (cluster !== undefined) conflicted.set(cluster, c.detail);
     }
     // The state every cluster would be in after this plan is applied.
-    const after: PassResult = { startedAt: Number.POSITIVE_INFINITY, ok: true, desired, conflicted };
+    const after: PassResult = {
+      startedAt: Date.now(),
+      seen: new Map(s.records.map((r) => [r.name, r.updatedAt])),
+      ok: true,
+      desired,
+      conflicted,
+    };
     const clusters = clusterStatuses(s.records, after, new Map(), s.config.publicPort);
     const text = formatPlan(p);
     if (opts.json) {

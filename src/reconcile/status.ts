@@ -15,8 +15,10 @@ export interface ClusterStatus {
 
 /** The outcome of the last reconcile pass, as far as cluster status is concerned. */
 export interface PassResult {
-  /** When the pass read the desired state; changes after that are still pending. */
+  /** When the pass began. */
   startedAt: number;
+  /** The version (`updatedAt`) of each cluster the pass planned from: a cluster stored since is still pending. */
+  seen: ReadonlyMap<string, number>;
   ok: boolean;
   error?: string;
   desired: DesiredRoutes;
@@ -45,8 +47,8 @@ export function clusterStatuses(
         ? new Date(appliedAt.get(record.name) ?? 0).toISOString()
         : null,
     };
-    // Same-millisecond changes count as pending: the request that followed them guarantees another pass.
-    if (!last || record.updatedAt >= last.startedAt) return { ...base, state: 'pending', reason: null };
+    if (!last || last.seen.get(record.name) !== record.updatedAt)
+      return { ...base, state: 'pending', reason: null };
     const rejection = rejected.get(record.name);
     if (rejection) return { ...base, state: 'rejected', reason: `${rejection.reason}: ${rejection.detail}` };
     const conflict = last.conflicted.get(record.name);

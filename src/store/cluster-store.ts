@@ -105,7 +105,7 @@ export class ClusterStore {
       const record: ClusterRecord = {
         ...input,
         claimedAt: claimedAt(previous, input.host, now),
-        updatedAt: now,
+        updatedAt: nextStamp(previous, now),
       };
       clusters.set(input.name, record);
       return record;
@@ -126,7 +126,7 @@ export class ClusterStore {
         next.set(input.name, {
           ...input,
           claimedAt: claimedAt(previous, input.host, now),
-          updatedAt: previous && sameInput(previous, input) ? previous.updatedAt : now,
+          updatedAt: previous && sameInput(previous, input) ? previous.updatedAt : nextStamp(previous, now),
         });
       }
       const removed = [...clusters.keys()].filter((name) => !next.has(name));
@@ -168,6 +168,12 @@ export class ClusterStore {
     }
     this.writing = undefined;
   }
+}
+
+// Each version of a cluster has its own stamp, even two within one millisecond: a pass tells by the stamp
+// whether it planned from the version now stored.
+function nextStamp(previous: ClusterRecord | undefined, now: number): number {
+  return previous ? Math.max(now, previous.updatedAt + 1) : now;
 }
 
 function parseStoreFile(path: string, text: string): ClusterRecord[] {

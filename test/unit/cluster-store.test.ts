@@ -50,6 +50,16 @@ describe('ClusterStore', () => {
     ).toMatchObject({ claimedAt: 30 });
   });
 
+  it('stamps every version of a cluster apart, even two within one millisecond', async () => {
+    const store = await ClusterStore.open(path);
+    const first = await store.upsert({ name: 'a', host: 'a.example.com', target: { nodePort: 1 } }, 10);
+    const second = await store.upsert({ name: 'a', host: 'a.example.com', target: { nodePort: 2 } }, 10);
+    const third = await store.replaceAll([{ name: 'a', host: 'a.example.com', target: { nodePort: 3 } }], 10);
+    expect([first.updatedAt, second.updatedAt]).toEqual([10, 11]);
+    expect(third).toEqual({ removed: [] });
+    expect(store.get('a')?.updatedAt).toBe(12);
+  });
+
   it('replaces the whole set, reporting what it removed', async () => {
     const store = await ClusterStore.open(path);
     await store.upsert({ name: 'a', host: 'a.example.com', target: { nodePort: 1 } }, 10);
