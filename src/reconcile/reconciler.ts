@@ -28,6 +28,11 @@ export interface ReconcilerOptions {
   publicPort: number;
   /** First delay before a failed pass is tried again by itself (doubles up to 30 s); 0 disables it. */
   failureBackoffMs?: number;
+  /**
+   * After a failed pass, how often HAProxy (or its API) is pinged while it does not answer; the pass is tried
+   * again as soon as it answers, instead of at the end of the backoff. Default 1000; 0 disables it.
+   */
+  recoveryProbeMs?: number;
 }
 
 /** `GET /v1/plan` before the topology has been read: an unread topology is unknown, not empty. */
@@ -51,6 +56,7 @@ interface Waiter {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const MAX_FAILURE_BACKOFF_MS = 30_000;
+const RECOVERY_PING_TIMEOUT_MS = 5_000;
 
 /**
  * Level-triggered and idempotent: events only say "look again". Each pass (`runPass`) reads the whole desired
@@ -65,6 +71,7 @@ export class Reconciler {
   private running: Promise<void> | undefined;
   private resyncTimer: NodeJS.Timeout | undefined;
   private retryTimer: NodeJS.Timeout | undefined;
+  private recoveryTimer: NodeJS.Timeout | undefined;
   private failures = 0;
   private stopped = false;
   private readonly abort = new AbortController();
@@ -103,6 +110,7 @@ export class Reconciler {
     this.stopped = true;
     clearInterval(this.resyncTimer);
     clearTimeout(this.retryTimer);
+    clearTimeout(this.recoveryTimer);
     if (this.running) {
       let timer: NodeJS.Timeout | undefined;
       const expired = new Promise<void>((resolve) => {
@@ -228,6 +236,40 @@ export class Reconciler {
     this.failures++;
     this.retryTimer = setTimeout(() => this.request('retry'), delay);
     this.retryTimer.unref();
+    this.watchRecovery();
+  }
+
+  /**
+   * A pass that failed because HAProxy (or its API) did not answer is tried again the moment it answers,
+   * not when a backoff grown during the outage runs out. Only a provider seen away counts: one that answers
+   * all along failed for another reason (a reload HAProxy refuses), which the backoff paces.
+   */
+  private watchRecovery(): void {
+    const every = this.o.recoveryProbeMs ?? 1000;
+    clearTimeout(this.recoveryTimer);
+    if (every <= 0) return;
+    const failures = this.failures;
+    let seenAway = false;
+    const probe = async () => {
+      // A pass since (the backoff's own retry, or an event) has taken over.
+      if (this.stopped || this.failures !== failures) return;
+      try {
+        await this.o.provider.ping(
+          AbortSignal.any([this.abort.signal, AbortSignal.timeout(RECOVERY_PING_TIMEOUT_MS)]),
+        );
+        if (!seenAway || this.stopped || this.failures !== failures) return;
+        this.o.logger.info('HAProxy answers again; reconciling now');
+        clearTimeout(this.retryTimer);
+        void this.request('provider_back');
+        return;
+      } catch {
+        seenAway = true;
+      }
+      this.recoveryTimer = setTimeout(probe, every);
+      this.recoveryTimer.unref();
+    };
+    this.recoveryTimer = setTimeout(probe, 0);
+    this.recoveryTimer.unref();
   }
 
   private publishGauges(): void {

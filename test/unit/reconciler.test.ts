@@ -256,6 +256,53 @@ describe('Reconciler', () => {
     expect(reconciler.statuses()[0]).toMatchObject({ state: 'applied' });
   });
 
+  it('reports a change applied by the pass that planned from it, even one stored in the same millisecond as the pass began', async () => {
+    make();
+    // A stamp not earlier than the pass's start: what a store on tmpfs and an idle loop produce within one
+    // millisecond. The pass that follows the request plans from this very version.
+    await store.upsert(
+      { name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30443 } },
+      Date.now() + 5,
+    );
+    expect(await reconciler.request('webhook')).toMatchObject({ ok: true });
+    expect(provider.state.backends).toHaveLength(1);
+    expect(reconciler.statuses()[0]).toMatchObject({ state: 'applied' });
+    // A version stored after that pass is pending until a pass plans from it.
+    await store.upsert({ name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30444 } }, 0);
+    expect(reconciler.statuses()[0]).toMatchObject({ state: 'pending' });
+    await reconciler.request('webhook');
+    expect(reconciler.statuses()[0]).toMatchObject({ state: 'applied' });
+  });
+
+  it('tries again as soon as HAProxy answers after an outage, not when a long backoff runs out', async () => {
+    make();
+    // A backoff far longer than the test: only the recovery probe can bring the pass back in time.
+    reconciler = new Reconciler({ ...reconcilerOptions(), failureBackoffMs: 60_000, recoveryProbeMs: 20 });
+    await store.upsert({ name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30443 } });
+    provider.down = new Error('connect ECONNREFUSED 127.0.0.1:5555');
+    expect(await reconciler.request('test')).toMatchObject({ ok: false });
+    await new Promise((r) => setTimeout(r, 200));
+    expect(provider.state.backends).toHaveLength(0);
+    provider.down = undefined;
+    const deadline = Date.now() + 2000;
+    while (provider.state.backends.length === 0 && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 10));
+    expect(provider.state.backends).toHaveLength(1);
+    expect(reconciler.statuses()[0]).toMatchObject({ state: 'applied' });
+  });
+
+  it('leaves a failure with HAProxy answering to the backoff: no retry storm', async () => {
+    make();
+    reconciler = new Reconciler({ ...reconcilerOptions(), failureBackoffMs: 60_000, recoveryProbeMs: 10 });
+    await store.upsert({ name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30443 } });
+    provider.failures.push(new ReloadFailedError('cannot bind socket (Address already in use)'));
+    expect(await reconciler.request('test')).toMatchObject({ ok: false });
+    await new Promise((r) => setTimeout(r, 300));
+    // The ping answered, so nothing but the 60 s backoff may try again.
+    expect(provider.state.backends).toHaveLength(0);
+    expect(reconciler.statuses()[0]).toMatchObject({ state: 'error' });
+  });
+
   it('reports every route as error, and stays unready, when a foreign frontend holds our name', async () => {
     provider.state = {
       frontends: [
