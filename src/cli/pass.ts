@@ -70,7 +70,6 @@ export async function planCommand(
     }
     // The state every cluster would be in after this plan is applied.
     const after: PassResult = {
-      startedAt: Date.now(),
       seen: new Map(s.records.map((r) => [r.name, r.updatedAt])),
       ok: true,
       desired,

@@ -65,7 +65,6 @@ export interface PassReport {
  */
 export async function runPass(i: PassInputs): Promise<PassReport> {
   const { metrics, logger, provider, signal } = i;
-  const startedAt = Date.now();
   const seen = new Map(i.records.map((r) => [r.name, r.updatedAt]));
   const phase = (name: 'render' | 'read' | 'plan' | 'apply') =>
     metrics.reconcilePhaseDuration.startTimer({ phase: name });
@@ -120,11 +119,11 @@ export async function runPass(i: PassInputs): Promise<PassReport> {
           logger.warn({ err: errorText(error), attemptNumber, retriesLeft }, 'reconcile attempt failed'),
       },
     );
-    return { result: { startedAt, seen, ok: true, desired, conflicted }, changed, touched };
+    return { result: { seen, ok: true, desired, conflicted }, changed, touched };
   } catch (err) {
     const error = errorText(err);
     logger.error({ err: error, terminal: err instanceof TerminalError }, 'reconcile failed');
-    return { result: { startedAt, seen, ok: false, error, desired, conflicted }, changed, touched };
+    return { result: { seen, ok: false, error, desired, conflicted }, changed, touched };
   }
 }
 

@@ -15,8 +15,6 @@ export interface ClusterStatus {
 
 /** The outcome of the last reconcile pass, as far as cluster status is concerned. */
 export interface PassResult {
-  /** When the pass began. */
-  startedAt: number;
   /** The version (`updatedAt`) of each cluster the pass planned from: a cluster stored since is still pending. */
   seen: ReadonlyMap<string, number>;
   ok: boolean;
