@@ -10,6 +10,7 @@ import { ConcurrentChangeError, ReloadFailedError, TerminalError } from '../../s
 import { Reconciler, TopologyNotSyncedError } from '../../src/reconcile/reconciler.js';
 import { ClusterStore } from '../../src/store/cluster-store.js';
 import { StaticTopology, type Topology } from '../../src/topology/topology.js';
+import { waitFor } from '../support/wait.js';
 
 const render = DEFAULT_RENDER_OPTIONS;
 
@@ -249,9 +250,7 @@ describe('Reconciler', () => {
     await store.upsert({ name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30443 } });
     provider.failures.push(new ReloadFailedError('cannot bind socket (Address already in use)'));
     expect(await reconciler.request('test')).toMatchObject({ ok: false });
-    const deadline = Date.now() + 5000;
-    while (provider.state.backends.length === 0 && Date.now() < deadline)
-      await new Promise((r) => setTimeout(r, 20));
+    await waitFor(() => provider.state.backends.length > 0, 5000, 'the retried pass to apply', 20);
     expect(provider.state.backends).toHaveLength(1);
     expect(reconciler.statuses()[0]).toMatchObject({ state: 'applied' });
   });
@@ -284,9 +283,7 @@ describe('Reconciler', () => {
     await new Promise((r) => setTimeout(r, 200));
     expect(provider.state.backends).toHaveLength(0);
     provider.down = undefined;
-    const deadline = Date.now() + 2000;
-    while (provider.state.backends.length === 0 && Date.now() < deadline)
-      await new Promise((r) => setTimeout(r, 10));
+    await waitFor(() => provider.state.backends.length > 0, 2000, 'the pass once HAProxy answers', 10);
     expect(provider.state.backends).toHaveLength(1);
     expect(reconciler.statuses()[0]).toMatchObject({ state: 'applied' });
   });
