@@ -5,10 +5,10 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { cpus, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { DEFAULT_RENDER_OPTIONS, renderDesired } from '../src/haproxy/render.js';
-import { applyToState } from '../src/plan/apply-to-state.js';
 import { plan } from '../src/plan/plan.js';
 import { type RouteClaim, resolveRoutes } from '../src/routes/route.js';
 import { ClusterStore } from '../src/store/cluster-store.js';
+import { applyToState } from '../test/contract/oracle.js';
 
 const SIZES = [10, 100, 1000, 5000];
 const NODES = ['10.0.0.1', '10.0.0.2', '10.0.0.3'];

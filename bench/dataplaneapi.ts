@@ -12,7 +12,6 @@ import { DEFAULT_RENDER_OPTIONS, renderDesired } from '../src/haproxy/render.js'
 import { backendNameFor } from '../src/naming/names.js';
 import { plan } from '../src/plan/plan.js';
 import { DataplaneProvider } from '../src/providers/dataplaneapi/provider.js';
-import { interpret, ownerTags } from '../src/registry/ownership.js';
 import { resolveRoutes } from '../src/routes/route.js';
 import {
   DPAPI_USER,
@@ -21,6 +20,7 @@ import {
   startDataplaneTestbed,
 } from '../test/support/dataplaneapi-testbed.js';
 import type { HaproxyVersion } from '../test/support/haproxy-testbed.js';
+import { interpret, ownerTags, registry } from '../test/support/owner.js';
 import { freeLoopbackPort } from '../test/support/ports.js';
 
 process.env.TESTCONTAINERS_RYUK_DISABLED = 'true';
@@ -105,6 +105,7 @@ async function main(): Promise<void> {
           timeoutMs: 600_000,
           reloadTimeoutMs: 600_000,
           runtimeMaxServers,
+          owner: registry,
           logger: pino({ level: 'silent' }),
         });
       const provider = make(1_000_000);
@@ -115,11 +116,9 @@ async function main(): Promise<void> {
       };
       const passWith = async (p: DataplaneProvider, c: ReturnType<typeof claims>) =>
         timed(async () => {
-          const pl = plan(
-            renderDesired(resolveRoutes(c).routes, render),
-            interpret(await p.readState(AbortSignal.timeout(600_000))),
-          );
-          const report = await p.apply(pl, AbortSignal.timeout(600_000));
+          const current = await p.readState(AbortSignal.timeout(600_000));
+          const pl = plan(renderDesired(resolveRoutes(c).routes, render), interpret(current));
+          const report = await p.apply(pl, current, AbortSignal.timeout(600_000));
           return { ops: pl.operations.length, ...report };
         });
       const [, coldRead] = await timed(() => provider.readState(AbortSignal.timeout(600_000)));

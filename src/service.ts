@@ -7,6 +7,8 @@ import { createMetrics, type Metrics } from './metrics/metrics.js';
 import { createProvider } from './providers/index.js';
 import { errorText, type Provider } from './providers/provider.js';
 import { Reconciler } from './reconcile/reconciler.js';
+import { OwnedProvider } from './registry/owned-provider.js';
+import { Registry } from './registry/registry.js';
 import { ClusterStore } from './store/cluster-store.js';
 import { KubernetesTopology, loadKubeConfig } from './topology/kubernetes.js';
 import { StaticTopology, type Topology } from './topology/topology.js';
@@ -153,16 +155,20 @@ export async function startService(config: Config, deps: ServiceDeps = {}): Prom
   const metrics = createMetrics();
   const store = await ClusterStore.open(config.stateFile);
   const providerLabel = { provider: config.provider.kind };
-  const provider =
+  const registry = new Registry(config.ownerId);
+  // Every provider, given or made, goes behind the registry: no plan reaches it unchecked.
+  const inner =
     deps.provider ??
     (await createProvider(config.provider, {
       logger,
+      owner: registry,
       stateDir: dirname(config.stateFile),
       traffic: {
         request: () => metrics.providerRequests.inc(providerLabel),
         bytes: (direction, n) => metrics.providerBytes.inc({ ...providerLabel, direction }, n),
       },
     }));
+  const provider = new OwnedProvider(inner, registry);
   let reconciler: Reconciler | undefined;
   const { topology, kube } = buildTopology(
     config,

@@ -15,9 +15,9 @@ import { renderOwnedFile } from '../../src/providers/haproxy/owned-file.js';
 import { StockHaproxyProvider } from '../../src/providers/haproxy/provider.js';
 import { parseReloadAnswer, parseShowProc } from '../../src/providers/haproxy/runtime-text.js';
 import { ConcurrentChangeError, type Provider, type ProviderTraffic } from '../../src/providers/provider.js';
-import { interpret, ownerTags } from '../../src/registry/ownership.js';
 import { resolveRoutes } from '../../src/routes/route.js';
 import { DPAPI_USER } from '../../test/support/dataplaneapi-testbed.js';
+import { interpret, ownerTags, registry } from '../../test/support/owner.js';
 import { type Counts, zeroCounts } from './counting-proxy.js';
 import type { BenchKube } from './kube.js';
 import { type Resources, type ServiceProcess, startService } from './service.js';
@@ -306,10 +306,15 @@ class Naive extends PerChange {
         timeoutMs: 600_000,
         reloadTimeoutMs: 600_000,
         runtimeMaxServers: 4,
+        owner: registry,
         logger,
       });
     } else if (target.stock) {
-      this.provider = new StockHaproxyProvider(target.stock, { logger, traffic: this.traffic });
+      this.provider = new StockHaproxyProvider(target.stock, {
+        logger,
+        owner: registry,
+        traffic: this.traffic,
+      });
     } else throw new Error('no provider for the target');
   }
 
@@ -317,9 +322,10 @@ class Naive extends PerChange {
     for (let attempt = 1; ; attempt++) {
       try {
         const signal = AbortSignal.timeout(600_000);
-        const p = plan(config, interpret(await this.provider.readState(signal)));
+        const current = await this.provider.readState(signal);
+        const p = plan(config, interpret(current));
         if (p.operations.length === 0) return;
-        await this.provider.apply(p, signal);
+        await this.provider.apply(p, current, signal);
         this.applied++;
         return;
       } catch (err) {

@@ -7,6 +7,8 @@ import { createProvider } from '../providers/index.js';
 import { errorText, type Provider, type ProviderInfo } from '../providers/provider.js';
 import { desiredConfig, planAgainst, runPass } from '../reconcile/pass.js';
 import { type ClusterStatus, clusterStatuses, type PassResult } from '../reconcile/status.js';
+import { OwnedProvider } from '../registry/owned-provider.js';
+import { Registry } from '../registry/registry.js';
 import { createLogger } from '../service.js';
 import { type ClusterRecord, ClusterStore } from '../store/cluster-store.js';
 import { KubernetesTopology, loadKubeConfig } from '../topology/kubernetes.js';
@@ -30,7 +32,7 @@ interface Session {
   records: ClusterRecord[];
   source: string;
   topology: Topology;
-  provider: Provider;
+  provider: OwnedProvider;
   info: ProviderInfo;
   logger: Logger;
   metrics: Metrics;
@@ -132,15 +134,16 @@ export async function applyCommand(
   try {
     // Seeing the plan that was applied (or tried) is the point of running this by hand.
     let tried: Plan | undefined;
-    const provider: Provider = {
+    const seen: Provider = {
       name: s.provider.name,
       readState: (signal) => s.provider.readState(signal),
       ping: (signal) => s.provider.ping(signal),
-      apply: (p, signal) => {
+      apply: (p, current, signal) => {
         tried = p;
-        return s.provider.apply(p, signal);
+        return s.provider.apply(p, current, signal);
       },
     };
+    const provider = new OwnedProvider(seen, s.provider.registry);
     const report = await runPass({
       records: s.records,
       topology: s.topology,
@@ -245,8 +248,10 @@ async function open(
     } else {
       topology = new StaticTopology(config.topology.nodeAddresses);
     }
-    const provider = deps.provider ?? (await createProvider(config.provider, { logger }));
-    if (!deps.provider) cleanups.push(() => provider.close?.());
+    const registry = new Registry(config.ownerId);
+    const inner = deps.provider ?? (await createProvider(config.provider, { logger, owner: registry }));
+    if (!deps.provider) cleanups.push(() => inner.close?.());
+    const provider = new OwnedProvider(inner, registry);
     let info: ProviderInfo;
     try {
       info = await provider.ping(AbortSignal.any([controller.signal, AbortSignal.timeout(10_000)]));

@@ -3,6 +3,7 @@ import { isIP } from 'node:net';
 import { z } from 'zod';
 import { DEFAULT_RENDER_OPTIONS, type RenderOptions } from '../haproxy/render.js';
 import { validatePrefix } from '../naming/names.js';
+import { DEFAULT_OWNER_ID, OWNER_ID } from '../registry/registry.js';
 import { parseBindAddr } from './bind.js';
 
 /**
@@ -19,6 +20,7 @@ export const ENV_DEFAULTS = {
   KUBEBYON_WAIT_TIMEOUT_MS: '30000',
   KUBEBYON_SHUTDOWN_GRACE_MS: '20000',
   KUBEBYON_PROVIDER: 'dataplaneapi',
+  KUBEBYON_OWNER_ID: DEFAULT_OWNER_ID,
   // The rendering defaults are DEFAULT_RENDER_OPTIONS's, written once there.
   KUBEBYON_HAPROXY_BIND_ADDR: `:${DEFAULT_RENDER_OPTIONS.bind.port}`,
   KUBEBYON_HAPROXY_FRONTEND_NAME: DEFAULT_RENDER_OPTIONS.frontendName,
@@ -90,6 +92,9 @@ const BaseFields = z.object({
   KUBEBYON_WAIT_TIMEOUT_MS: int(100, 600_000),
   KUBEBYON_SHUTDOWN_GRACE_MS: int(0, 600_000),
   KUBEBYON_PROVIDER: z.enum(['dataplaneapi', 'haproxy']),
+  KUBEBYON_OWNER_ID: z
+    .string()
+    .regex(OWNER_ID, 'must be 1-63 of a-z 0-9 . _ -, starting and ending with a letter or digit'),
   KUBEBYON_HAPROXY_BIND_ADDR: bindAddr,
   KUBEBYON_HAPROXY_FRONTEND_NAME: z.string().regex(HAPROXY_NAME, 'must be 1-64 of A-Z a-z 0-9 _ . : -'),
   KUBEBYON_HAPROXY_NAME_PREFIX: z
@@ -143,6 +148,7 @@ const BaseEnv = BaseFields.transform((e) => ({
   },
   stateFile: e.KUBEBYON_STATE_FILE,
   logLevel: e.KUBEBYON_LOG_LEVEL,
+  ownerId: e.KUBEBYON_OWNER_ID,
   shutdownGraceMs: e.KUBEBYON_SHUTDOWN_GRACE_MS,
   webhook: {
     auth: e.KUBEBYON_WEBHOOK_AUTH,

@@ -7,6 +7,17 @@
 /** Key/value tags stored with an object (Data Plane API `metadata`, or a comment in an owned file). */
 export type Tags = Readonly<Record<string, string>>;
 
+/**
+ * Who writes: the tags to store with what is created, and whether tags read back are this owner's. Only the
+ * registry (`src/registry/registry.ts`) implements it; providers use it to tag what they write and to tell
+ * their own parts of a frontend (bind, tcp rules) from parts another tool added.
+ */
+export interface Owner {
+  readonly id: string;
+  tags(cluster?: string): Tags;
+  owns(tags: Tags): boolean;
+}
+
 export interface RawServer {
   name: string;
   address: string;

@@ -29,13 +29,20 @@ export interface ProviderInfo {
 }
 
 /**
- * Where plans are applied. Providers do plain I/O: they read HAProxy's objects with their tags (ownership is
- * decided by `src/registry/ownership.ts`, not here), store `ownerTags()` with every object a plan creates,
- * and never change an object the plan does not name.
+ * Where plans are applied. Providers do plain I/O: they read HAProxy's objects with their tags, store the
+ * owner's tags (`Owner.tags()`, given at construction) with every object a plan creates, and never change an
+ * object the plan does not name. Ownership is decided by `src/registry/registry.ts` and enforced before a
+ * plan reaches a provider by `src/registry/owned-provider.ts`; what each operation means is
+ * `src/plan/apply.ts`.
  *
  * Contract (checked for every provider by `test/contract/provider-contract.ts`):
- * - `apply` applies a non-empty plan as one unit, or not at all; after it, `interpret(readState())` equals
- *   `applyToState(before, plan.operations)`. An empty plan writes nothing.
+ * - `apply(plan, current)` is handed the state the plan was made from (a `readState` answer of the same
+ *   provider; a provider may keep what it learned in that read, keyed by that object, and must read again when
+ *   HAProxy moved since). It applies a non-empty plan as one unit, or not at all; after it,
+ *   `interpret(readState())` equals the oracle's `applyToState(before, plan.operations)`. An empty plan writes
+ *   nothing. One exception, stated and tested: the Data Plane API's runtime path sends one request per server
+ *   moved, with no undo; when one fails, the moves before it stay applied, the rest are not, and the error
+ *   makes the loop plan again from a fresh read, which finishes the move (`test/unit/dataplaneapi-provider`).
  * - Every call honours its `AbortSignal`: an aborted call rejects promptly and leaves HAProxy as it was.
  * - Errors that retrying cannot fix are `TerminalError`s; `ConcurrentChangeError` asks for re-read and re-plan;
  *   anything else is transient and retried with backoff.
@@ -44,7 +51,7 @@ export interface Provider {
   /** `dataplaneapi`, `haproxy` or `memory`: the metrics and logs name it. */
   readonly name: string;
   readState(signal: AbortSignal): Promise<RawState>;
-  apply(plan: Plan, signal: AbortSignal): Promise<ApplyReport>;
+  apply(plan: Plan, current: RawState, signal: AbortSignal): Promise<ApplyReport>;
   /** A cheap request that proves HAProxy answers, for readiness. */
   ping(signal: AbortSignal): Promise<ProviderInfo>;
   /** Releases connections and timers. */

@@ -8,11 +8,10 @@ import { type Plan, plan } from '../plan/plan.js';
 import {
   ConcurrentChangeError,
   errorText,
-  type Provider,
   ReloadFailedError,
   TerminalError,
 } from '../providers/provider.js';
-import { interpret } from '../registry/ownership.js';
+import type { OwnedProvider } from '../registry/owned-provider.js';
 import type { ClusterRecord } from '../store/cluster-store.js';
 import type { Topology } from '../topology/topology.js';
 import { type DesiredRoutes, desiredRoutes } from './desired.js';
@@ -33,16 +32,16 @@ export function desiredConfig(
 /** Reads HAProxy once and plans against it: what a pass would apply now. */
 export async function planAgainst(
   config: DesiredConfig,
-  provider: Provider,
+  provider: OwnedProvider,
   signal: AbortSignal,
 ): Promise<Plan> {
-  return plan(config, interpret(await provider.readState(signal)));
+  return plan(config, provider.registry.interpret(await provider.readState(signal)));
 }
 
 export interface PassInputs {
   records: readonly ClusterRecord[];
   topology: Topology;
-  provider: Provider;
+  provider: OwnedProvider;
   render: RenderOptions;
   /** Attempts after the first: a concurrent change is re-read and re-planned, transient errors backed off. */
   retries: number;
@@ -82,7 +81,7 @@ export async function runPass(i: PassInputs): Promise<PassReport> {
         const raw = await provider.readState(signal);
         endRead();
         const endPlan = phase('plan');
-        const p = plan(config, interpret(raw));
+        const p = plan(config, provider.registry.interpret(raw));
         endPlan();
         conflicted.clear();
         for (const c of p.conflicts) {
@@ -97,7 +96,7 @@ export async function runPass(i: PassInputs): Promise<PassReport> {
         logPlan(logger, p);
         const endApply = phase('apply');
         try {
-          const report = await provider.apply(p, signal);
+          const report = await provider.apply(p, raw, signal);
           metrics.transactions.inc({ result: 'committed' });
           if (report.reload === 'succeeded') metrics.reloads.inc({ result: 'succeeded' });
         } catch (err) {

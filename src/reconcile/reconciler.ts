@@ -3,7 +3,7 @@ import type { RenderOptions } from '../haproxy/render.js';
 import type { Metrics } from '../metrics/metrics.js';
 import { formatPlan } from '../plan/format.js';
 import type { Plan } from '../plan/plan.js';
-import type { Provider } from '../providers/provider.js';
+import type { OwnedProvider } from '../registry/owned-provider.js';
 import type { ClusterStore } from '../store/cluster-store.js';
 import type { Topology } from '../topology/topology.js';
 import { desiredConfig, planAgainst, runPass } from './pass.js';
@@ -12,7 +12,7 @@ import { CLUSTER_STATES, type ClusterStatus, clusterStatuses, type PassResult } 
 export interface ReconcilerOptions {
   store: ClusterStore;
   topology: Topology;
-  provider: Provider;
+  provider: OwnedProvider;
   render: RenderOptions;
   metrics: Metrics;
   logger: Logger;

@@ -2,12 +2,13 @@ import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { HaproxyState, RawState } from '../../src/haproxy/model.js';
 import { type RenderOptions, renderDesired } from '../../src/haproxy/render.js';
-import { applyToState } from '../../src/plan/apply-to-state.js';
 import { type Plan, plan } from '../../src/plan/plan.js';
 import type { Provider } from '../../src/providers/provider.js';
-import { interpret, isOwned } from '../../src/registry/ownership.js';
+import { OwnedProvider } from '../../src/registry/owned-provider.js';
 import { compareStrings, resolveRoutes } from '../../src/routes/route.js';
 import { claimsArb } from '../support/arbitraries.js';
+import { interpret, isOwned, registry } from '../support/owner.js';
+import { applyToState } from './oracle.js';
 
 export interface ProviderUnderTest {
   provider: Provider;
@@ -51,8 +52,9 @@ const stepsArb = fc.array(claimsArb, { minLength: 1, maxLength: 3 });
 
 /**
  * The contract every provider must pass (external-dns keeps a strict reference provider for the same reason):
- * random plans applied through `apply` read back as `applyToState` says they should; foreign objects never
- * change; an empty plan writes nothing; an aborted or refused apply leaves HAProxy as it was.
+ * random plans applied through `apply` read back as the oracle's `applyToState` says they should; foreign
+ * objects never change; an empty plan writes nothing; an aborted or refused apply leaves HAProxy as it was.
+ * The provider runs behind the registry (`OwnedProvider`), as the service runs it.
  */
 export function describeProvider(
   name: string,
@@ -61,13 +63,20 @@ export function describeProvider(
 ): void {
   describe(`provider contract: ${name}`, () => {
     let t: ProviderUnderTest;
+    let owned: OwnedProvider;
     const timeout = options.timeoutMs ?? 5_000;
-    const read = async () => canonical(interpret(await t.provider.readState(signal())));
-    const planFor = async (claims: Parameters<typeof resolveRoutes>[0]): Promise<Plan> =>
-      plan(renderDesired(resolveRoutes(claims).routes, t.render), await read());
+    const read = async () => canonical(interpret(await owned.readState(signal())));
+    /** A plan and the raw state it was made from, as a pass hands both to `apply`. */
+    const planFor = async (
+      claims: Parameters<typeof resolveRoutes>[0],
+    ): Promise<{ p: Plan; current: RawState }> => {
+      const current = await owned.readState(signal());
+      return { p: plan(renderDesired(resolveRoutes(claims).routes, t.render), interpret(current)), current };
+    };
 
     beforeAll(async () => {
       t = await make();
+      owned = new OwnedProvider(t.provider, registry);
     }, 120_000);
     afterAll(async () => {
       await t?.cleanup();
@@ -82,15 +91,15 @@ export function describeProvider(
             const foreign = foreignOf(await t.provider.readState(signal()));
             for (const claims of steps) {
               const before = await read();
-              const p = await planFor(claims);
-              await t.provider.apply(p, signal());
+              const { p, current } = await planFor(claims);
+              await owned.apply(p, current, signal());
               const expected = canonical(applyToState(before, p.operations));
               expect(await read()).toEqual(expected);
               if (t.fresh)
                 expect(canonical(interpret(await t.fresh().readState(signal())))).toEqual(expected);
               expect(foreignOf(await t.provider.readState(signal()))).toEqual(foreign);
               // Applied means converged: planning again finds nothing to do.
-              expect((await planFor(claims)).operations).toEqual([]);
+              expect((await planFor(claims)).p.operations).toEqual([]);
             }
           }),
           { numRuns: options.runs },
@@ -104,7 +113,7 @@ export function describeProvider(
       async () => {
         await t.reset();
         const before = await t.provider.readState(signal());
-        const report = await t.provider.apply({ operations: [], conflicts: [] }, signal());
+        const report = await owned.apply({ operations: [], conflicts: [] }, before, signal());
         expect(report).toEqual({ reload: 'none', requests: 0 });
         expect(await t.provider.readState(signal())).toEqual(before);
       },
@@ -116,12 +125,12 @@ export function describeProvider(
       async () => {
         await t.reset();
         const before = await read();
-        const p = await planFor([
+        const { p, current } = await planFor([
           { cluster: 'aborted', host: 'aborted.example.com', endpoints: [], claimedAt: 0 },
         ]);
         const controller = new AbortController();
         controller.abort(new Error('shutting down'));
-        await expect(t.provider.apply(p, controller.signal)).rejects.toThrow();
+        await expect(owned.apply(p, current, controller.signal)).rejects.toThrow();
         expect(await read()).toEqual(before);
       },
       timeout,
@@ -131,13 +140,14 @@ export function describeProvider(
       'refuses an operation on an object it does not own, and changes nothing',
       async () => {
         await t.reset();
-        const raw = await t.provider.readState(signal());
+        const raw = await owned.readState(signal());
         const foreign = raw.backends.find((b) => !isOwned(b.tags));
         expect(foreign, 'the fixture has a foreign backend').toBeDefined();
         const before = await read();
         await expect(
-          t.provider.apply(
+          owned.apply(
             { operations: [{ kind: 'delete_backend', name: foreign?.name ?? '' }], conflicts: [] },
+            raw,
             signal(),
           ),
         ).rejects.toThrow();

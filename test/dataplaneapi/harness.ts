@@ -7,7 +7,7 @@ import {
 } from '../../src/providers/dataplaneapi/provider.js';
 import type { Provider } from '../../src/providers/provider.js';
 import { type PassReport, runPass } from '../../src/reconcile/pass.js';
-import { isOwned } from '../../src/registry/ownership.js';
+import { OwnedProvider } from '../../src/registry/owned-provider.js';
 import type { ClusterRecord } from '../../src/store/cluster-store.js';
 import { StaticTopology } from '../../src/topology/topology.js';
 import {
@@ -19,6 +19,7 @@ import {
   startDataplaneTestbed,
 } from '../support/dataplaneapi-testbed.js';
 import type { HaproxyVersion } from '../support/haproxy-testbed.js';
+import { isOwned, registry } from '../support/owner.js';
 import { freeLoopbackPort } from '../support/ports.js';
 import { type NamedTlsServer, startNamedTlsServer } from '../support/tls.js';
 import { waitFor } from '../support/wait.js';
@@ -82,6 +83,7 @@ export async function startHarness(): Promise<Harness> {
         runtimeMaxServers: 10,
         // Most tests count requests and open transactions: one opened ahead would be in the way.
         prepareTransactions: false,
+        owner: registry,
         logger: silent,
         ...options,
       });
@@ -111,7 +113,7 @@ export function pass(
   return runPass({
     records,
     topology: new StaticTopology(['127.0.0.1']),
-    provider,
+    provider: new OwnedProvider(provider, registry),
     render,
     retries,
     signal: AbortSignal.timeout(120_000),

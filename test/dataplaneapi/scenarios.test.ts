@@ -1,7 +1,9 @@
 import { createServer, type Server } from 'node:net';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { DataplaneProvider } from '../../src/providers/dataplaneapi/provider.js';
+import { OwnedProvider } from '../../src/registry/owned-provider.js';
 import { startProxy } from '../support/http-proxy.js';
+import { registry } from '../support/owner.js';
 import { freeLoopbackPort } from '../support/ports.js';
 import { sniProbe } from '../support/tls.js';
 import { waitFor } from '../support/wait.js';
@@ -79,7 +81,7 @@ describe.skipIf(!source)(`Data Plane API provider on HAProxy ${versionUnderTest(
     expect((await pass(h, provider, base)).result.ok).toBe(true);
     const requestsFor = async (existing: ReturnType<typeof record>[], name: string) => {
       const counted = h.provider();
-      const { interpret } = await import('../../src/registry/ownership.js');
+      const { interpret } = await import('../support/owner.js');
       const { plan } = await import('../../src/plan/plan.js');
       const { renderDesired } = await import('../../src/haproxy/render.js');
       const { resolveRoutes } = await import('../../src/routes/route.js');
@@ -89,11 +91,9 @@ describe.skipIf(!source)(`Data Plane API provider on HAProxy ${versionUnderTest(
         endpoints: [{ address: '127.0.0.1', port: 'nodePort' in r.target ? r.target.nodePort : 0 }],
         claimedAt: 1,
       }));
-      const p = plan(
-        renderDesired(resolveRoutes(claims).routes, h.render),
-        interpret(await counted.readState(AbortSignal.timeout(30_000))),
-      );
-      const report = await counted.apply(p, AbortSignal.timeout(60_000));
+      const current = await counted.readState(AbortSignal.timeout(30_000));
+      const p = plan(renderDesired(resolveRoutes(claims).routes, h.render), interpret(current));
+      const report = await counted.apply(p, current, AbortSignal.timeout(60_000));
       return report.requests;
     };
     const small = await requestsFor(base, 'gamma1');
@@ -353,9 +353,11 @@ describe.skipIf(!source)(`Data Plane API provider on HAProxy ${versionUnderTest(
   });
 
   it('leaves no transaction of its own open after a failed apply', async () => {
+    const current = await provider.readState(AbortSignal.timeout(10_000));
     await expect(
-      provider.apply(
+      new OwnedProvider(provider, registry).apply(
         { operations: [{ kind: 'delete_backend', name: 'console_tls' }], conflicts: [] },
+        current,
         AbortSignal.timeout(10_000),
       ),
     ).rejects.toThrow(/not owned/);

@@ -12,7 +12,6 @@ import { LEDGER_FILE } from '../../src/providers/dataplaneapi/index.js';
 import { DataplaneProvider } from '../../src/providers/dataplaneapi/provider.js';
 import type { StockHaproxyProvider } from '../../src/providers/haproxy/provider.js';
 import { StockHaproxyProvider as Provider } from '../../src/providers/haproxy/provider.js';
-import { interpret } from '../../src/registry/ownership.js';
 import {
   DPAPI_USER,
   dataplaneSource,
@@ -26,6 +25,7 @@ import {
   startHaproxyTestbed,
   TESTBED_LABEL,
 } from '../support/haproxy-testbed.js';
+import { interpret, registry } from '../support/owner.js';
 import { freeLoopbackPort } from '../support/ports.js';
 import { operatorConfig, stockConfigFor } from '../support/stock-haproxy.js';
 import { testKeyPair } from '../support/tls.js';
@@ -309,7 +309,10 @@ async function startStockBed(o: FaultBedOptions): Promise<StockFaultBed> {
   if (!owned) throw new Error('no owned file');
   const stateDir = o.stateDir ?? mkdtempSync(join(tmpdir(), 'kubebyon-faults-'));
   const secret = randomBytes(24).toString('hex');
-  const reader = new Provider(stockConfigFor(haproxy), { logger: pino({ level: 'silent' }) });
+  const reader = new Provider(stockConfigFor(haproxy), {
+    logger: pino({ level: 'silent' }),
+    owner: registry,
+  });
   const socket = owned.masterSocket;
   const containerId = () => testbedContainer(haproxy.dir);
   return {
@@ -375,6 +378,7 @@ async function startDataplaneBed(o: FaultBedOptions): Promise<FaultBed> {
     reloadTimeoutMs: 10_000,
     runtimeMaxServers: 0,
     prepareTransactions: false,
+    owner: registry,
     logger: pino({ level: 'silent' }),
   });
   const ledgerFile = join(stateDir, LEDGER_FILE);

@@ -2,9 +2,9 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { DEFAULT_RENDER_OPTIONS, renderDesired } from '../../src/haproxy/render.js';
 import { plan } from '../../src/plan/plan.js';
 import type { StockHaproxyProvider } from '../../src/providers/haproxy/provider.js';
-import { interpret } from '../../src/registry/ownership.js';
 import { resolveRoutes } from '../../src/routes/route.js';
 import { haproxyVersionUnderTest } from '../support/haproxy-testbed.js';
+import { interpret } from '../support/owner.js';
 import { type NamedTlsServer, sniProbe, startNamedTlsServer } from '../support/tls.js';
 import { describeFault, docker, type StockFaultBed, sleep, startFaultBed } from './harness.js';
 
@@ -57,10 +57,11 @@ describeFault('stock', `HAProxy restarted during a reload, HAProxy ${haproxyVers
       await docker('restart', '-t', '0', id);
       return '';
     };
-    const p = plan(desired, interpret(await provider.readState(AbortSignal.timeout(30_000))));
+    const current = await provider.readState(AbortSignal.timeout(30_000));
+    const p = plan(desired, interpret(current));
     expect(p.operations.map((o) => o.kind)).toContain('create_frontend');
     const started = Date.now();
-    const report = await provider.apply(p, AbortSignal.timeout(60_000));
+    const report = await provider.apply(p, current, AbortSignal.timeout(60_000));
     const ms = Date.now() - started;
     cli.send = send;
     expect(restarted).toBe(true);

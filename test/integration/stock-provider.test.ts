@@ -4,18 +4,18 @@ import { join } from 'node:path';
 import pino from 'pino';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { DEFAULT_RENDER_OPTIONS, type RenderOptions, renderDesired } from '../../src/haproxy/render.js';
+import { applyOperations } from '../../src/plan/apply.js';
 import { type Plan, plan } from '../../src/plan/plan.js';
-import { applyOperations } from '../../src/providers/haproxy/operations.js';
 import { parseOwnedFile, renderOwnedFile } from '../../src/providers/haproxy/owned-file.js';
 import { StockHaproxyProvider } from '../../src/providers/haproxy/provider.js';
 import { ReloadFailedError, TerminalError } from '../../src/providers/provider.js';
-import { interpret, isOwned } from '../../src/registry/ownership.js';
 import { type RouteClaim as Claim, resolveRoutes } from '../../src/routes/route.js';
 import {
   type HaproxyTestbed,
   haproxyVersionUnderTest,
   startHaproxyTestbed,
 } from '../support/haproxy-testbed.js';
+import { interpret, isOwned, registry } from '../support/owner.js';
 import { freeLoopbackPort } from '../support/ports.js';
 import { operatorConfig, stockConfigFor, stockProviderFor } from '../support/stock-haproxy.js';
 import { type NamedTlsServer, sniProbe, startNamedTlsServer } from '../support/tls.js';
@@ -46,7 +46,7 @@ describe(`haproxy provider on HAProxy ${version}`, () => {
   });
   const converge = async (claims: Claim[], options = render) => {
     const p = await planFor(claims, options);
-    const report = await provider.apply(p, signal());
+    const report = await provider.apply(p, await provider.readState(signal()), signal());
     expect((await planFor(claims, options)).operations).toEqual([]);
     return { plan: p, report };
   };
@@ -169,7 +169,9 @@ describe(`haproxy provider on HAProxy ${version}`, () => {
       conflicts: [],
     };
     expect(bad.operations.map((o) => o.kind)).toEqual(['update_frontend']);
-    const error = await provider.apply(bad, signal()).catch((e: unknown) => e);
+    const error = await provider
+      .apply(bad, await provider.readState(signal()), signal())
+      .catch((e: unknown) => e);
     expect(error).toBeInstanceOf(TerminalError);
     expect(String(error)).toMatch(/no_such_backend/);
     expect(readFileSync(ownedPath)).toEqual(before);
@@ -195,7 +197,9 @@ describe(`haproxy provider on HAProxy ${version}`, () => {
       ),
       conflicts: [],
     };
-    await expect(provider.apply(evil, signal())).rejects.toThrow(TerminalError);
+    await expect(provider.apply(evil, await provider.readState(signal()), signal())).rejects.toThrow(
+      TerminalError,
+    );
     expect(readFileSync(ownedPath)).toEqual(before);
   });
 
@@ -209,7 +213,9 @@ describe(`haproxy provider on HAProxy ${version}`, () => {
         ...render,
         bind: { address: '127.0.0.1', port: held.port },
       });
-      const error = await provider.apply(p, signal()).catch((e: unknown) => e);
+      const error = await provider
+        .apply(p, await provider.readState(signal()), signal())
+        .catch((e: unknown) => e);
       expect(error).toBeInstanceOf(ReloadFailedError);
       // 3.0's master answers `reload` with the startup log; 2.6's answers nothing, so there is no reason to give.
       if (version === '3.0') expect(String(error)).toMatch(/cannot bind socket \(Address already in use\)/);
@@ -247,13 +253,13 @@ describe(`haproxy provider on HAProxy ${version}`, () => {
     writeFileSync(misplaced, '');
     const wrong = new StockHaproxyProvider(
       { ...stockConfigFor(haproxy), ownedFile: misplaced },
-      { logger: pino({ level: 'silent' }) },
+      { logger: pino({ level: 'silent' }), owner: registry },
     );
     const p = plan(
       renderDesired(resolveRoutes([claim('x', 'x.example.com', a.port)]).routes, render),
       interpret(await wrong.readState(signal())),
     );
-    await expect(wrong.apply(p, signal())).rejects.toThrow(
+    await expect(wrong.apply(p, await wrong.readState(signal()), signal())).rejects.toThrow(
       /does not run the owned file: is it started with -f/,
     );
     expect(readFileSync(misplaced, 'utf8')).toBe('');
@@ -264,7 +270,7 @@ describe(`haproxy provider on HAProxy ${version}`, () => {
     // As if the service had died between writing the file and reloading: the file names a route HAProxy lacks.
     const wanted = [claim('x', 'x.example.com', a.port), claim('y', 'y.example.com', b.port)];
     const raw = await provider.readState(signal());
-    const next = applyOperations(raw, (await planFor(wanted)).operations);
+    const next = applyOperations(raw, (await planFor(wanted)).operations, registry);
     writeFileSync(
       ownedPath,
       renderOwnedFile({

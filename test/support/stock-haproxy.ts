@@ -2,6 +2,7 @@ import pino, { type Logger } from 'pino';
 import type { StockHaproxyConfig } from '../../src/config/env.js';
 import { StockHaproxyProvider } from '../../src/providers/haproxy/provider.js';
 import type { HaproxyTestbed } from './haproxy-testbed.js';
+import { registry } from './owner.js';
 
 /**
  * The operator's own configuration in tests of the stock-HAProxy provider: a foreign TLS frontend and its
@@ -40,5 +41,5 @@ export function stockConfigFor(haproxy: HaproxyTestbed): StockHaproxyConfig {
 }
 
 export function stockProviderFor(haproxy: HaproxyTestbed, logger: Logger = pino({ level: 'silent' })) {
-  return new StockHaproxyProvider(stockConfigFor(haproxy), { logger });
+  return new StockHaproxyProvider(stockConfigFor(haproxy), { logger, owner: registry });
 }

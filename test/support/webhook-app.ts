@@ -8,10 +8,12 @@ import { DEFAULT_RENDER_OPTIONS } from '../../src/haproxy/render.js';
 import { createMetrics, type Metrics } from '../../src/metrics/metrics.js';
 import { MemoryProvider } from '../../src/providers/memory/memory-provider.js';
 import { Reconciler } from '../../src/reconcile/reconciler.js';
+import { OwnedProvider } from '../../src/registry/owned-provider.js';
 import { ClusterStore } from '../../src/store/cluster-store.js';
 import { StaticTopology, type Topology } from '../../src/topology/topology.js';
 import { type AppOptions, createApp, type Readiness } from '../../src/webhook/app.js';
 import { type AuthMode, WebhookAuthenticator } from '../../src/webhook/auth.js';
+import { registry } from './owner.js';
 import { type SignedClient, signedClient } from './webhook-client.js';
 
 export const TEST_SECRET = 'test-secret-0123456789';
@@ -65,7 +67,7 @@ export async function startWebhookApp(o: WebhookAppOptions = {}): Promise<Webhoo
   const reconciler = new Reconciler({
     store,
     topology: o.topology ?? new StaticTopology(['10.0.0.1']),
-    provider,
+    provider: new OwnedProvider(provider, registry),
     render: DEFAULT_RENDER_OPTIONS,
     metrics,
     logger,

@@ -8,7 +8,7 @@ import { plan } from '../../src/plan/plan.js';
 import { createDataplaneProvider, LEDGER_FILE } from '../../src/providers/dataplaneapi/index.js';
 import { DataplaneProvider, TooManyTransactionsError } from '../../src/providers/dataplaneapi/provider.js';
 import { ConcurrentChangeError, ReloadFailedError, TerminalError } from '../../src/providers/provider.js';
-import { interpret, ownerTags } from '../../src/registry/ownership.js';
+import { OwnedProvider } from '../../src/registry/owned-provider.js';
 import { resolveRoutes } from '../../src/routes/route.js';
 import { describeProvider } from '../contract/provider-contract.js';
 import {
@@ -18,6 +18,7 @@ import {
   sharedFile,
   startFakeDataplaneApi,
 } from '../support/fake-dataplaneapi.js';
+import { interpret, ownerTags, registry } from '../support/owner.js';
 
 const silent = pino({ level: 'silent' });
 const hasShared = sharedFile('exchanges-v3.4.0.json') !== undefined;
@@ -62,6 +63,7 @@ function make(
     runtimeMaxServers: 10,
     rawMinWrites: 0,
     prepareTransactions: false,
+    owner: registry,
     logger: silent,
     ...extra,
   });
@@ -81,11 +83,9 @@ const claim = (cluster: string, port = 30001, address = '127.0.0.1'): Claim => (
 });
 
 async function converge(provider: DataplaneProvider, claims: Claim[]) {
-  const p = plan(
-    renderDesired(resolveRoutes(claims).routes, render),
-    interpret(await provider.readState(signal())),
-  );
-  return { plan: p, report: await provider.apply(p, signal()) };
+  const current = await provider.readState(signal());
+  const p = plan(renderDesired(resolveRoutes(claims).routes, render), interpret(current));
+  return { plan: p, report: await provider.apply(p, current, signal()) };
 }
 
 function recorded(note: RegExp | number): Exchange['response'] {
@@ -320,11 +320,13 @@ describe.skipIf(!hasShared)(
         path: /^\/services\/haproxy\/transactions\/[^/]+$/,
         answer: recorded(/outdated/),
       });
-      await expect(provider.apply(p, signal())).rejects.toBeInstanceOf(ConcurrentChangeError);
+      await expect(provider.apply(p, state, signal())).rejects.toBeInstanceOf(ConcurrentChangeError);
       expect(fake.openTransactions()).toEqual([]);
       fake.inject({ method: 'POST', path: /^\/services\/haproxy\/transactions$/, answer: recorded(6) });
       await provider.readState(signal());
-      await expect(provider.apply(p, signal())).rejects.toBeInstanceOf(ConcurrentChangeError);
+      await expect(provider.apply(p, await provider.readState(signal()), signal())).rejects.toBeInstanceOf(
+        ConcurrentChangeError,
+      );
     });
 
     it('429 is transient (retried with backoff), not terminal', async () => {
@@ -345,7 +347,9 @@ describe.skipIf(!hasShared)(
           },
         },
       });
-      const err = await provider.apply(p, signal()).catch((e: unknown) => e);
+      const err = await provider
+        .apply(p, await provider.readState(signal()), signal())
+        .catch((e: unknown) => e);
       expect(err).toBeInstanceOf(TooManyTransactionsError);
       expect(err).not.toBeInstanceOf(TerminalError);
     });
@@ -361,7 +365,9 @@ describe.skipIf(!hasShared)(
         path: /^\/services\/haproxy\/transactions\/[^/]+$/,
         answer: recorded(17),
       });
-      const err = await provider.apply(p, signal()).catch((e: unknown) => e);
+      const err = await provider
+        .apply(p, await provider.readState(signal()), signal())
+        .catch((e: unknown) => e);
       expect(err).toBeInstanceOf(TerminalError);
       expect(String(err)).toContain("no such ACL 'garbage('");
       expect(fake.openTransactions()).toEqual([]);
@@ -379,7 +385,9 @@ describe.skipIf(!hasShared)(
         answer: recorded(62),
         apply: true,
       });
-      const err = await provider.apply(p, signal()).catch((e: unknown) => e);
+      const err = await provider
+        .apply(p, await provider.readState(signal()), signal())
+        .catch((e: unknown) => e);
       expect(err).toBeInstanceOf(ReloadFailedError);
       expect(String(err)).toContain('cannot bind socket (Address already in use)');
       fake.requests.length = 0;
@@ -410,7 +418,9 @@ describe.skipIf(!hasShared)(
           body: { code: 400, message: `Reload failed: failed to reload configuration, ${output}` },
         },
       });
-      const err = await provider.apply(p, signal()).catch((e: unknown) => e);
+      const err = await provider
+        .apply(p, await provider.readState(signal()), signal())
+        .catch((e: unknown) => e);
       expect(err).toBeInstanceOf(ReloadFailedError);
       expect(String(err)).toContain('cannot bind socket (Address already in use) for [127.0.0.1:19443]');
     });
@@ -423,13 +433,14 @@ describe.skipIf(!hasShared)(
       expect(fake.requests.at(-1)).toBe('GET /specification_openapiv3');
     });
 
-    it('refuses to change an object it does not own, sending no write', async () => {
+    it('behind the registry, a change to an object it does not own sends no write', async () => {
       const provider = make(fake);
-      await provider.readState(signal());
+      const current = await provider.readState(signal());
       fake.requests.length = 0;
       await expect(
-        provider.apply(
+        new OwnedProvider(provider, registry).apply(
           { operations: [{ kind: 'delete_backend', name: 'console_tls' }], conflicts: [] },
+          current,
           signal(),
         ),
       ).rejects.toThrow(/not owned/);
@@ -459,7 +470,7 @@ describe.skipIf(!hasShared)(
             runtimeMaxServers: 10,
             rawMinWrites: 0,
           },
-          { logger: silent, stateDir: dir },
+          { logger: silent, owner: registry, stateDir: dir },
         );
         expect(fake.openTransactions()).toEqual([]);
         expect(JSON.parse(readFileSync(join(dir, LEDGER_FILE), 'utf8')).open).toEqual([]);
@@ -494,7 +505,7 @@ describe.skipIf(!hasShared)('dataplaneapi provider start', () => {
             runtimeMaxServers: 10,
             rawMinWrites: 0,
           },
-          { logger: silent },
+          { logger: silent, owner: registry },
         ),
       ).rejects.toThrow(/`metadata` on frontends, backends .*v3\.2/);
     } finally {
@@ -514,7 +525,7 @@ describe.skipIf(!hasShared)('dataplaneapi provider start', () => {
         runtimeMaxServers: 10,
         rawMinWrites: 0,
       },
-      { logger: silent },
+      { logger: silent, owner: registry },
     );
     const err = await provider.ping(signal()).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(Error);

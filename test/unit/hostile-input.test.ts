@@ -37,7 +37,7 @@ class CheckingProvider extends MemoryProvider {
     const v = validateHost(host);
     if (!v.ok || v.host !== host) this.flag('host', host);
   }
-  override async apply(plan: Plan, signal: AbortSignal): Promise<ApplyReport> {
+  override async apply(plan: Plan, current: RawState, signal: AbortSignal): Promise<ApplyReport> {
     for (const op of plan.operations) {
       switch (op.kind) {
         case 'create_frontend':
@@ -75,7 +75,7 @@ class CheckingProvider extends MemoryProvider {
           break;
       }
     }
-    const report = await super.apply(plan, signal);
+    const report = await super.apply(plan, current, signal);
     // What the stock provider would write for this state: it refuses any value that could inject syntax.
     try {
       renderOwnedFile(this.state as RawState);

@@ -2,10 +2,10 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import type { BackendState, DesiredConfig, FrontendState, HaproxyState } from '../../src/haproxy/model.js';
 import { DEFAULT_RENDER_OPTIONS, type RenderOptions, renderDesired } from '../../src/haproxy/render.js';
-import { applyToState } from '../../src/plan/apply-to-state.js';
 import { formatPlan } from '../../src/plan/format.js';
 import { plan } from '../../src/plan/plan.js';
 import { type Route, resolveRoutes } from '../../src/routes/route.js';
+import { applyToState } from '../contract/oracle.js';
 import { claimsArb, hostArb } from '../support/arbitraries.js';
 
 const options = DEFAULT_RENDER_OPTIONS;

@@ -1,12 +1,13 @@
 import { describe, expect, it } from 'vitest';
+import type { RawState } from '../../src/haproxy/model.js';
 import type { Operation } from '../../src/plan/plan.js';
 import {
   editConfigText,
   RawEditUnsupported,
   textVersion,
 } from '../../src/providers/dataplaneapi/raw-text.js';
-import { RefusedOperationError } from '../../src/providers/dataplaneapi/writes.js';
-import { TerminalError } from '../../src/providers/provider.js';
+import { ConcurrentChangeError, TerminalError } from '../../src/providers/provider.js';
+import { ownerTags, registry } from '../support/owner.js';
 
 // A file as Data Plane API v3.4.0 stores it (seen on a real API): its head, foreign sections, and the
 // service's objects with their metadata as a JSON comment on the line.
@@ -48,6 +49,51 @@ backend kubebyon_one_7692c3ad3540 # {"cluster":{"value":"one"},"owner":{"value":
   server srv2 [::1]:20002 check ${OWN}
 `;
 
+// What a read of FILE gives: the state the plans below are made from.
+const console_ = {
+  name: 'console',
+  bind: { address: '127.0.0.1', port: 18999 },
+  inspectDelayMs: null,
+  acceptsTlsHello: false,
+  defaultBackend: null,
+  rules: [],
+  tags: {},
+};
+const consoleTls = {
+  name: 'console_tls',
+  balance: 'roundrobin',
+  servers: [{ name: 'web1', address: '127.0.0.1', port: 9, check: false, tags: {} }],
+  tags: {},
+};
+const BEFORE: RawState = {
+  frontends: [
+    console_,
+    {
+      name: 'kubebyon_sni',
+      bind: { address: '127.0.0.1', port: 18998 },
+      inspectDelayMs: 5000,
+      acceptsTlsHello: true,
+      defaultBackend: 'console_tls',
+      rules: [{ backend: 'kubebyon_one_7692c3ad3540', host: 'one.example.com', tags: ownerTags() }],
+      tags: ownerTags(),
+    },
+  ],
+  backends: [
+    consoleTls,
+    {
+      name: 'kubebyon_one_7692c3ad3540',
+      balance: 'leastconn',
+      servers: [
+        { name: 'srv1', address: '127.0.0.2', port: 20001, check: true, tags: ownerTags() },
+        { name: 'srv2', address: '::1', port: 20002, check: true, tags: ownerTags() },
+      ],
+      tags: ownerTags('one'),
+    },
+  ],
+};
+const edit = (text: string, operations: Operation[], before: RawState = BEFORE) =>
+  editConfigText(text, before, operations, registry);
+
 const foreignLines = (text: string) => {
   const out: string[] = [];
   let foreign = false;
@@ -83,7 +129,7 @@ const newCluster: Operation[] = [
 
 describe('editConfigText', () => {
   it('adds a cluster in the API form and sends every foreign line back byte for byte', () => {
-    const out = editConfigText(FILE, newCluster);
+    const out = edit(FILE, newCluster);
     expect(foreignLines(out)).toBe(foreignLines(FILE));
     expect(out).not.toContain('# _version=');
     expect(out).toContain(
@@ -96,7 +142,7 @@ describe('editConfigText', () => {
   });
 
   it('moves a server by changing its address only, keeping the rest of its line', () => {
-    const out = editConfigText(FILE, [
+    const out = edit(FILE, [
       {
         kind: 'update_server',
         backend: 'kubebyon_one_7692c3ad3540',
@@ -111,22 +157,26 @@ describe('editConfigText', () => {
 
   it('creates the frontend as the API writes it, and deletes sections of its own', () => {
     const empty = FILE.slice(0, FILE.indexOf('frontend kubebyon_sni'));
-    const out = editConfigText(`${empty}backend console_tls from base\n  mode tcp\n`, [
-      {
-        kind: 'create_frontend',
-        frontend: {
-          name: 'kubebyon_sni',
-          bind: { address: '*', port: 443 },
-          inspectDelayMs: 5000,
-          defaultBackend: 'console_tls',
+    const out = edit(
+      `${empty}backend console_tls from base\n  mode tcp\n`,
+      [
+        {
+          kind: 'create_frontend',
+          frontend: {
+            name: 'kubebyon_sni',
+            bind: { address: '*', port: 443 },
+            inspectDelayMs: 5000,
+            defaultBackend: 'console_tls',
+          },
         },
-      },
-      ...newCluster.slice(0, 2),
-      {
-        ...(newCluster[2] as Extract<Operation, { kind: 'set_switching_rules' }>),
-        rules: [{ backend: 'kubebyon_two_0123456789ab', host: 'two.example.com', owned: true }],
-      },
-    ]);
+        ...newCluster.slice(0, 2),
+        {
+          ...(newCluster[2] as Extract<Operation, { kind: 'set_switching_rules' }>),
+          rules: [{ backend: 'kubebyon_two_0123456789ab', host: 'two.example.com', owned: true }],
+        },
+      ],
+      { frontends: [console_], backends: [consoleTls] },
+    );
     expect(out).toContain(
       [
         `frontend kubebyon_sni ${OWN}`,
@@ -138,7 +188,7 @@ describe('editConfigText', () => {
         '  default_backend console_tls',
       ].join('\n'),
     );
-    const gone = editConfigText(FILE, [
+    const gone = edit(FILE, [
       { kind: 'delete_frontend', name: 'kubebyon_sni' },
       { kind: 'delete_backend', name: 'kubebyon_one_7692c3ad3540' },
     ]);
@@ -146,25 +196,20 @@ describe('editConfigText', () => {
     expect(foreignLines(gone).trim()).toBe(foreignLines(FILE).trim());
   });
 
-  it('refuses to touch a section without its tags, whatever the plan says', () => {
-    expect(() => editConfigText(FILE, [{ kind: 'delete_backend', name: 'console_tls' }])).toThrow(
-      RefusedOperationError,
-    );
+  it('takes the meaning of each operation from applyOperations: a plan from another state is refused', () => {
+    // Ownership is the registry's (test/unit/ownership.test.ts); what is left here is existence.
+    expect(() => edit(FILE, [{ kind: 'delete_backend', name: 'gone' }])).toThrow(ConcurrentChangeError);
     expect(() =>
-      editConfigText(FILE, [
-        {
-          kind: 'update_server',
-          backend: 'console_tls',
-          server: { name: 'web1', address: '127.0.0.9', port: 9, check: false, owned: true },
-          changes: [],
-        },
-      ]),
-    ).toThrow(RefusedOperationError);
-    expect(() =>
-      editConfigText(FILE, [
+      edit(FILE, [
         { kind: 'create_backend', backend: { name: 'console_tls', cluster: 'x', balance: 'leastconn' } },
       ]),
-    ).toThrow(RefusedOperationError);
+    ).toThrow(ConcurrentChangeError);
+    // A section the read had but the text lacks: the text is not what the plan was made from.
+    expect(() =>
+      edit(FILE.replace(/backend kubebyon_one[\s\S]*$/, ''), [
+        { kind: 'delete_backend', name: 'kubebyon_one_7692c3ad3540' },
+      ]),
+    ).toThrow(RawEditUnsupported);
   });
 
   it('writes nothing unvalidated: a host or address that could inject configuration is refused', () => {
@@ -174,10 +219,10 @@ describe('editConfigText', () => {
       host: 'two.example.com }\n  use_backend x if TRUE #',
       owned: true,
     };
-    expect(() => editConfigText(FILE, bad)).toThrow(TerminalError);
+    expect(() => edit(FILE, bad)).toThrow(TerminalError);
     const badServer = structuredClone(newCluster);
     (badServer[1] as Extract<Operation, { kind: 'create_server' }>).server.address = '127.0.0.3:1 backup';
-    expect(() => editConfigText(FILE, badServer)).toThrow(TerminalError);
+    expect(() => edit(FILE, badServer)).toThrow(TerminalError);
   });
 
   it('leaves to a transaction what it cannot do by text', () => {
@@ -185,9 +230,9 @@ describe('editConfigText', () => {
       '  default_backend console_tls',
       '  use_backend console_tls if { req.ssl_sni -i console.example.com }\n  default_backend console_tls',
     );
-    expect(() => editConfigText(withForeignRule, newCluster)).toThrow(RawEditUnsupported);
+    expect(() => edit(withForeignRule, newCluster)).toThrow(RawEditUnsupported);
     expect(() =>
-      editConfigText(FILE, [
+      edit(FILE, [
         {
           kind: 'update_frontend',
           frontend: {
@@ -201,7 +246,7 @@ describe('editConfigText', () => {
       ]),
     ).toThrow(RawEditUnsupported);
     expect(() =>
-      editConfigText(FILE, [
+      edit(FILE, [
         {
           kind: 'update_server',
           backend: 'kubebyon_one_7692c3ad3540',

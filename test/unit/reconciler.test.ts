@@ -8,8 +8,10 @@ import { createMetrics, type Metrics } from '../../src/metrics/metrics.js';
 import { MemoryProvider } from '../../src/providers/memory/memory-provider.js';
 import { ConcurrentChangeError, ReloadFailedError, TerminalError } from '../../src/providers/provider.js';
 import { Reconciler, TopologyNotSyncedError } from '../../src/reconcile/reconciler.js';
+import { OwnedProvider } from '../../src/registry/owned-provider.js';
 import { ClusterStore } from '../../src/store/cluster-store.js';
 import { StaticTopology, type Topology } from '../../src/topology/topology.js';
+import { registry } from '../support/owner.js';
 import { waitFor } from '../support/wait.js';
 
 const render = DEFAULT_RENDER_OPTIONS;
@@ -35,7 +37,7 @@ describe('Reconciler', () => {
     reconcilerOptions = () => ({
       store,
       topology: overrides.topology ?? new StaticTopology(overrides.nodes ?? ['10.0.0.1', '10.0.0.2']),
-      provider,
+      provider: new OwnedProvider(provider, registry),
       render,
       metrics,
       logger: pino({ level: 'silent' }),

@@ -1,7 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import type { RawBackend, RawFrontend, RawState } from '../../src/haproxy/model.js';
-import { applyOperations, NotOwnedError } from '../../src/providers/haproxy/operations.js';
 import {
   DEFAULTS_NAME,
   generationOf,
@@ -10,8 +9,7 @@ import {
   renderOwnedFile,
   UnsafeValueError,
 } from '../../src/providers/haproxy/owned-file.js';
-import { ConcurrentChangeError } from '../../src/providers/provider.js';
-import { ownerTags } from '../../src/registry/ownership.js';
+import { ownerTags } from '../support/owner.js';
 
 const frontend = (over: Partial<RawFrontend> = {}): RawFrontend => ({
   name: 'kubebyon_sni',
@@ -174,68 +172,5 @@ describe('owned file', () => {
     expect(generationOf(state(frontend(), [backend({ balance: 'roundrobin' })]))).not.toBe(g);
     expect(g).toBeGreaterThanOrEqual(1_000_000_000);
     expect(g).toBeLessThan(2_000_000_000);
-  });
-});
-
-describe('applyOperations', () => {
-  const foreign: RawBackend = { name: 'console', balance: 'roundrobin', servers: [], tags: {} };
-  const s = state(frontend(), [backend(), foreign]);
-
-  it('refuses any change to an object without our tags', () => {
-    expect(() => applyOperations(s, [{ kind: 'delete_backend', name: 'console' }])).toThrow(NotOwnedError);
-    expect(() =>
-      applyOperations(s, [
-        {
-          kind: 'create_server',
-          backend: 'console',
-          server: { name: 'srv1', address: '127.0.0.1', port: 1, check: false, owned: true },
-        },
-      ]),
-    ).toThrow(NotOwnedError);
-    expect(() =>
-      applyOperations(s, [
-        { kind: 'create_backend', backend: { name: 'console', cluster: 'x', balance: 'leastconn' } },
-      ]),
-    ).toThrow(ConcurrentChangeError);
-  });
-
-  it('asks for a new plan when an object is missing', () => {
-    expect(() => applyOperations(s, [{ kind: 'delete_backend', name: 'gone' }])).toThrow(
-      ConcurrentChangeError,
-    );
-  });
-
-  it('tags what it creates and keeps foreign rules with their own tags', () => {
-    const withForeignRule = state(
-      frontend({
-        rules: [
-          { backend: 'kubebyon_a_0123456789ab', host: 'a.example.com', tags: ownerTags() },
-          { backend: 'console', host: 'console.example.com', tags: {} },
-        ],
-      }),
-      [backend(), foreign],
-    );
-    const next = applyOperations(withForeignRule, [
-      {
-        kind: 'create_backend',
-        backend: { name: 'kubebyon_b_0123456789ab', cluster: 'b', balance: 'leastconn' },
-      },
-      {
-        kind: 'set_switching_rules',
-        frontend: 'kubebyon_sni',
-        rules: [
-          { backend: 'kubebyon_b_0123456789ab', host: 'b.example.com', owned: true },
-          { backend: 'console', host: 'console.example.com', owned: false },
-        ],
-        added: [],
-        removed: [],
-      },
-    ]);
-    expect(next.backends.find((b) => b.name === 'kubebyon_b_0123456789ab')?.tags).toEqual(ownerTags('b'));
-    expect(next.frontends[0]?.rules).toEqual([
-      { backend: 'kubebyon_b_0123456789ab', host: 'b.example.com', tags: ownerTags() },
-      { backend: 'console', host: 'console.example.com', tags: {} },
-    ]);
-    expect(s.backends).toHaveLength(2);
   });
 });

@@ -28,6 +28,7 @@ export async function createDataplaneProvider(
     rawMinWrites: config.rawMinWrites,
     ...(deps.stateDir !== undefined ? { ledgerFile: join(deps.stateDir, LEDGER_FILE) } : {}),
     logger: deps.logger,
+    owner: deps.owner,
     ...(deps.traffic ? { traffic: deps.traffic } : {}),
   });
   try {

@@ -1,6 +1,14 @@
 import { isIP } from 'node:net';
-import type { RawBackend, RawFrontend, RawRule, RawServer, RawState, Tags } from '../../haproxy/model.js';
-import { isOwned } from '../../registry/ownership.js';
+import type {
+  Owner,
+  RawBackend,
+  RawFrontend,
+  RawRule,
+  RawServer,
+  RawState,
+  Tags,
+} from '../../haproxy/model.js';
+import { TAG_KEY, TAG_VALUE } from '../../registry/registry.js';
 import { validateHost } from '../../routes/host.js';
 import { TerminalError } from '../provider.js';
 import type { Schemas } from './client.js';
@@ -73,10 +81,11 @@ export function isHelloAccept(rule: ApiTcpRule): boolean {
   );
 }
 
-export function readFrontend(f: ApiFrontend): RawFrontend {
+/** A frontend as raw state; its bind is the one `owner` tagged (another tool may have added more), else the first. */
+export function readFrontend(f: ApiFrontend, owner: Owner): RawFrontend {
   const tags = metadataToTags(f.metadata);
   const binds = Object.values(f.binds ?? {}).sort(byName);
-  const bind = binds.find((b) => isOwned(metadataToTags(b.metadata))) ?? binds[0];
+  const bind = binds.find((b) => owner.owns(metadataToTags(b.metadata))) ?? binds[0];
   const tcp = f.tcp_request_rule_list ?? [];
   const delay = tcp.find((r) => r.type === 'inspect-delay');
   return {
@@ -107,8 +116,11 @@ export function readBackend(b: ApiBackend): RawBackend {
   return { name: b.name, balance: b.balance?.algorithm ?? '', servers, tags: metadataToTags(b.metadata) };
 }
 
-export function readState(snapshot: Snapshot): RawState {
-  return { frontends: snapshot.frontends.map(readFrontend), backends: snapshot.backends.map(readBackend) };
+export function readState(snapshot: Snapshot, owner: Owner): RawState {
+  return {
+    frontends: snapshot.frontends.map((f) => readFrontend(f, owner)),
+    backends: snapshot.backends.map(readBackend),
+  };
 }
 
 // --- What is sent: every value is checked here once more, so nothing unvalidated reaches haproxy.cfg. ---
@@ -147,7 +159,7 @@ export function checkedBindAddress(address: string): string {
 
 export function checkedTags(tags: Tags): Tags {
   for (const [k, v] of Object.entries(tags)) {
-    if (!/^[a-z_]{1,32}$/.test(k) || !/^[\x21-\x7e]{1,253}$/.test(v)) refuse(`tag ${k}=${JSON.stringify(v)}`);
+    if (!TAG_KEY.test(k) || !TAG_VALUE.test(v)) refuse(`tag ${k}=${JSON.stringify(v)}`);
   }
   return tags;
 }

@@ -1,5 +1,5 @@
 import type { Logger } from 'pino';
-import type { RawState } from '../../haproxy/model.js';
+import type { Owner, RawState } from '../../haproxy/model.js';
 import type { Plan } from '../../plan/plan.js';
 import {
   type ApplyReport,
@@ -52,6 +52,8 @@ export interface DataplaneProviderOptions {
   prepareTransactions?: boolean;
   /** Where the ids of open transactions are kept across a crash; in memory only when absent. */
   ledgerFile?: string;
+  /** Whose tags what is written carries (the registry's owner). */
+  owner: Owner;
   logger: Logger;
   /** Counts every request and its bytes (the service's provider metrics). */
   traffic?: ProviderTraffic;
@@ -110,6 +112,8 @@ export class DataplaneProvider implements Provider {
   private readonly ledger: TransactionLedger;
   private snapshot: Snapshot | undefined;
   private state: RawState | undefined;
+  /** The API's objects behind each state handed out, for the apply handed that state back. */
+  private readonly reads = new WeakMap<RawState, Snapshot>();
   private capable = false;
   private leftoversDropped = false;
   /**
@@ -191,7 +195,9 @@ export class DataplaneProvider implements Provider {
     await this.ready(signal);
     try {
       const snapshot = await this.read(signal);
-      return structuredClone(this.state ?? readState(snapshot));
+      const raw = structuredClone(this.state ?? readState(snapshot, this.o.owner));
+      this.reads.set(raw, snapshot);
+      return raw;
     } catch (err) {
       throw this.translate(err);
     }
@@ -212,7 +218,7 @@ export class DataplaneProvider implements Provider {
       // Both lists must come from one version, or the state read would be a mix of two configurations.
       if (vf !== undefined && vf === vb) {
         this.snapshot = { version: vf, frontends: frontends.data, backends: backends.data };
-        this.state = readState(this.snapshot);
+        this.state = readState(this.snapshot, this.o.owner);
         return this.snapshot;
       }
       if (attempt >= READ_ATTEMPTS)
@@ -220,16 +226,20 @@ export class DataplaneProvider implements Provider {
     }
   }
 
-  async apply(plan: Plan, signal: AbortSignal): Promise<ApplyReport> {
+  async apply(plan: Plan, current: RawState, signal: AbortSignal): Promise<ApplyReport> {
     signal.throwIfAborted();
     if (plan.operations.length === 0) return { reload: 'none', requests: 0 };
     await this.ready(signal);
     const counter = { requests: 0 };
     let after: Snapshot | undefined;
     try {
-      // The plan was made from the last read; without one (or after a change), read first.
-      const snapshot = this.snapshot ?? (await this.read(signal));
-      const work = planWrites(plan, snapshot, { runtimeMaxServers: this.o.runtimeMaxServers });
+      // The objects the plan was made from; a state this provider did not hand out is read again. A
+      // snapshot older than the API's version makes the writes fail on it and the pass plan again.
+      const snapshot = this.reads.get(current) ?? (await this.read(signal));
+      const work = planWrites(plan, snapshot, {
+        runtimeMaxServers: this.o.runtimeMaxServers,
+        owner: this.o.owner,
+      });
       signal.throwIfAborted();
       if (work.kind === 'none') return { reload: 'none', requests: 0 };
       const done =
@@ -252,7 +262,7 @@ export class DataplaneProvider implements Provider {
     } finally {
       // Otherwise what was read before no longer tells what is there.
       this.snapshot = after;
-      this.state = after ? readState(after) : undefined;
+      this.state = after ? readState(after, this.o.owner) : undefined;
     }
   }
 
@@ -370,7 +380,7 @@ export class DataplaneProvider implements Provider {
     }
     let edited: string;
     try {
-      edited = editConfigText(text, plan.operations);
+      edited = editConfigText(text, readState(snapshot, this.o.owner), plan.operations, this.o.owner);
     } catch (err) {
       if (!(err instanceof RawEditUnsupported)) throw err;
       this.o.logger.debug(

@@ -1,6 +1,14 @@
-import type { Tags } from '../../haproxy/model.js';
+import type {
+  Owner,
+  RawBackend,
+  RawFrontend,
+  RawRule,
+  RawServer,
+  RawState,
+  Tags,
+} from '../../haproxy/model.js';
+import { applyOperations } from '../../plan/apply.js';
 import type { Operation } from '../../plan/plan.js';
-import { isOwned, ownerTags } from '../../registry/ownership.js';
 import {
   checkedBindAddress,
   checkedHost,
@@ -77,19 +85,42 @@ function comment(tags: Tags): string {
   return ` # ${JSON.stringify(sorted)}`;
 }
 
-const OWN = () => comment(ownerTags());
-
 function hostPort(address: string, port: number): string {
   const a = checkedServerAddress(address);
   return `${a.includes(':') ? `[${a}]` : a}:${checkedPort(port, 'server')}`;
 }
 
-function serverLine(s: { name: string; address: string; port: number; check: boolean }): string {
-  return `  server ${checkedName(s.name, 'server')} ${hostPort(s.address, s.port)}${s.check ? ' check' : ''}${OWN()}`;
+function serverLine(s: RawServer): string {
+  return `  server ${checkedName(s.name, 'server')} ${hostPort(s.address, s.port)}${s.check ? ' check' : ''}${comment(s.tags)}`;
 }
 
-function ruleLine(r: { backend: string; host: string }): string {
-  return `  use_backend ${checkedName(r.backend, 'backend')} if { req.ssl_sni -i ${checkedHost(r.host)} }${OWN()}`;
+function ruleLine(r: RawRule): string {
+  return `  use_backend ${checkedName(r.backend, 'backend')} if { req.ssl_sni -i ${checkedHost(r.host)} }${comment(r.tags)}`;
+}
+
+function frontendLines(f: RawFrontend): string[] {
+  const delay = f.inspectDelayMs;
+  if (f.bind === null || delay === null || !Number.isInteger(delay) || delay < 0)
+    throw new RefusedOperationError(`frontend ${f.name} without a bind or a valid inspect delay`);
+  const own = comment(f.tags);
+  return [
+    `frontend ${checkedName(f.name, 'frontend')}${own}`,
+    '  mode tcp',
+    `  bind ${checkedBindAddress(f.bind.address)}:${checkedPort(f.bind.port, 'bind')} name ${BIND_NAME}${own}`,
+    `  tcp-request inspect-delay ${delay}ms${own}`,
+    `  tcp-request content accept if { req.ssl_hello_type 1 }${own}`,
+    ...f.rules.map(ruleLine),
+    ...(f.defaultBackend !== null ? [`  default_backend ${checkedName(f.defaultBackend, 'backend')}`] : []),
+  ];
+}
+
+function backendLines(b: RawBackend): string[] {
+  return [
+    `backend ${checkedName(b.name, 'backend')}${comment(b.tags)}`,
+    '  mode tcp',
+    `  balance ${checkedName(b.balance, 'balance algorithm')}`,
+    ...b.servers.map(serverLine),
+  ];
 }
 
 /** The body of a section without its trailing blank lines, and those blank lines. */
@@ -100,156 +131,127 @@ function split(lines: string[]): { body: string[]; tail: string[] } {
 }
 
 const serverRe = /^\s+server\s+(\S+)\s+(\S+)(.*)$/;
+const isRule = (l: string) => /^\s+use_backend\s/.test(l);
 
-/**
- * `text` with `operations` applied. Each object changed must carry the service's tags in the text too;
- * rules are only rewritten in a frontend that holds no rule of another owner.
- */
-export function editConfigText(text: string, operations: readonly Operation[]): string {
-  const c = parse(text);
-  const find = (kind: string, name: string) => c.sections.find((s) => s.kind === kind && s.name === name);
-  const owned = (kind: string, name: string): Section => {
-    const s = find(kind, name);
-    if (!s) throw new RawEditUnsupported(`${kind} ${name} is not in the file as read`);
-    if (!isOwned(lineTags(s.lines[0] as string)))
-      throw new RefusedOperationError(`refusing to change ${kind} ${name}: it is not owned by this service`);
-    return s;
+/** What the operations touch, by object: the text is changed there only. */
+function touched(operations: readonly Operation[]) {
+  const t = {
+    created: new Set<string>(),
+    deleted: new Set<string>(),
+    rules: new Set<string>(),
+    servers: new Map<string, Set<string>>(),
   };
-  const absent = (name: string) => {
-    if (
-      c.sections.some(
-        (s) => (s.kind === 'frontend' || s.kind === 'backend' || s.kind === 'listen') && s.name === name,
-      )
-    )
-      throw new RefusedOperationError(`refusing to create ${name}: a section of that name exists`);
-  };
-  const append = (lines: string[]) => {
-    const last = c.sections[c.sections.length - 1];
-    if (last && (last.lines[last.lines.length - 1] as string).trim() !== '') last.lines.push('');
-    c.sections.push({
-      kind: lines[0]?.split(' ')[0] ?? '',
-      name: lines[0]?.split(' ')[1],
-      lines: [...lines, ''],
-    });
-  };
-  const remove = (s: Section) => {
-    c.sections = c.sections.filter((x) => x !== s);
-  };
-
-  const newServers = new Map<string, Array<Extract<Operation, { kind: 'create_server' }>>>();
-  const created = new Set<string>();
-  for (const op of operations) {
-    if (op.kind === 'create_backend') created.add(op.backend.name);
-    if (op.kind === 'create_server' && created.has(op.backend))
-      newServers.set(op.backend, [...(newServers.get(op.backend) ?? []), op]);
-  }
-  const rulesFor = new Map<string, Extract<Operation, { kind: 'set_switching_rules' }>>();
-  for (const op of operations) if (op.kind === 'set_switching_rules') rulesFor.set(op.frontend, op);
-
   for (const op of operations) {
     switch (op.kind) {
-      case 'create_frontend': {
-        const f = op.frontend;
-        absent(f.name);
-        const rules = rulesFor.get(f.name);
-        rulesFor.delete(f.name);
-        if (rules?.rules.some((r) => !r.owned))
-          throw new RawEditUnsupported('a new frontend with rules of another owner');
-        const delay = f.inspectDelayMs;
-        if (!Number.isInteger(delay) || delay < 0) throw new RefusedOperationError('bad inspect delay');
-        append([
-          `frontend ${checkedName(f.name, 'frontend')}${OWN()}`,
-          '  mode tcp',
-          `  bind ${checkedBindAddress(f.bind.address)}:${checkedPort(f.bind.port, 'bind')} name ${BIND_NAME}${OWN()}`,
-          `  tcp-request inspect-delay ${delay}ms${OWN()}`,
-          `  tcp-request content accept if { req.ssl_hello_type 1 }${OWN()}`,
-          ...(rules?.rules ?? []).map(ruleLine),
-          ...(f.defaultBackend !== null
-            ? [`  default_backend ${checkedName(f.defaultBackend, 'backend')}`]
-            : []),
-        ]);
+      case 'create_frontend':
+        t.created.add(op.frontend.name);
         break;
-      }
+      case 'create_backend':
+        t.created.add(op.backend.name);
+        break;
+      case 'delete_frontend':
+      case 'delete_backend':
+        t.deleted.add(op.name);
+        break;
       case 'update_frontend':
         throw new RawEditUnsupported('a change of the frontend settings');
-      case 'delete_frontend':
-        remove(owned('frontend', op.name));
-        break;
-      case 'create_backend': {
-        const b = op.backend;
-        absent(b.name);
-        append([
-          `backend ${checkedName(b.name, 'backend')}${comment(ownerTags(b.cluster))}`,
-          '  mode tcp',
-          `  balance ${checkedName(b.balance, 'balance algorithm')}`,
-          ...(newServers.get(b.name) ?? []).map((s) => serverLine(s.server)),
-        ]);
-        break;
-      }
       case 'update_backend':
         throw new RawEditUnsupported('a change of a backend setting');
-      case 'delete_backend':
-        remove(owned('backend', op.name));
+      case 'set_switching_rules':
+        t.rules.add(op.frontend);
         break;
-      case 'create_server': {
-        if (created.has(op.backend)) break;
-        const s = owned('backend', op.backend);
-        const { body, tail } = split(s.lines);
-        if (body.some((l) => serverRe.exec(l)?.[1] === op.server.name))
-          throw new RefusedOperationError(
-            `refusing to create server ${op.backend}/${op.server.name}: it exists`,
-          );
-        s.lines = [...body, serverLine(op.server), ...tail];
-        break;
-      }
-      case 'update_server':
-      case 'delete_server': {
-        const s = owned('backend', op.backend);
-        const i = s.lines.findIndex((l) => serverRe.exec(l)?.[1] === op.server.name);
-        const line = s.lines[i];
-        if (line === undefined)
-          throw new RawEditUnsupported(`server ${op.backend}/${op.server.name} not in the file`);
-        if (!isOwned(lineTags(line)))
-          throw new RefusedOperationError(
-            `refusing to change server ${op.backend}/${op.server.name}: not owned`,
-          );
-        if (op.kind === 'delete_server') {
-          s.lines.splice(i, 1);
-          break;
-        }
-        const m = serverRe.exec(line) as RegExpExecArray;
-        const rest = m[3] ?? '';
-        if (/\bcheck\b/.test(rest.replace(META, '')) !== op.server.check)
-          throw new RawEditUnsupported('a change of a server check setting');
-        s.lines[i] = line.replace(
-          /^(\s+server\s+\S+\s+)\S+/,
-          `$1${hostPort(op.server.address, op.server.port)}`,
-        );
-        break;
-      }
-      case 'set_switching_rules': {
-        if (!rulesFor.has(op.frontend)) break;
-        if (op.rules.some((r) => !r.owned)) throw new RawEditUnsupported('rules of another owner');
-        const s = owned('frontend', op.frontend);
-        const isRule = (l: string) => /^\s+use_backend\s/.test(l);
-        const current = s.lines.filter(isRule);
-        if (current.some((l) => !isOwned(lineTags(l))))
-          throw new RawEditUnsupported('rules of another owner');
-        const { body, tail } = split(s.lines);
-        let at = body.findIndex(isRule);
-        if (at < 0) {
-          const dflt = body.findIndex((l) => /^\s+default_backend\s/.test(l));
-          at = dflt >= 0 ? dflt : body.length;
-        }
-        const kept = body.filter((l) => !isRule(l));
-        const before = kept.slice(0, body.slice(0, at).filter((l) => !isRule(l)).length);
-        const after = kept.slice(before.length);
-        s.lines = [...before, ...op.rules.map(ruleLine), ...after, ...tail];
-        break;
-      }
+      default:
+        t.servers.set(op.backend, (t.servers.get(op.backend) ?? new Set()).add(op.server.name));
     }
   }
+  return t;
+}
+
+/**
+ * `text`, which holds `before`, edited to hold what `operations` make of it (`applyOperations` says what that
+ * is; this only writes it down). New sections are appended in the API's own form; in an existing backend
+ * only the server lines named change, and their other options stay; a frontend's rules are rewritten only
+ * when every rule in it, before and after, is `owner`'s.
+ */
+export function editConfigText(
+  text: string,
+  before: RawState,
+  operations: readonly Operation[],
+  owner: Owner,
+): string {
+  const t = touched(operations);
+  const after = applyOperations(before, operations, owner);
+  const c = parse(text);
+  const section = (name: string): Section => {
+    const s = c.sections.find((x) => (x.kind === 'frontend' || x.kind === 'backend') && x.name === name);
+    if (!s) throw new RawEditUnsupported(`${name} is not in the file as read`);
+    return s;
+  };
+  for (const name of t.deleted) c.sections = c.sections.filter((x) => x !== section(name));
+  for (const f of after.frontends) {
+    if (t.created.has(f.name)) {
+      if (f.rules.some((r) => !owner.owns(r.tags)))
+        throw new RawEditUnsupported('a new frontend with rules of another owner');
+      append(c, frontendLines(f));
+    } else if (t.rules.has(f.name)) {
+      rewriteRules(section(f.name), f, owner);
+    }
+  }
+  for (const b of after.backends) {
+    if (t.created.has(b.name)) append(c, backendLines(b));
+    else if (t.servers.has(b.name)) rewriteServers(section(b.name), b, t.servers.get(b.name) as Set<string>);
+  }
   return render(c);
+}
+
+function append(c: ConfigText, lines: string[]): void {
+  const last = c.sections[c.sections.length - 1];
+  if (last && (last.lines[last.lines.length - 1] as string).trim() !== '') last.lines.push('');
+  const [kind, name] = (lines[0] ?? '').replace(META, '').split(' ');
+  c.sections.push({ kind: kind ?? '', name, lines: [...lines, ''] });
+}
+
+function rewriteRules(s: Section, f: RawFrontend, owner: Owner): void {
+  const { body, tail } = split(s.lines);
+  if (f.rules.some((r) => !owner.owns(r.tags)) || body.filter(isRule).some((l) => !owner.owns(lineTags(l))))
+    throw new RawEditUnsupported('rules of another owner');
+  let at = body.findIndex(isRule);
+  if (at < 0) {
+    const dflt = body.findIndex((l) => /^\s+default_backend\s/.test(l));
+    at = dflt >= 0 ? dflt : body.length;
+  }
+  const kept = body.filter((l) => !isRule(l));
+  const before = kept.slice(0, body.slice(0, at).filter((l) => !isRule(l)).length);
+  s.lines = [...before, ...f.rules.map(ruleLine), ...kept.slice(before.length), ...tail];
+}
+
+/** The backend's server lines as `b` has them: named servers changed in place, new ones after the last. */
+function rewriteServers(s: Section, b: RawBackend, named: Set<string>): void {
+  const wanted = new Map(b.servers.map((x) => [x.name, x]));
+  const { body, tail } = split(s.lines);
+  const lines: string[] = [];
+  const seen = new Set<string>();
+  for (const line of body) {
+    const m = serverRe.exec(line);
+    const name = m?.[1];
+    if (!m || name === undefined || !named.has(name)) {
+      lines.push(line);
+      continue;
+    }
+    seen.add(name);
+    const server = wanted.get(name);
+    if (!server) continue; // deleted
+    if (/\bcheck\b/.test((m[3] ?? '').replace(META, '')) !== server.check)
+      throw new RawEditUnsupported('a change of a server check setting');
+    lines.push(line.replace(/^(\s+server\s+\S+\s+)\S+/, `$1${hostPort(server.address, server.port)}`));
+  }
+  for (const name of named) {
+    const server = wanted.get(name);
+    if (seen.has(name)) continue;
+    if (!server) throw new RawEditUnsupported(`server ${b.name}/${name} not in the file`);
+    lines.push(serverLine(server));
+  }
+  s.lines = [...lines, ...tail];
 }
 
 /** The version the API wrote into the file's head (`# _version=N`), if any. */

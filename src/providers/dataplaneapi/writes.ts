@@ -1,6 +1,5 @@
-import type { Tags } from '../../haproxy/model.js';
+import type { Owner, Tags } from '../../haproxy/model.js';
 import type { BackendSettings, Operation, Plan } from '../../plan/plan.js';
-import { isOwned, ownerTags } from '../../registry/ownership.js';
 import { TerminalError } from '../provider.js';
 import {
   type ApiBackend,
@@ -59,6 +58,8 @@ export type WritePlan =
 export interface WriteOptions {
   /** Most server updates sent one by one through the runtime path; more go into one transaction. */
   runtimeMaxServers: number;
+  /** Whose tags what is written carries, and which parts of our frontend (bind, tcp rules) are ours. */
+  owner: Owner;
 }
 
 /** The name of the bind the service gives its frontend. */
@@ -76,15 +77,10 @@ function ownerMetadata(existing: unknown, tags: Tags): Metadata {
   return { ...clone(kept), ...tagsToMetadata(checkedTags(tags)) };
 }
 
-function ownedOrRefuse<T extends { name: string; metadata?: unknown }>(
-  items: Map<string, T>,
-  name: string,
-  what: string,
-): T {
+// Ownership was checked by the registry before the plan got here; what is left is existence.
+function existing<T>(items: Map<string, T>, name: string, what: string): T {
   const item = items.get(name);
   if (!item) throw new RefusedOperationError(`${what} ${name} is not in the configuration as last read`);
-  if (!isOwned(metadataToTags(item.metadata)))
-    throw new RefusedOperationError(`refusing to change ${what} ${name}: it is not owned by this service`);
   return item;
 }
 
@@ -93,54 +89,61 @@ function absentOrRefuse(items: Map<string, unknown>, name: string, what: string)
     throw new RefusedOperationError(`refusing to create ${what} ${name}: it exists already`);
 }
 
-function newServer(s: { name: string; address: string; port: number; check: boolean }): ApiServer {
+function newServer(
+  s: { name: string; address: string; port: number; check: boolean },
+  owner: Owner,
+): ApiServer {
   return {
     name: checkedName(s.name, 'server'),
     address: checkedServerAddress(s.address),
     port: checkedPort(s.port, 'server'),
     ...(s.check ? { check: 'enabled' as const } : {}),
-    metadata: tagsToMetadata(ownerTags()),
+    metadata: tagsToMetadata(owner.tags()),
   };
 }
 
-function ownRule(backend: string, host: string): ApiRule {
+function ownRule(backend: string, host: string, owner: Owner): ApiRule {
   return {
     name: checkedName(backend, 'backend'),
     cond: 'if',
     cond_test: `{ req.ssl_sni -i ${checkedHost(host)} }`,
-    metadata: tagsToMetadata(ownerTags()),
+    metadata: tagsToMetadata(owner.tags()),
   };
 }
 
-function ownTcpRules(inspectDelayMs: number): ApiTcpRule[] {
+function ownTcpRules(inspectDelayMs: number, owner: Owner): ApiTcpRule[] {
   if (!Number.isInteger(inspectDelayMs) || inspectDelayMs < 0)
     throw new RefusedOperationError('bad inspect delay');
-  const metadata = tagsToMetadata(ownerTags());
+  const metadata = tagsToMetadata(owner.tags());
   return [
     { type: 'inspect-delay', timeout: inspectDelayMs, metadata },
     { type: 'content', action: 'accept', cond: 'if', cond_test: HELLO_TEST, metadata },
   ];
 }
 
-function ownBind(bind: { address: string; port: number }): ApiBind {
+function ownBind(bind: { address: string; port: number }, owner: Owner): ApiBind {
   return {
     name: BIND_NAME,
     address: checkedBindAddress(bind.address),
     port: checkedPort(bind.port, 'bind'),
-    metadata: tagsToMetadata(ownerTags()),
+    metadata: tagsToMetadata(owner.tags()),
   };
 }
 
 /** The rule list a set_switching_rules asks for: ours built, foreign ones exactly as read. */
-function rulesFor(op: Extract<Operation, { kind: 'set_switching_rules' }>, current: ApiRule[]): ApiRule[] {
+function rulesFor(
+  op: Extract<Operation, { kind: 'set_switching_rules' }>,
+  current: ApiRule[],
+  owner: Owner,
+): ApiRule[] {
   const foreign = new Map<string, ApiRule[]>();
   for (const r of current) {
-    if (isOwned(metadataToTags(r.metadata))) continue;
+    if (owner.owns(metadataToTags(r.metadata))) continue;
     const key = ruleKey(r.name, ruleHost(r));
     foreign.set(key, [...(foreign.get(key) ?? []), r]);
   }
   return op.rules.map((r) => {
-    if (r.owned) return ownRule(r.backend, r.host);
+    if (r.owned) return ownRule(r.backend, r.host, owner);
     const kept = foreign.get(ruleKey(r.backend, r.host))?.shift();
     if (!kept)
       throw new RefusedOperationError(
@@ -163,9 +166,9 @@ function runtimeUpdates(plan: Plan, backends: Map<string, ApiBackend>): ServerUp
   const updates: ServerUpdate[] = [];
   for (const op of plan.operations) {
     if (op.kind !== 'update_server') return undefined;
-    const backend = ownedOrRefuse(backends, op.backend, 'backend');
+    const backend = existing(backends, op.backend, 'backend');
     const servers = new Map(Object.values(backend.servers ?? {}).map((s) => [s.name, s]));
-    const current = ownedOrRefuse(servers, op.server.name, `server ${op.backend}/`);
+    const current = existing(servers, op.server.name, `server ${op.backend}/`);
     if ((current.check === 'enabled') !== op.server.check) return undefined;
     // Exactly the server as read but for address and port: the API applies that without a reload.
     updates.push({
@@ -186,6 +189,7 @@ export function planWrites(plan: Plan, snapshot: Snapshot, options: WriteOptions
   const backends = new Map(snapshot.backends.map((b) => [b.name, b]));
   const frontends = new Map(snapshot.frontends.map((f) => [f.name, f]));
 
+  const { owner } = options;
   const runtime = runtimeUpdates(plan, backends);
   if (runtime && runtime.length <= options.runtimeMaxServers) return { kind: 'runtime', updates: runtime };
 
@@ -254,20 +258,20 @@ export function planWrites(plan: Plan, snapshot: Snapshot, options: WriteOptions
 
   const writes: Write[] = [];
   // Backends first: the rules written next point at them.
-  for (const [name, w] of perBackend) writes.push(backendWrite(name, w, backends));
-  for (const [name, w] of frontendOps) writes.push(frontendWrite(name, w, frontends));
+  for (const [name, w] of perBackend) writes.push(backendWrite(name, w, backends, owner));
+  for (const [name, w] of frontendOps) writes.push(frontendWrite(name, w, frontends, owner));
   for (const name of deleteFrontends) {
-    ownedOrRefuse(frontends, name, 'frontend');
+    existing(frontends, name, 'frontend');
     writes.push({ kind: 'delete_frontend', name });
   }
   for (const name of deleteBackends) {
-    ownedOrRefuse(backends, name, 'backend');
+    existing(backends, name, 'backend');
     writes.push({ kind: 'delete_backend', name });
   }
   return runtime ? { kind: 'transaction', writes, moves: runtime } : { kind: 'transaction', writes };
 }
 
-function backendWrite(name: string, w: BackendWork, backends: Map<string, ApiBackend>): Write {
+function backendWrite(name: string, w: BackendWork, backends: Map<string, ApiBackend>, owner: Owner): Write {
   if (w.create) {
     absentOrRefuse(backends, name, 'backend');
     if (w.update || w.updates.length > 0 || w.deletes.length > 0)
@@ -275,25 +279,25 @@ function backendWrite(name: string, w: BackendWork, backends: Map<string, ApiBac
     const servers: Record<string, ApiServer> = {};
     for (const op of w.creates) {
       if (servers[op.server.name]) throw new RefusedOperationError(`server ${name}/${op.server.name} twice`);
-      servers[op.server.name] = newServer(op.server);
+      servers[op.server.name] = newServer(op.server, owner);
     }
     const body: ApiBackend = {
       name: checkedName(name, 'backend'),
       mode: 'tcp',
       balance: { algorithm: w.create.balance as NonNullable<ApiBackend['balance']>['algorithm'] },
-      metadata: tagsToMetadata(checkedTags(ownerTags(w.create.cluster))),
+      metadata: tagsToMetadata(checkedTags(owner.tags(w.create.cluster))),
       servers,
     };
     return { kind: 'create_backend', body };
   }
-  const body = clone(ownedOrRefuse(backends, name, 'backend'));
+  const body = clone(existing(backends, name, 'backend'));
   if (w.update) {
     body.balance = { algorithm: w.update.balance as NonNullable<ApiBackend['balance']>['algorithm'] };
-    body.metadata = ownerMetadata(body.metadata, ownerTags(w.update.cluster));
+    body.metadata = ownerMetadata(body.metadata, owner.tags(w.update.cluster));
   }
   const servers = new Map(Object.entries(body.servers ?? {}));
   const byName = new Map([...servers.values()].map((s) => [s.name, s]));
-  const ownedServer = (server: string) => ownedOrRefuse(byName, server, `server ${name}/`);
+  const ownedServer = (server: string) => existing(byName, server, `server ${name}/`);
   for (const op of w.deletes) {
     ownedServer(op.server.name);
     for (const [key, s] of servers) if (s.name === op.server.name) servers.delete(key);
@@ -310,7 +314,7 @@ function backendWrite(name: string, w: BackendWork, backends: Map<string, ApiBac
       throw new RefusedOperationError(
         `refusing to create server ${name}/${op.server.name}: it exists already`,
       );
-    servers.set(op.server.name, newServer(op.server));
+    servers.set(op.server.name, newServer(op.server, owner));
   }
   body.servers = Object.fromEntries(servers);
   return { kind: 'replace_backend', name, body };
@@ -324,6 +328,7 @@ function frontendWrite(
     rules?: Extract<Operation, { kind: 'set_switching_rules' }>;
   },
   frontends: Map<string, ApiFrontend>,
+  owner: Owner,
 ): Write {
   if (w.create) {
     absentOrRefuse(frontends, name, 'frontend');
@@ -331,41 +336,41 @@ function frontendWrite(
     const body: ApiFrontend = {
       name: checkedName(name, 'frontend'),
       mode: 'tcp',
-      metadata: tagsToMetadata(ownerTags()),
+      metadata: tagsToMetadata(owner.tags()),
       ...(f.defaultBackend !== null ? { default_backend: checkedName(f.defaultBackend, 'backend') } : {}),
-      binds: { [BIND_NAME]: ownBind(f.bind) },
-      tcp_request_rule_list: ownTcpRules(f.inspectDelayMs),
-      backend_switching_rule_list: w.rules ? rulesFor(w.rules, []) : [],
+      binds: { [BIND_NAME]: ownBind(f.bind, owner) },
+      tcp_request_rule_list: ownTcpRules(f.inspectDelayMs, owner),
+      backend_switching_rule_list: w.rules ? rulesFor(w.rules, [], owner) : [],
     };
     return { kind: 'create_frontend', body };
   }
-  const current = ownedOrRefuse(frontends, name, 'frontend');
+  const current = existing(frontends, name, 'frontend');
   if (!w.update) {
     // Only the rules change: one replace-all of the list.
     if (!w.rules) throw new Error(`nothing to write for frontend ${name}`);
     return {
       kind: 'replace_rules',
       frontend: name,
-      body: rulesFor(w.rules, current.backend_switching_rule_list ?? []),
+      body: rulesFor(w.rules, current.backend_switching_rule_list ?? [], owner),
     };
   }
   const f = w.update.frontend;
   const body = clone(current);
   body.mode = 'tcp';
-  body.metadata = ownerMetadata(body.metadata, ownerTags());
+  body.metadata = ownerMetadata(body.metadata, owner.tags());
   if (f.defaultBackend !== null) body.default_backend = checkedName(f.defaultBackend, 'backend');
   else delete body.default_backend;
   // Our bind replaces our old one; binds another tool added stay.
-  const binds = Object.entries(body.binds ?? {}).filter(([, b]) => !isOwned(metadataToTags(b.metadata)));
+  const binds = Object.entries(body.binds ?? {}).filter(([, b]) => !owner.owns(metadataToTags(b.metadata)));
   const bindName = binds.some(([key]) => key === BIND_NAME) ? `${BIND_NAME}_sni` : BIND_NAME;
-  body.binds = Object.fromEntries([...binds, [bindName, { ...ownBind(f.bind), name: bindName }]]);
+  body.binds = Object.fromEntries([...binds, [bindName, { ...ownBind(f.bind, owner), name: bindName }]]);
   // The inspect delay and the ClientHello accept are ours in our frontend; other tcp rules stay after them.
   const otherTcp = (body.tcp_request_rule_list ?? []).filter(
-    (r) => !isOwned(metadataToTags(r.metadata)) && r.type !== 'inspect-delay' && !isHelloAccept(r),
+    (r) => !owner.owns(metadataToTags(r.metadata)) && r.type !== 'inspect-delay' && !isHelloAccept(r),
   );
-  body.tcp_request_rule_list = [...ownTcpRules(f.inspectDelayMs), ...otherTcp];
+  body.tcp_request_rule_list = [...ownTcpRules(f.inspectDelayMs, owner), ...otherTcp];
   if (w.rules)
-    body.backend_switching_rule_list = rulesFor(w.rules, current.backend_switching_rule_list ?? []);
+    body.backend_switching_rule_list = rulesFor(w.rules, current.backend_switching_rule_list ?? [], owner);
   return { kind: 'replace_frontend', name, body };
 }
 

@@ -10,6 +10,7 @@ export async function createStockHaproxyProvider(
 ): Promise<Provider> {
   return new StockHaproxyProvider(config, {
     logger: deps.logger.child({ provider: 'haproxy' }),
+    owner: deps.owner,
     ...(deps.traffic ? { traffic: deps.traffic } : {}),
   });
 }

@@ -9,6 +9,7 @@ import type {
   RawState,
   Tags,
 } from '../../haproxy/model.js';
+import { DEFAULT_OWNER_ID, TAG_KEY, TAG_VALUE } from '../../registry/registry.js';
 
 /**
  * The one configuration file the service owns, as text: rendered from raw objects (with their tags as a
@@ -18,6 +19,15 @@ import type {
 
 /** The named defaults every owned section inherits (`from`), so the operator's `defaults` never leak in. */
 export const DEFAULTS_NAME = 'kubebyon_adapter';
+
+/**
+ * The defaults section's name for an owner. HAProxy refuses two `defaults` of one name that sections refer
+ * to ("ambiguous defaults section name"), so each owner's file has its own; the default owner keeps the
+ * name every earlier install wrote, so an upgrade leaves the file as it was.
+ */
+export function defaultsNameFor(ownerId: string): string {
+  return ownerId === DEFAULT_OWNER_ID ? DEFAULTS_NAME : `${DEFAULTS_NAME}.${ownerId}`;
+}
 const TAG_MARK = 'kubebyon';
 
 /**
@@ -41,8 +51,6 @@ export const DEFAULTS_BODY = [
 
 const NAME = /^[A-Za-z0-9_.:-]{1,127}$/;
 const HOST = /^[A-Za-z0-9.-]{1,253}$/;
-const TAG_KEY = /^[a-z][a-z0-9_]{0,31}$/;
-const TAG_VALUE = /^[A-Za-z0-9._-]{1,253}$/;
 const BALANCE = new Set(['leastconn', 'roundrobin', 'source', 'static-rr', 'first']);
 const GENERATION_BASE = 1_000_000_000;
 
@@ -121,10 +129,10 @@ function bindLine(bind: Bind): string {
   return `bind ${address('bind address', bind.address, true)}:${bind.port}`;
 }
 
-function renderFrontend(f: RawFrontend, generation: number | null): string[] {
+function renderFrontend(f: RawFrontend, generation: number | null, defaultsName: string): string[] {
   name('frontend name', f.name);
   need(f.bind !== null, 'frontend without bind', f.name);
-  const lines = [`frontend ${f.name} from ${DEFAULTS_NAME}${tagComment(f.tags)}`];
+  const lines = [`frontend ${f.name} from ${defaultsName}${tagComment(f.tags)}`];
   if (generation !== null) lines.push(`  id ${generation}`);
   lines.push('  mode tcp', `  ${bindLine(f.bind as Bind)}`);
   if (f.inspectDelayMs !== null) {
@@ -144,11 +152,11 @@ function renderFrontend(f: RawFrontend, generation: number | null): string[] {
   return lines;
 }
 
-function renderBackend(b: RawBackend): string[] {
+function renderBackend(b: RawBackend, defaultsName: string): string[] {
   name('backend name', b.name);
   need(BALANCE.has(b.balance), 'balance algorithm', b.balance);
   const lines = [
-    `backend ${b.name} from ${DEFAULTS_NAME}${tagComment(b.tags)}`,
+    `backend ${b.name} from ${defaultsName}${tagComment(b.tags)}`,
     '  mode tcp',
     `  balance ${b.balance}`,
   ];
@@ -170,7 +178,8 @@ const HEADER = [
 ];
 
 /** The owned file for `state` (the objects that live in it: ours, and foreign rules/servers inside them). */
-export function renderOwnedFile(state: RawState): string {
+export function renderOwnedFile(state: RawState, defaultsName = DEFAULTS_NAME): string {
+  need(NAME.test(defaultsName), 'defaults name', defaultsName);
   const frontends = [...state.frontends].sort(byName);
   const backends = [...state.backends].sort(byName);
   const names = new Set<string>();
@@ -181,9 +190,9 @@ export function renderOwnedFile(state: RawState): string {
   if (frontends.length === 0 && backends.length === 0) return `${HEADER.join('\n')}\n`;
   const generation = generationOf(state);
   const sections = [
-    [`defaults ${DEFAULTS_NAME}`, ...DEFAULTS_BODY.map((l) => `  ${l}`)],
-    ...frontends.map((f, i) => renderFrontend(f, i === 0 ? generation : null)),
-    ...backends.map(renderBackend),
+    [`defaults ${defaultsName}`, ...DEFAULTS_BODY.map((l) => `  ${l}`)],
+    ...frontends.map((f, i) => renderFrontend(f, i === 0 ? generation : null, defaultsName)),
+    ...backends.map((b) => renderBackend(b, defaultsName)),
   ];
   return `${HEADER.join('\n')}\n\n${sections.map((s) => s.join('\n')).join('\n\n')}\n`;
 }
@@ -223,7 +232,7 @@ function parseAddress(text: string): { address: string; port: number } | null {
  * Reads back a file `renderOwnedFile` wrote. Anything it did not write is refused with its line number:
  * the service never guesses at configuration it does not understand.
  */
-export function parseOwnedFile(text: string): ParsedOwnedFile {
+export function parseOwnedFile(text: string, defaultsName = DEFAULTS_NAME): ParsedOwnedFile {
   const frontends: RawFrontend[] = [];
   const backends: RawBackend[] = [];
   let generation: number | null = null;
@@ -246,10 +255,10 @@ export function parseOwnedFile(text: string): ParsedOwnedFile {
     const words = body.split(/\s+/);
     const [kw, arg] = words;
     if (kw === 'defaults') {
-      if (arg !== DEFAULTS_NAME || words.length !== 2) fail('unexpected defaults section');
+      if (arg !== defaultsName || words.length !== 2) fail('unexpected defaults section');
       section = { kind: 'defaults' };
     } else if (kw === 'frontend' || kw === 'backend') {
-      if (words.length !== 4 || words[2] !== 'from' || words[3] !== DEFAULTS_NAME || !NAME.test(arg ?? ''))
+      if (words.length !== 4 || words[2] !== 'from' || words[3] !== defaultsName || !NAME.test(arg ?? ''))
         fail(`unexpected ${kw} line`);
       const tags = parseTags(comment, lineNo);
       if (kw === 'frontend') {

@@ -2,7 +2,8 @@ import { execFile } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
 import type { Logger } from 'pino';
 import type { StockHaproxyConfig } from '../../config/env.js';
-import type { RawBackend, RawFrontend, RawState } from '../../haproxy/model.js';
+import type { Owner, RawBackend, RawFrontend, RawState } from '../../haproxy/model.js';
+import { applyOperations } from '../../plan/apply.js';
 import type { Operation, Plan } from '../../plan/plan.js';
 import { prepareFileAtomic, removeTemporaries, writeFileAtomic } from '../../store/atomic-file.js';
 import {
@@ -15,8 +16,8 @@ import {
   TerminalError,
 } from '../provider.js';
 import { MasterCli, sleep } from './master-cli.js';
-import { applyOperations } from './operations.js';
 import {
+  defaultsNameFor,
   generationOf,
   OwnedFileParseError,
   type ParsedOwnedFile,
@@ -49,6 +50,8 @@ const READ_RETRY_MS = 5_000;
 
 export interface StockHaproxyDeps {
   logger: Logger;
+  /** Whose tags the objects written carry; its id also names the owned file's `defaults`. */
+  owner: Owner;
   /** Counts every master-CLI command and the owned file's bytes when written (the provider metrics). */
   traffic?: ProviderTraffic;
 }
@@ -87,8 +90,9 @@ export class StockHaproxyProvider implements Provider {
   readonly name = 'haproxy';
   private readonly cli: MasterCli;
   private cache: { text: string; parsed: ParsedOwnedFile; generation: number } | undefined;
-  /** The last read, for the apply that follows it in the same pass. */
-  private last: Snapshot | undefined;
+  /** What each read found besides its raw state, for the apply handed that state (`apply(plan, current)`). */
+  private readonly reads = new WeakMap<RawState, Snapshot>();
+  private readonly defaultsName: string;
   private queue: Promise<unknown> = Promise.resolve();
   private swept = false;
 
@@ -97,6 +101,7 @@ export class StockHaproxyProvider implements Provider {
     private readonly deps: StockHaproxyDeps,
   ) {
     this.cli = new MasterCli(config.masterSocket, undefined, deps.traffic);
+    this.defaultsName = defaultsNameFor(deps.owner.id);
   }
 
   async ping(signal: AbortSignal): Promise<ProviderInfo> {
@@ -108,20 +113,20 @@ export class StockHaproxyProvider implements Provider {
 
   async readState(signal: AbortSignal): Promise<RawState> {
     const snap = await this.snapshot(signal);
-    this.last = snap;
+    this.reads.set(snap.raw, snap);
     return snap.raw;
   }
 
-  async apply(plan: Plan, signal: AbortSignal): Promise<ApplyReport> {
+  async apply(plan: Plan, current: RawState, signal: AbortSignal): Promise<ApplyReport> {
     signal.throwIfAborted();
     if (plan.operations.length === 0) return { reload: 'none', requests: 0 };
     // One apply at a time: each reads, renders and replaces the one file.
-    const run = this.queue.then(() => this.applyNow(plan, signal));
+    const run = this.queue.then(() => this.applyNow(plan, current, signal));
     this.queue = run.catch(() => {});
     return run;
   }
 
-  private async applyNow(plan: Plan, signal: AbortSignal): Promise<ApplyReport> {
+  private async applyNow(plan: Plan, current: RawState, signal: AbortSignal): Promise<ApplyReport> {
     signal.throwIfAborted();
     // Before this service's first write to the owned file, nothing of its own can be in flight: a candidate
     // file beside it is what a killed predecessor left between writing and checking it.
@@ -133,8 +138,8 @@ export class StockHaproxyProvider implements Provider {
     }
     const sentBefore = this.cli.sent;
     const requests = () => this.cli.sent - sentBefore;
-    const snap = await this.current(signal);
-    const target = applyOperations(snap.raw, plan.operations);
+    const snap = await this.stillCurrent(current, signal);
+    const target = applyOperations(snap.raw, plan.operations, this.deps.owner);
     const inFile = new Set(snap.inFile);
     for (const op of plan.operations) {
       if (op.kind === 'create_frontend') inFile.add(op.frontend.name);
@@ -146,7 +151,7 @@ export class StockHaproxyProvider implements Provider {
     };
     let text: string;
     try {
-      text = renderOwnedFile(fileState);
+      text = renderOwnedFile(fileState, this.defaultsName);
     } catch (err) {
       if (err instanceof UnsafeValueError) throw new TerminalError(err.message);
       throw err;
@@ -197,7 +202,7 @@ export class StockHaproxyProvider implements Provider {
     }
     if (this.cache?.text === text) return this.cache;
     try {
-      const parsed = parseOwnedFile(text);
+      const parsed = parseOwnedFile(text, this.defaultsName);
       this.cache = { text, parsed, generation: generationOf(parsed.state) };
     } catch (err) {
       if (err instanceof OwnedFileParseError)
@@ -210,12 +215,13 @@ export class StockHaproxyProvider implements Provider {
   }
 
   /**
-   * The state to apply a plan to: the pass's own read when neither the owned file nor HAProxy's workers have
-   * changed since (one `show proc` instead of reading every proxy and server again), else a new read.
+   * The state to apply a plan to: the read the plan was made from when neither the owned file nor HAProxy's
+   * workers have changed since (one `show proc` instead of reading every proxy and server again), else a new
+   * read. A read serves one apply: the next one starts from what that apply left.
    */
-  private async current(signal: AbortSignal): Promise<Snapshot> {
-    const last = this.last;
-    this.last = undefined;
+  private async stillCurrent(current: RawState, signal: AbortSignal): Promise<Snapshot> {
+    const last = this.reads.get(current);
+    this.reads.delete(current);
     if (last) {
       const proc = parseShowProc(await this.read('show proc', signal));
       const { text } = await this.readOwnedFile();

@@ -1,13 +1,14 @@
-import type { RawBackend, RawFrontend, RawRule, RawState } from '../../haproxy/model.js';
-import type { Operation, Plan } from '../../plan/plan.js';
-import { isOwned, ownerTags } from '../../registry/ownership.js';
+import type { Owner, RawState } from '../../haproxy/model.js';
+import { applyOperations } from '../../plan/apply.js';
+import type { Plan } from '../../plan/plan.js';
+import { Registry } from '../../registry/registry.js';
 import type { ApplyReport, Provider, ProviderInfo } from '../provider.js';
 
 /**
- * The reference provider: HAProxy's objects in memory, applied strictly (an operation on a missing object, or
- * a change to an object without our tags, throws and leaves the state as it was). Like external-dns's
+ * The reference provider: HAProxy's objects in memory, applied strictly through `applyOperations` (an
+ * operation on a missing object throws and leaves the state as it was). Like external-dns's
  * `provider/inmemory`, it pins the contract that the real providers are checked against, and serves unit
- * tests of the reconcile loop.
+ * tests of the reconcile loop; no configuration selects it.
  */
 export class MemoryProvider implements Provider {
   readonly name = 'memory';
@@ -20,7 +21,10 @@ export class MemoryProvider implements Provider {
   /** When set, `apply` waits for it before writing (to hold a pass in flight). */
   gate: Promise<void> | undefined;
 
-  constructor(public state: RawState = { frontends: [], backends: [] }) {}
+  constructor(
+    public state: RawState = { frontends: [], backends: [] },
+    private readonly owner: Owner = new Registry(),
+  ) {}
 
   async ping(signal: AbortSignal): Promise<ProviderInfo> {
     signal.throwIfAborted();
@@ -35,17 +39,15 @@ export class MemoryProvider implements Provider {
     return structuredClone(this.state);
   }
 
-  async apply(plan: Plan, signal: AbortSignal): Promise<ApplyReport> {
+  async apply(plan: Plan, _current: RawState, signal: AbortSignal): Promise<ApplyReport> {
     if (this.gate) await untilAborted(this.gate, signal);
     signal.throwIfAborted();
     if (this.down) throw this.down;
     const failure = this.failures.shift();
     if (failure) throw failure;
     if (plan.operations.length === 0) return { reload: 'none', requests: 0 };
-    // All or nothing: apply to a copy, keep it only if every operation succeeded.
-    const next = structuredClone(this.state);
-    for (const op of plan.operations) applyRaw(next, op);
-    this.state = next;
+    // All or nothing: applyOperations works on a copy, kept only when every operation succeeded.
+    this.state = applyOperations(this.state, plan.operations, this.owner);
     this.applies.push(plan);
     const runtimeOnly = plan.operations.every((op) => op.kind === 'update_server');
     return { reload: runtimeOnly ? 'none' : 'succeeded', requests: plan.operations.length };
@@ -63,98 +65,4 @@ function untilAborted(gate: Promise<void>, signal: AbortSignal): Promise<void> {
       resolve();
     }, reject);
   });
-}
-
-function owned<T extends { name: string; tags: RawFrontend['tags'] }>(items: T[], name: string): T {
-  const item = items.find((x) => x.name === name);
-  if (!item) throw new Error(`missing object ${name}`);
-  if (!isOwned(item.tags)) throw new Error(`refusing to change ${name}: not owned`);
-  return item;
-}
-
-function absent(items: Array<{ name: string }>, name: string): void {
-  if (items.some((x) => x.name === name)) throw new Error(`object already exists: ${name}`);
-}
-
-function applyRaw(state: RawState, op: Operation): void {
-  switch (op.kind) {
-    case 'create_frontend': {
-      absent(state.frontends, op.frontend.name);
-      const { name, bind, inspectDelayMs, defaultBackend } = op.frontend;
-      state.frontends.push({
-        name,
-        bind,
-        inspectDelayMs,
-        defaultBackend,
-        acceptsTlsHello: true,
-        rules: [],
-        tags: ownerTags(),
-      });
-      return;
-    }
-    case 'update_frontend': {
-      const { bind, inspectDelayMs, defaultBackend } = op.frontend;
-      Object.assign(owned(state.frontends, op.frontend.name), {
-        bind,
-        inspectDelayMs,
-        defaultBackend,
-        acceptsTlsHello: true,
-      });
-      return;
-    }
-    case 'delete_frontend':
-      owned(state.frontends, op.name);
-      state.frontends = state.frontends.filter((f) => f.name !== op.name);
-      return;
-    case 'create_backend':
-      absent(state.backends, op.backend.name);
-      state.backends.push({
-        name: op.backend.name,
-        balance: op.backend.balance,
-        servers: [],
-        tags: ownerTags(op.backend.cluster),
-      });
-      return;
-    case 'update_backend':
-      Object.assign(owned(state.backends, op.backend.name), {
-        balance: op.backend.balance,
-        tags: ownerTags(op.backend.cluster),
-      });
-      return;
-    case 'delete_backend':
-      owned(state.backends, op.name);
-      state.backends = state.backends.filter((b) => b.name !== op.name);
-      return;
-    case 'create_server': {
-      const b: RawBackend = owned(state.backends, op.backend);
-      absent(b.servers, op.server.name);
-      const { name, address, port, check } = op.server;
-      b.servers.push({ name, address, port, check, tags: ownerTags() });
-      return;
-    }
-    case 'update_server': {
-      const b = owned(state.backends, op.backend);
-      const s = owned(b.servers, op.server.name);
-      Object.assign(s, { address: op.server.address, port: op.server.port, check: op.server.check });
-      return;
-    }
-    case 'delete_server': {
-      const b = owned(state.backends, op.backend);
-      owned(b.servers, op.server.name);
-      b.servers = b.servers.filter((s) => s.name !== op.server.name);
-      return;
-    }
-    case 'set_switching_rules': {
-      const f = owned(state.frontends, op.frontend);
-      // Foreign rules keep their own tags; the plan only names them to keep their place.
-      const foreign = f.rules.filter((r) => !isOwned(r.tags));
-      f.rules = op.rules.map((r): RawRule => {
-        if (r.owned) return { backend: r.backend, host: r.host, tags: ownerTags() };
-        const kept = foreign.find((x) => x.backend === r.backend && x.host === r.host);
-        if (!kept) throw new Error(`foreign rule ${r.backend}/${r.host} is not in ${op.frontend}`);
-        return kept;
-      });
-      return;
-    }
-  }
 }

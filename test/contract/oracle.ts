@@ -1,9 +1,11 @@
-import type { BackendState, FrontendState, HaproxyState } from '../haproxy/model.js';
-import type { Operation } from './plan.js';
+import type { BackendState, FrontendState, HaproxyState } from '../../src/haproxy/model.js';
+import type { Operation } from '../../src/plan/plan.js';
 
 /**
- * What HAProxy's configuration becomes once `operations` are applied to `state`: the meaning of each
- * operation, without I/O. Used for dry-run previews and to check the planner against its own semantics.
+ * The contract suite's oracle: what HAProxy's configuration becomes once `operations` are applied to `state`,
+ * written over the planner's view (owned flags, no tags) and kept apart from `src/plan/apply.ts` on purpose,
+ * so that the providers (which use that module) are checked against an independent statement of each
+ * operation's meaning.
  */
 export function applyToState(state: HaproxyState, operations: readonly Operation[]): HaproxyState {
   const frontends = new Map(state.frontends.map((f) => [f.name, structuredClone(f)]));

@@ -1,0 +1,127 @@
+import type { Owner, RawRule, RawState } from '../haproxy/model.js';
+import { ConcurrentChangeError } from '../providers/provider.js';
+import type { Operation } from './plan.js';
+
+type Named = { name: string };
+
+/**
+ * The one statement of what each operation does to HAProxy's objects: `state` with `operations` applied, the
+ * objects created carrying `owner`'s tags. The memory provider, the stock provider's owned file and the Data
+ * Plane API provider's raw-text path all take their target from here; a new operation kind is added here and
+ * in each provider's writer. Pure and strict about existence only (ownership is the registry's to refuse,
+ * before a plan reaches a provider): an operation on a missing object, or a creation of one that exists,
+ * means the plan was made from another state (`ConcurrentChangeError`: read and plan again).
+ */
+export function applyOperations(state: RawState, operations: readonly Operation[], owner: Owner): RawState {
+  const next = structuredClone(state);
+  // By name, in listing order (a Map keeps insertion order): one lookup per operation, not one scan.
+  const frontends = new Map(next.frontends.map((f) => [f.name, f]));
+  const backends = new Map(next.backends.map((b) => [b.name, b]));
+  const find = <T extends Named>(items: Map<string, T> | T[], name: string, what: string): T => {
+    const item = items instanceof Map ? items.get(name) : items.find((x) => x.name === name);
+    if (!item) throw new ConcurrentChangeError(`${what} ${name} is not there any more`);
+    return item;
+  };
+  const absent = (items: Map<string, unknown> | Named[], name: string, what: string) => {
+    const there = items instanceof Map ? items.has(name) : items.some((x) => x.name === name);
+    if (there) throw new ConcurrentChangeError(`${what} ${name} exists already`);
+  };
+  // Frontends and backends share HAProxy's one namespace of proxies.
+  const noProxy = (name: string) => {
+    absent(frontends, name, 'frontend');
+    absent(backends, name, 'backend');
+  };
+
+  for (const op of operations) {
+    switch (op.kind) {
+      case 'create_frontend': {
+        noProxy(op.frontend.name);
+        const { name, bind, inspectDelayMs, defaultBackend } = op.frontend;
+        const tags = owner.tags();
+        frontends.set(name, {
+          name,
+          bind,
+          inspectDelayMs,
+          defaultBackend,
+          acceptsTlsHello: true,
+          rules: [],
+          tags,
+        });
+        break;
+      }
+      case 'update_frontend': {
+        const { bind, inspectDelayMs, defaultBackend } = op.frontend;
+        const f = find(frontends, op.frontend.name, 'frontend');
+        Object.assign(f, { bind, inspectDelayMs, defaultBackend, acceptsTlsHello: true });
+        break;
+      }
+      case 'delete_frontend':
+        find(frontends, op.name, 'frontend');
+        frontends.delete(op.name);
+        break;
+      case 'create_backend':
+        noProxy(op.backend.name);
+        backends.set(op.backend.name, {
+          name: op.backend.name,
+          balance: op.backend.balance,
+          servers: [],
+          tags: owner.tags(op.backend.cluster),
+        });
+        break;
+      case 'update_backend': {
+        const b = find(backends, op.backend.name, 'backend');
+        Object.assign(b, { balance: op.backend.balance, tags: owner.tags(op.backend.cluster) });
+        break;
+      }
+      case 'delete_backend':
+        find(backends, op.name, 'backend');
+        backends.delete(op.name);
+        break;
+      case 'create_server': {
+        const b = find(backends, op.backend, 'backend');
+        absent(b.servers, op.server.name, `server ${op.backend}/`);
+        const { name, address, port, check } = op.server;
+        b.servers.push({ name, address, port, check, tags: owner.tags() });
+        break;
+      }
+      case 'update_server': {
+        const s = find(
+          find(backends, op.backend, 'backend').servers,
+          op.server.name,
+          `server ${op.backend}/`,
+        );
+        Object.assign(s, { address: op.server.address, port: op.server.port, check: op.server.check });
+        break;
+      }
+      case 'delete_server': {
+        const b = find(backends, op.backend, 'backend');
+        find(b.servers, op.server.name, `server ${op.backend}/`);
+        b.servers = b.servers.filter((s) => s.name !== op.server.name);
+        break;
+      }
+      case 'set_switching_rules': {
+        const f = find(frontends, op.frontend, 'frontend');
+        f.rules = switchingRules(f.rules, op, owner);
+        break;
+      }
+    }
+  }
+  return { frontends: [...frontends.values()], backends: [...backends.values()] };
+}
+
+/** The rule list asked for: ours tagged anew, another owner's kept exactly as they were (the plan names them only to keep their place). */
+function switchingRules(
+  current: readonly RawRule[],
+  op: Extract<Operation, { kind: 'set_switching_rules' }>,
+  owner: Owner,
+): RawRule[] {
+  const foreign = current.filter((r) => !owner.owns(r.tags));
+  return op.rules.map((r): RawRule => {
+    if (r.owned) return { backend: r.backend, host: r.host, tags: owner.tags() };
+    const i = foreign.findIndex((x) => x.backend === r.backend && x.host === r.host);
+    const kept = foreign.splice(i, i < 0 ? 0 : 1)[0];
+    if (i < 0 || !kept)
+      throw new ConcurrentChangeError(`foreign rule ${r.backend}/${r.host} is not in ${op.frontend}`);
+    return kept;
+  });
+}

@@ -1,0 +1,94 @@
+import type { RawState } from '../haproxy/model.js';
+import type { Operation, Plan } from '../plan/plan.js';
+import { type ApplyReport, type Provider, type ProviderInfo, TerminalError } from '../providers/provider.js';
+import type { Registry } from './registry.js';
+
+/** A plan names an object another owner (or no owner) holds: refused as a whole, whatever the plan says. */
+export class NotOwnedError extends TerminalError {
+  override name = 'NotOwnedError';
+}
+
+/**
+ * Ownership as a layer around any provider (external-dns's `TXTRegistry` filters a plan before
+ * `provider.ApplyChanges`): every plan is checked against the state it was made from, and one that would
+ * change, delete or shadow an object this owner does not hold never reaches the provider, which then only
+ * does I/O. Reads pass through untouched; the registry interprets them.
+ */
+export class OwnedProvider implements Provider {
+  readonly name: string;
+
+  constructor(
+    private readonly inner: Provider,
+    readonly registry: Registry,
+  ) {
+    this.name = inner.name;
+  }
+
+  readState(signal: AbortSignal): Promise<RawState> {
+    return this.inner.readState(signal);
+  }
+
+  async apply(plan: Plan, current: RawState, signal: AbortSignal): Promise<ApplyReport> {
+    refuseForeign(plan.operations, current, this.registry);
+    return this.inner.apply(plan, current, signal);
+  }
+
+  ping(signal: AbortSignal): Promise<ProviderInfo> {
+    return this.inner.ping(signal);
+  }
+
+  async close(): Promise<void> {
+    await this.inner.close?.();
+  }
+}
+
+/**
+ * Throws `NotOwnedError` when an operation names an object in `current` that `registry` does not own: an
+ * update or deletion of a foreign frontend, backend or server, a server added to a foreign backend, a
+ * creation under a name a foreign proxy holds, or an owned rule list for a foreign frontend. Objects missing
+ * from `current` are left to the provider (a concurrent change, not an ownership question).
+ */
+export function refuseForeign(operations: readonly Operation[], current: RawState, registry: Registry): void {
+  const proxies = new Map<string, { kind: string; owned: boolean }>();
+  for (const f of current.frontends) proxies.set(f.name, { kind: 'frontend', owned: registry.owns(f.tags) });
+  for (const b of current.backends) proxies.set(b.name, { kind: 'backend', owned: registry.owns(b.tags) });
+  const servers = new Map(current.backends.map((b) => [b.name, b.servers]));
+  const refuse = (what: string) => {
+    throw new NotOwnedError(`refusing to change ${what}: it is not owned by ${registry.id}`);
+  };
+  const proxy = (name: string) => {
+    const p = proxies.get(name);
+    if (p && !p.owned) refuse(`${p.kind} ${name}`);
+  };
+  const server = (backend: string, name: string) => {
+    const s = servers.get(backend)?.find((x) => x.name === name);
+    if (s && !registry.owns(s.tags)) refuse(`server ${backend}/${name}`);
+  };
+  for (const op of operations) {
+    switch (op.kind) {
+      case 'create_frontend':
+      case 'update_frontend':
+        proxy(op.frontend.name);
+        break;
+      case 'create_backend':
+      case 'update_backend':
+        proxy(op.backend.name);
+        break;
+      case 'delete_frontend':
+      case 'delete_backend':
+        proxy(op.name);
+        break;
+      case 'create_server':
+        proxy(op.backend);
+        break;
+      case 'update_server':
+      case 'delete_server':
+        proxy(op.backend);
+        server(op.backend, op.server.name);
+        break;
+      case 'set_switching_rules':
+        proxy(op.frontend);
+        break;
+    }
+  }
+}

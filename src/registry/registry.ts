@@ -1,0 +1,87 @@
+import type {
+  BackendState,
+  FrontendState,
+  HaproxyState,
+  Owner,
+  RawBackend,
+  RawFrontend,
+  RawState,
+  ServerState,
+  Tags,
+} from '../haproxy/model.js';
+
+/**
+ * The registry: the one place that decides which HAProxy objects this service owns, from the tags providers
+ * store with each object (external-dns keeps the same split between `provider/` and `registry/`, and its
+ * `--txt-owner-id` is our owner id). Pure.
+ */
+export const OWNER_TAG = 'owner';
+export const CLUSTER_TAG = 'cluster';
+/** The owner id of every install before owner ids existed: keeping it keeps owning what they made. */
+export const DEFAULT_OWNER_ID = 'kubebyon-haproxy-adapter';
+/**
+ * An owner id reaches `haproxy.cfg` (a tag comment, a section name, API metadata): lower-case letters, digits,
+ * `.`, `_` and `-`, starting and ending with a letter or digit, at most 63 characters.
+ */
+export const OWNER_ID = /^[a-z0-9](?:[a-z0-9._-]{0,61}[a-z0-9])?$/;
+/** What a tag may hold wherever a provider stores it (a comment in a file, API metadata): nothing to escape. */
+export const TAG_KEY = /^[a-z][a-z0-9_]{0,31}$/;
+export const TAG_VALUE = /^[A-Za-z0-9._-]{1,253}$/;
+
+export class InvalidOwnerIdError extends Error {
+  override readonly name = 'InvalidOwnerIdError';
+}
+
+export class Registry implements Owner {
+  constructor(readonly id: string = DEFAULT_OWNER_ID) {
+    if (!OWNER_ID.test(id))
+      throw new InvalidOwnerIdError(
+        `owner id ${JSON.stringify(id)}: use 1-63 of a-z, 0-9, '.', '_', '-', starting and ending with a letter or digit`,
+      );
+  }
+
+  /** Tags a provider stores with every object it creates for this owner; backends also name their cluster. */
+  tags(cluster?: string): Tags {
+    return cluster === undefined
+      ? { [OWNER_TAG]: this.id }
+      : { [OWNER_TAG]: this.id, [CLUSTER_TAG]: cluster };
+  }
+
+  /** Ours exactly when our owner id is on it: untagged objects and other owners' are foreign. */
+  owns(tags: Tags): boolean {
+    return tags[OWNER_TAG] === this.id;
+  }
+
+  /** Reads ownership off raw objects: what the planner may change, and which cluster each backend serves. */
+  interpret(raw: RawState): HaproxyState {
+    return {
+      frontends: raw.frontends.map((f) => this.frontendState(f)),
+      backends: raw.backends.map((b) => this.backendState(b)),
+    };
+  }
+
+  private frontendState(f: RawFrontend): FrontendState {
+    const { tags, rules, ...rest } = f;
+    return {
+      ...rest,
+      owned: this.owns(tags),
+      rules: rules.map((r) => ({ backend: r.backend, host: r.host, owned: this.owns(r.tags) })),
+    };
+  }
+
+  private backendState(b: RawBackend): BackendState {
+    const owned = this.owns(b.tags);
+    const servers: ServerState[] = b.servers.map(({ tags, ...s }) => ({
+      ...s,
+      owned: owned && this.owns(tags),
+    }));
+    const cluster = owned ? b.tags[CLUSTER_TAG] : undefined;
+    return {
+      name: b.name,
+      owned,
+      ...(cluster !== undefined ? { cluster } : {}),
+      balance: b.balance,
+      servers,
+    };
+  }
+}

@@ -1,0 +1,120 @@
+import { describe, expect, it } from 'vitest';
+import type { RawBackend, RawFrontend, RawState } from '../../src/haproxy/model.js';
+import { applyOperations } from '../../src/plan/apply.js';
+import { ConcurrentChangeError } from '../../src/providers/provider.js';
+import { Registry } from '../../src/registry/registry.js';
+import { ownerTags, registry } from '../support/owner.js';
+
+const frontend = (over: Partial<RawFrontend> = {}): RawFrontend => ({
+  name: 'kubebyon_sni',
+  bind: { address: '*', port: 443 },
+  inspectDelayMs: 5000,
+  acceptsTlsHello: true,
+  defaultBackend: null,
+  rules: [{ backend: 'kubebyon_a_0123456789ab', host: 'a.example.com', tags: ownerTags() }],
+  tags: ownerTags(),
+  ...over,
+});
+const backend: RawBackend = {
+  name: 'kubebyon_a_0123456789ab',
+  balance: 'leastconn',
+  servers: [{ name: 'srv1', address: '127.0.0.1', port: 30001, check: true, tags: ownerTags() }],
+  tags: ownerTags('a'),
+};
+const foreign: RawBackend = { name: 'console', balance: 'roundrobin', servers: [], tags: {} };
+const state = (f = frontend()): RawState => ({ frontends: [f], backends: [backend, foreign] });
+
+describe('applyOperations: the one meaning of each operation', () => {
+  it('asks for a new plan when an object is missing, or a creation finds its name taken', () => {
+    const s = state();
+    expect(() => applyOperations(s, [{ kind: 'delete_backend', name: 'gone' }], registry)).toThrow(
+      ConcurrentChangeError,
+    );
+    // Frontends and backends share one namespace.
+    expect(() =>
+      applyOperations(
+        s,
+        [{ kind: 'create_backend', backend: { name: 'kubebyon_sni', cluster: 'x', balance: 'leastconn' } }],
+        registry,
+      ),
+    ).toThrow(ConcurrentChangeError);
+    expect(() =>
+      applyOperations(
+        s,
+        [
+          {
+            kind: 'update_server',
+            backend: backend.name,
+            server: { name: 'srv9', address: '127.0.0.2', port: 1, check: true, owned: true },
+            changes: [],
+          },
+        ],
+        registry,
+      ),
+    ).toThrow(ConcurrentChangeError);
+  });
+
+  it("tags what it creates with the owner it is given, and keeps another owner's rules as they were", () => {
+    const staging = new Registry('staging');
+    const withForeignRule = state(
+      frontend({
+        rules: [
+          { backend: 'kubebyon_a_0123456789ab', host: 'a.example.com', tags: staging.tags() },
+          { backend: 'console', host: 'console.example.com', tags: { owner: 'production' } },
+        ],
+      }),
+    );
+    const next = applyOperations(
+      withForeignRule,
+      [
+        {
+          kind: 'create_backend',
+          backend: { name: 'kubebyon_b_0123456789ab', cluster: 'b', balance: 'leastconn' },
+        },
+        {
+          kind: 'create_server',
+          backend: 'kubebyon_b_0123456789ab',
+          server: { name: 'srv1', address: '127.0.0.1', port: 30002, check: false, owned: true },
+        },
+        {
+          kind: 'set_switching_rules',
+          frontend: 'kubebyon_sni',
+          rules: [
+            { backend: 'kubebyon_b_0123456789ab', host: 'b.example.com', owned: true },
+            { backend: 'console', host: 'console.example.com', owned: false },
+          ],
+          added: [],
+          removed: [],
+        },
+      ],
+      staging,
+    );
+    const created = next.backends.find((b) => b.name === 'kubebyon_b_0123456789ab');
+    expect(created?.tags).toEqual({ owner: 'staging', cluster: 'b' });
+    expect(created?.servers[0]?.tags).toEqual({ owner: 'staging' });
+    expect(next.frontends[0]?.rules).toEqual([
+      { backend: 'kubebyon_b_0123456789ab', host: 'b.example.com', tags: { owner: 'staging' } },
+      { backend: 'console', host: 'console.example.com', tags: { owner: 'production' } },
+    ]);
+    // The input is left as it was: a failed apply can keep the state it started from.
+    expect(withForeignRule.backends).toHaveLength(2);
+  });
+
+  it('refuses to keep a foreign rule that is not there (the plan was made from another state)', () => {
+    expect(() =>
+      applyOperations(
+        state(),
+        [
+          {
+            kind: 'set_switching_rules',
+            frontend: 'kubebyon_sni',
+            rules: [{ backend: 'console', host: 'console.example.com', owned: false }],
+            added: [],
+            removed: [],
+          },
+        ],
+        registry,
+      ),
+    ).toThrow(ConcurrentChangeError);
+  });
+});
