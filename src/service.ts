@@ -10,8 +10,9 @@ import { Reconciler } from './reconcile/reconciler.js';
 import { ClusterStore } from './store/cluster-store.js';
 import { KubernetesTopology, loadKubeConfig } from './topology/kubernetes.js';
 import { StaticTopology, type Topology } from './topology/topology.js';
-import { createApp, limitRequestTime, type Readiness } from './webhook/app.js';
+import { createApp, limitRequestTime } from './webhook/app.js';
 import { WebhookAuthenticator } from './webhook/auth.js';
+import type { Readiness } from './webhook/readiness.js';
 
 export const VERSION = '0.1.0';
 

@@ -3,6 +3,8 @@ import { isIP } from 'node:net';
 import { z } from 'zod';
 import { DEFAULT_RENDER_OPTIONS, type RenderOptions } from '../haproxy/render.js';
 import { validatePrefix } from '../naming/names.js';
+import type { DataplaneConfig } from '../providers/dataplaneapi/config.js';
+import type { StockHaproxyConfig } from '../providers/haproxy/config.js';
 import { parseBindAddr } from './bind.js';
 
 /**
@@ -177,16 +179,18 @@ const DataplaneEnv = z
     KUBEBYON_DATAPLANE_RUNTIME_MAX_SERVERS: int(0, 100_000),
     KUBEBYON_DATAPLANE_RAW_MIN_WRITES: int(0, 1_000_000),
   })
-  .transform((e) => ({
-    kind: 'dataplaneapi' as const,
-    url: e.KUBEBYON_DATAPLANE_URL,
-    username: e.KUBEBYON_DATAPLANE_USERNAME,
-    password: e.KUBEBYON_DATAPLANE_PASSWORD,
-    timeoutMs: e.KUBEBYON_DATAPLANE_TIMEOUT_MS,
-    reloadTimeoutMs: e.KUBEBYON_DATAPLANE_RELOAD_TIMEOUT_MS,
-    runtimeMaxServers: e.KUBEBYON_DATAPLANE_RUNTIME_MAX_SERVERS,
-    rawMinWrites: e.KUBEBYON_DATAPLANE_RAW_MIN_WRITES,
-  }));
+  .transform(
+    (e): DataplaneProviderConfig => ({
+      kind: 'dataplaneapi',
+      url: e.KUBEBYON_DATAPLANE_URL,
+      username: e.KUBEBYON_DATAPLANE_USERNAME,
+      password: e.KUBEBYON_DATAPLANE_PASSWORD,
+      timeoutMs: e.KUBEBYON_DATAPLANE_TIMEOUT_MS,
+      reloadTimeoutMs: e.KUBEBYON_DATAPLANE_RELOAD_TIMEOUT_MS,
+      runtimeMaxServers: e.KUBEBYON_DATAPLANE_RUNTIME_MAX_SERVERS,
+      rawMinWrites: e.KUBEBYON_DATAPLANE_RAW_MIN_WRITES,
+    }),
+  );
 
 /** `KUBEBYON_PROVIDER=haproxy`: a stock HAProxy, through an owned `-f` file, the master CLI and the runtime API. */
 const StockHaproxyEnv = z
@@ -204,18 +208,21 @@ const StockHaproxyEnv = z
     path: ['KUBEBYON_HAPROXY_CHECK_FILES'],
     message: 'must not include KUBEBYON_HAPROXY_OWNED_FILE',
   })
-  .transform((e) => ({
-    kind: 'haproxy' as const,
-    ownedFile: e.KUBEBYON_HAPROXY_OWNED_FILE,
-    checkFiles: e.KUBEBYON_HAPROXY_CHECK_FILES,
-    masterSocket: e.KUBEBYON_HAPROXY_MASTER_SOCKET,
-    haproxyBin: e.KUBEBYON_HAPROXY_BIN,
-    reloadTimeoutMs: e.KUBEBYON_HAPROXY_RELOAD_TIMEOUT_MS,
-  }));
+  .transform(
+    (e): StockHaproxyProviderConfig => ({
+      kind: 'haproxy',
+      ownedFile: e.KUBEBYON_HAPROXY_OWNED_FILE,
+      checkFiles: e.KUBEBYON_HAPROXY_CHECK_FILES,
+      masterSocket: e.KUBEBYON_HAPROXY_MASTER_SOCKET,
+      haproxyBin: e.KUBEBYON_HAPROXY_BIN,
+      reloadTimeoutMs: e.KUBEBYON_HAPROXY_RELOAD_TIMEOUT_MS,
+    }),
+  );
 
-export type DataplaneConfig = z.output<typeof DataplaneEnv>;
-export type StockHaproxyConfig = z.output<typeof StockHaproxyEnv>;
-export type ProviderConfig = DataplaneConfig | StockHaproxyConfig;
+// Each provider declares the settings it takes; the environment is mapped onto them here.
+type DataplaneProviderConfig = { kind: 'dataplaneapi' } & DataplaneConfig;
+type StockHaproxyProviderConfig = { kind: 'haproxy' } & StockHaproxyConfig;
+export type ProviderConfig = DataplaneProviderConfig | StockHaproxyProviderConfig;
 /** The whole configuration: inferred from the schemas above, never written beside them. */
 export type Config = z.output<typeof BaseEnv> & { provider: ProviderConfig };
 

@@ -1,14 +1,5 @@
-import type { Logger } from 'pino';
 import type { ProviderConfig } from '../config/env.js';
-import type { Provider, ProviderTraffic } from './provider.js';
-
-export interface ProviderDeps {
-  logger: Logger;
-  /** A directory the provider may keep small files in (the state file's): e.g. the open-transaction ledger. */
-  stateDir?: string;
-  /** Counts what the provider sends to HAProxy (the service feeds its metrics). */
-  traffic?: ProviderTraffic;
-}
+import type { Provider, ProviderDeps } from './provider.js';
 
 /** The provider a configuration names; each lives in its own folder and is loaded only when chosen. */
 export async function createProvider(config: ProviderConfig, deps: ProviderDeps): Promise<Provider> {

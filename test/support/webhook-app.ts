@@ -10,8 +10,9 @@ import { MemoryProvider } from '../../src/providers/memory/memory-provider.js';
 import { Reconciler } from '../../src/reconcile/reconciler.js';
 import { ClusterStore } from '../../src/store/cluster-store.js';
 import { StaticTopology, type Topology } from '../../src/topology/topology.js';
-import { type AppOptions, createApp, type Readiness } from '../../src/webhook/app.js';
+import { type AppOptions, createApp } from '../../src/webhook/app.js';
 import { type AuthMode, WebhookAuthenticator } from '../../src/webhook/auth.js';
+import type { Readiness } from '../../src/webhook/readiness.js';
 import { type SignedClient, signedClient } from './webhook-client.js';
 
 export const TEST_SECRET = 'test-secret-0123456789';

@@ -1,7 +1,6 @@
 import { execFile } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
 import type { Logger } from 'pino';
-import type { StockHaproxyConfig } from '../../config/env.js';
 import type { RawBackend, RawFrontend, RawState } from '../../haproxy/model.js';
 import type { Operation, Plan } from '../../plan/plan.js';
 import { prepareFileAtomic, removeTemporaries, writeFileAtomic } from '../../store/atomic-file.js';
@@ -14,6 +13,7 @@ import {
   ReloadFailedError,
   TerminalError,
 } from '../provider.js';
+import type { StockHaproxyConfig } from './config.js';
 import { MasterCli, sleep } from './master-cli.js';
 import { applyOperations } from './operations.js';
 import {
