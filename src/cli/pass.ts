@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import { type Config, ConfigError, loadConfig, renderOptionsOf } from '../config/env.js';
 import { createMetrics, type Metrics } from '../metrics/metrics.js';
+import type { ClusterRecord } from '../model/cluster.js';
 import { formatPlan } from '../plan/format.js';
 import type { Plan } from '../plan/plan.js';
 import { createProvider } from '../providers/index.js';
@@ -8,7 +9,7 @@ import { errorText, type Provider, type ProviderInfo } from '../providers/provid
 import { desiredConfig, planAgainst, runPass } from '../reconcile/pass.js';
 import { type ClusterStatus, clusterStatuses, type PassResult } from '../reconcile/status.js';
 import { createLogger } from '../service.js';
-import { type ClusterRecord, ClusterStore } from '../store/cluster-store.js';
+import { ClusterStore } from '../store/cluster-store.js';
 import { KubernetesTopology, loadKubeConfig } from '../topology/kubernetes.js';
 import { StaticTopology, type Topology } from '../topology/topology.js';
 import { checkClusterSet } from '../webhook/clusters.js';

@@ -12,8 +12,8 @@ import {
   ReloadFailedError,
   TerminalError,
 } from '../providers/provider.js';
+import type { ClusterRecord } from '../model/cluster.js';
 import { interpret } from '../registry/ownership.js';
-import type { ClusterRecord } from '../store/cluster-store.js';
 import type { Topology } from '../topology/topology.js';
 import { type DesiredRoutes, desiredRoutes } from './desired.js';
 import type { PassResult } from './status.js';
