@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { z } from 'zod';
 import { DEFAULT_RENDER_OPTIONS, type RenderOptions } from '../haproxy/render.js';
-import { validatePrefix } from '../naming/names.js';
+import { isHaproxyName, NAME_RULE, PREFIX_RULE, validatePrefix } from '../naming/names.js';
 import type { DataplaneConfig } from '../providers/dataplaneapi/config.js';
 import type { StockHaproxyConfig } from '../providers/haproxy/config.js';
 import { parseBindAddr } from './bind.js';
@@ -51,7 +51,6 @@ export const ENV_DEFAULTS = {
   KUBEBYON_RECONCILE_RETRIES: '5',
 } as const;
 
-const HAPROXY_NAME = /^[A-Za-z0-9_.:-]{1,64}$/;
 const int = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
 const bool = z.enum(['true', 'false']).transform((v) => v === 'true');
 const bindAddr = z.string().transform((raw, ctx) => {
@@ -93,13 +92,11 @@ const BaseFields = z.object({
   KUBEBYON_SHUTDOWN_GRACE_MS: int(0, 600_000),
   KUBEBYON_PROVIDER: z.enum(['dataplaneapi', 'haproxy']),
   KUBEBYON_HAPROXY_BIND_ADDR: bindAddr,
-  KUBEBYON_HAPROXY_FRONTEND_NAME: z.string().regex(HAPROXY_NAME, 'must be 1-64 of A-Z a-z 0-9 _ . : -'),
-  KUBEBYON_HAPROXY_NAME_PREFIX: z
-    .string()
-    .refine(validatePrefix, 'must be a lower-case letter then up to 23 of a-z 0-9 _'),
+  KUBEBYON_HAPROXY_FRONTEND_NAME: z.string().refine(isHaproxyName, `must be ${NAME_RULE}`),
+  KUBEBYON_HAPROXY_NAME_PREFIX: z.string().refine(validatePrefix, `must be ${PREFIX_RULE}`),
   KUBEBYON_HAPROXY_DEFAULT_BACKEND: z.union([
     z.literal(''),
-    z.string().regex(HAPROXY_NAME, 'must be an HAProxy backend name'),
+    z.string().refine(isHaproxyName, `must be an HAProxy backend name (${NAME_RULE})`),
   ]),
   KUBEBYON_HAPROXY_INSPECT_DELAY_MS: int(100, 60_000),
   KUBEBYON_HAPROXY_BALANCE: z.enum(['leastconn', 'roundrobin', 'source']),
