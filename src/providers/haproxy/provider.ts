@@ -1,6 +1,7 @@
 import { execFile } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
 import type { Logger } from 'pino';
+import { alertsIn } from '../../haproxy/alerts.js';
 import type { RawBackend, RawFrontend, RawState } from '../../haproxy/model.js';
 import type { Operation, Plan } from '../../plan/plan.js';
 import { prepareFileAtomic, removeTemporaries, writeFileAtomic } from '../../store/atomic-file.js';
@@ -25,7 +26,6 @@ import {
   UnsafeValueError,
 } from './owned-file.js';
 import {
-  alertsIn,
   DYNAMIC_ALGORITHMS,
   type ProcState,
   parseReloadAnswer,
