@@ -1,19 +1,16 @@
 import type { Server } from 'node:http';
-import { dirname } from 'node:path';
 import type { Express } from 'express';
-import pino, { type Logger } from 'pino';
+import type { Logger } from 'pino';
 import { type Config, renderOptionsOf } from './config/env.js';
 import { createMetrics, type Metrics } from './metrics/metrics.js';
-import { createProvider } from './providers/index.js';
 import { errorText, type Provider } from './providers/provider.js';
 import { Reconciler } from './reconcile/reconciler.js';
-import { OwnedProvider } from './registry/owned-provider.js';
-import { Registry } from './registry/registry.js';
 import { ClusterStore } from './store/cluster-store.js';
-import { KubernetesTopology, loadKubeConfig } from './topology/kubernetes.js';
-import { StaticTopology, type Topology } from './topology/topology.js';
-import { createApp, limitRequestTime, type Readiness } from './webhook/app.js';
+import type { KubernetesTopology } from './topology/kubernetes.js';
+import { createApp, limitRequestTime } from './webhook/app.js';
 import { WebhookAuthenticator } from './webhook/auth.js';
+import type { Readiness } from './webhook/readiness.js';
+import { createConfiguredProvider, createLogger, createTopology } from './wiring.js';
 
 export const VERSION = '0.1.0';
 
@@ -32,36 +29,8 @@ export interface ServiceDeps {
   /** Where plans are applied; by default the provider the configuration names. */
   provider?: Provider;
   logger?: Logger;
-}
-
-/** JSON logs on standard output, or on the file descriptor given (the command line logs to stderr). */
-export function createLogger(config: Pick<Config, 'logLevel'>, fd?: number): Logger {
-  // Secrets never reach the log: credentials are only in headers and config, both redacted here.
-  const options: pino.LoggerOptions = {
-    level: config.logLevel,
-    base: { service: 'kubebyon-haproxy-adapter' },
-    redact: [
-      'req.headers.authorization',
-      'req.headers["x-kubebyon-signature"]',
-      'config.webhook.secret',
-      'config.provider.password',
-    ],
-  };
-  return fd === undefined ? pino(options) : pino(options, pino.destination({ fd, sync: true }));
-}
-
-function buildTopology(config: Config, request: (reason: string) => void, metrics: Metrics, logger: Logger) {
-  if (config.topology.kind !== 'kubernetes') {
-    return { topology: new StaticTopology(config.topology.nodeAddresses) as Topology, kube: undefined };
-  }
-  const kube = new KubernetesTopology(
-    loadKubeConfig(),
-    { addressType: config.haproxy.nodeAddressType, excludeNotReady: config.topology.excludeNotReady },
-    request,
-    metrics,
-    logger,
-  );
-  return { topology: kube as Topology, kube };
+  /** The environment the configuration came from (Kubernetes credentials); by default the process's. */
+  env?: NodeJS.ProcessEnv;
 }
 
 const PING_TIMEOUT_MS = 5_000;
@@ -154,28 +123,15 @@ export async function startService(config: Config, deps: ServiceDeps = {}): Prom
   const logger = deps.logger ?? createLogger(config);
   const metrics = createMetrics();
   const store = await ClusterStore.open(config.stateFile);
-  const providerLabel = { provider: config.provider.kind };
-  const registry = new Registry(config.ownerId);
+  const wiring = { logger, metrics, ...(deps.env ? { env: deps.env } : {}) };
   // Every provider, given or made, goes behind the registry: no plan reaches it unchecked.
-  const inner =
-    deps.provider ??
-    (await createProvider(config.provider, {
-      logger,
-      owner: registry,
-      stateDir: dirname(config.stateFile),
-      traffic: {
-        request: () => metrics.providerRequests.inc(providerLabel),
-        bytes: (direction, n) => metrics.providerBytes.inc({ ...providerLabel, direction }, n),
-      },
-    }));
-  const provider = new OwnedProvider(inner, registry);
+  const provider = await createConfiguredProvider(config, {
+    ...wiring,
+    keepsFiles: true,
+    ...(deps.provider ? { given: deps.provider } : {}),
+  });
   let reconciler: Reconciler | undefined;
-  const { topology, kube } = buildTopology(
-    config,
-    (reason) => void reconciler?.request(reason),
-    metrics,
-    logger,
-  );
+  const { topology, kube } = createTopology(config, (reason) => void reconciler?.request(reason), wiring);
   const loop = new Reconciler({
     store,
     topology,

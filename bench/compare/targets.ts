@@ -1,6 +1,6 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import type { StockHaproxyConfig } from '../../src/config/env.js';
+import type { StockHaproxyConfig } from '../../src/providers/haproxy/config.js';
 import { parseShowProc } from '../../src/providers/haproxy/runtime-text.js';
 import {
   type DataplaneSource,
@@ -80,7 +80,6 @@ export async function startTarget(
   if (!owned) throw new Error('the test bed has no owned file');
   const containerId = /docker exec (\S+) /.exec((await run('cat', [owned.checkBin])).stdout)?.[1] as string;
   const stock: StockHaproxyConfig & { containerId: string } = {
-    kind: 'haproxy',
     ownedFile: owned.path,
     checkFiles: owned.checkFiles,
     masterSocket: owned.masterSocket,

@@ -1,20 +1,19 @@
 import type { Logger } from 'pino';
 import { type Config, ConfigError, loadConfig, renderOptionsOf } from '../config/env.js';
 import { createMetrics, type Metrics } from '../metrics/metrics.js';
+import type { ClusterRecord } from '../model/cluster.js';
 import { formatPlan } from '../plan/format.js';
 import type { Plan } from '../plan/plan.js';
-import { createProvider } from '../providers/index.js';
 import { errorText, type Provider, type ProviderInfo } from '../providers/provider.js';
+import { sortConflicts } from '../reconcile/conflicts.js';
 import { desiredConfig, planAgainst, runPass } from '../reconcile/pass.js';
 import { type ClusterStatus, clusterStatuses, type PassResult } from '../reconcile/status.js';
 import { OwnedProvider } from '../registry/owned-provider.js';
-import { Registry } from '../registry/registry.js';
-import { createLogger } from '../service.js';
-import { type ClusterRecord, ClusterStore } from '../store/cluster-store.js';
-import { KubernetesTopology, loadKubeConfig } from '../topology/kubernetes.js';
-import { StaticTopology, type Topology } from '../topology/topology.js';
+import { ClusterStore } from '../store/cluster-store.js';
+import type { Topology } from '../topology/topology.js';
 import { checkClusterSet } from '../webhook/clusters.js';
 import { ClusterSetBody } from '../webhook/schemas.js';
+import { createConfiguredProvider, createLogger, createTopology } from '../wiring.js';
 import { clusterTable, type Output } from './output.js';
 import { readJson } from './render.js';
 
@@ -63,13 +62,7 @@ export async function planCommand(
       io.err(`plan: cannot read HAProxy's objects (${s.info.endpoint}): ${errorText(err)}`);
       return 1;
     }
-    const blocking = p.conflicts.find((c) => c.kind === 'frontend_not_owned');
-    const clusterOf = new Map(config.backends.map((b) => [b.name, b.cluster]));
-    const conflicted = new Map<string, string>();
-    for (const c of p.conflicts) {
-      const cluster = clusterOf.get(c.name);
-      if (cluster !== undefined) conflicted.set(cluster, c.detail);
-    }
+    const { blocking, byCluster: conflicted } = sortConflicts(p.conflicts, config.backends);
     // The state every cluster would be in after this plan is applied.
     const after: PassResult = {
       seen: new Map(s.records.map((r) => [r.name, r.updatedAt])),
@@ -225,15 +218,10 @@ async function open(
     for (const c of cleanups.reverse()) await c();
   };
   try {
-    let topology: Topology;
-    if (config.topology.kind === 'kubernetes') {
-      const kube = new KubernetesTopology(
-        loadKubeConfig(env),
-        { addressType: config.haproxy.nodeAddressType, excludeNotReady: config.topology.excludeNotReady },
-        () => {},
-        metrics,
-        logger,
-      );
+    const wiring = { logger, metrics, env };
+    // A pass is run once: a change meanwhile is for the next one.
+    const { topology, kube } = createTopology(config, () => {}, wiring);
+    if (kube) {
       cleanups.push(() => kube.stop());
       await kube.start();
       // An unread topology means "unknown", not "no nodes": planning from it would remove every server.
@@ -244,14 +232,13 @@ async function open(
         await close();
         return 1;
       }
-      topology = kube;
-    } else {
-      topology = new StaticTopology(config.topology.nodeAddresses);
     }
-    const registry = new Registry(config.ownerId);
-    const inner = deps.provider ?? (await createProvider(config.provider, { logger, owner: registry }));
-    if (!deps.provider) cleanups.push(() => inner.close?.());
-    const provider = new OwnedProvider(inner, registry);
+    const provider = await createConfiguredProvider(config, {
+      ...wiring,
+      keepsFiles: false,
+      ...(deps.provider ? { given: deps.provider } : {}),
+    });
+    if (!deps.provider) cleanups.push(() => provider.close());
     let info: ProviderInfo;
     try {
       info = await provider.ping(AbortSignal.any([controller.signal, AbortSignal.timeout(10_000)]));

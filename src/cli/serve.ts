@@ -1,6 +1,7 @@
 import { ConfigError, loadConfig } from '../config/env.js';
 import { errorText } from '../providers/provider.js';
-import { createLogger, startService } from '../service.js';
+import { startService } from '../service.js';
+import { createLogger } from '../wiring.js';
 import type { Output } from './output.js';
 
 /**
@@ -25,7 +26,7 @@ export async function serveCommand(env: NodeJS.ProcessEnv, io: Output): Promise<
   });
   let service: Awaited<ReturnType<typeof startService>>;
   try {
-    service = await startService(config, { logger });
+    service = await startService(config, { logger, env });
   } catch (err) {
     logger.fatal({ err: errorText(err) }, 'service failed to start');
     io.err(`serve: ${errorText(err)}`);

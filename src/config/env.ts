@@ -2,7 +2,9 @@ import { readFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { z } from 'zod';
 import { DEFAULT_RENDER_OPTIONS, type RenderOptions } from '../haproxy/render.js';
-import { validatePrefix } from '../naming/names.js';
+import { isHaproxyName, NAME_RULE, PREFIX_RULE, validatePrefix } from '../naming/names.js';
+import type { DataplaneConfig } from '../providers/dataplaneapi/config.js';
+import type { StockHaproxyConfig } from '../providers/haproxy/config.js';
 import { DEFAULT_OWNER_ID, OWNER_ID } from '../registry/registry.js';
 import { parseBindAddr } from './bind.js';
 
@@ -51,7 +53,6 @@ export const ENV_DEFAULTS = {
   KUBEBYON_RECONCILE_RETRIES: '5',
 } as const;
 
-const HAPROXY_NAME = /^[A-Za-z0-9_.:-]{1,64}$/;
 const int = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
 const bool = z.enum(['true', 'false']).transform((v) => v === 'true');
 const bindAddr = z.string().transform((raw, ctx) => {
@@ -96,13 +97,11 @@ const BaseFields = z.object({
     .string()
     .regex(OWNER_ID, 'must be 1-63 of a-z 0-9 . _ -, starting and ending with a letter or digit'),
   KUBEBYON_HAPROXY_BIND_ADDR: bindAddr,
-  KUBEBYON_HAPROXY_FRONTEND_NAME: z.string().regex(HAPROXY_NAME, 'must be 1-64 of A-Z a-z 0-9 _ . : -'),
-  KUBEBYON_HAPROXY_NAME_PREFIX: z
-    .string()
-    .refine(validatePrefix, 'must be a lower-case letter then up to 23 of a-z 0-9 _'),
+  KUBEBYON_HAPROXY_FRONTEND_NAME: z.string().refine(isHaproxyName, `must be ${NAME_RULE}`),
+  KUBEBYON_HAPROXY_NAME_PREFIX: z.string().refine(validatePrefix, `must be ${PREFIX_RULE}`),
   KUBEBYON_HAPROXY_DEFAULT_BACKEND: z.union([
     z.literal(''),
-    z.string().regex(HAPROXY_NAME, 'must be an HAProxy backend name'),
+    z.string().refine(isHaproxyName, `must be an HAProxy backend name (${NAME_RULE})`),
   ]),
   KUBEBYON_HAPROXY_INSPECT_DELAY_MS: int(100, 60_000),
   KUBEBYON_HAPROXY_BALANCE: z.enum(['leastconn', 'roundrobin', 'source']),
@@ -183,16 +182,18 @@ const DataplaneEnv = z
     KUBEBYON_DATAPLANE_RUNTIME_MAX_SERVERS: int(0, 100_000),
     KUBEBYON_DATAPLANE_RAW_MIN_WRITES: int(0, 1_000_000),
   })
-  .transform((e) => ({
-    kind: 'dataplaneapi' as const,
-    url: e.KUBEBYON_DATAPLANE_URL,
-    username: e.KUBEBYON_DATAPLANE_USERNAME,
-    password: e.KUBEBYON_DATAPLANE_PASSWORD,
-    timeoutMs: e.KUBEBYON_DATAPLANE_TIMEOUT_MS,
-    reloadTimeoutMs: e.KUBEBYON_DATAPLANE_RELOAD_TIMEOUT_MS,
-    runtimeMaxServers: e.KUBEBYON_DATAPLANE_RUNTIME_MAX_SERVERS,
-    rawMinWrites: e.KUBEBYON_DATAPLANE_RAW_MIN_WRITES,
-  }));
+  .transform(
+    (e): DataplaneProviderConfig => ({
+      kind: 'dataplaneapi',
+      url: e.KUBEBYON_DATAPLANE_URL,
+      username: e.KUBEBYON_DATAPLANE_USERNAME,
+      password: e.KUBEBYON_DATAPLANE_PASSWORD,
+      timeoutMs: e.KUBEBYON_DATAPLANE_TIMEOUT_MS,
+      reloadTimeoutMs: e.KUBEBYON_DATAPLANE_RELOAD_TIMEOUT_MS,
+      runtimeMaxServers: e.KUBEBYON_DATAPLANE_RUNTIME_MAX_SERVERS,
+      rawMinWrites: e.KUBEBYON_DATAPLANE_RAW_MIN_WRITES,
+    }),
+  );
 
 /** `KUBEBYON_PROVIDER=haproxy`: a stock HAProxy, through an owned `-f` file, the master CLI and the runtime API. */
 const StockHaproxyEnv = z
@@ -210,18 +211,21 @@ const StockHaproxyEnv = z
     path: ['KUBEBYON_HAPROXY_CHECK_FILES'],
     message: 'must not include KUBEBYON_HAPROXY_OWNED_FILE',
   })
-  .transform((e) => ({
-    kind: 'haproxy' as const,
-    ownedFile: e.KUBEBYON_HAPROXY_OWNED_FILE,
-    checkFiles: e.KUBEBYON_HAPROXY_CHECK_FILES,
-    masterSocket: e.KUBEBYON_HAPROXY_MASTER_SOCKET,
-    haproxyBin: e.KUBEBYON_HAPROXY_BIN,
-    reloadTimeoutMs: e.KUBEBYON_HAPROXY_RELOAD_TIMEOUT_MS,
-  }));
+  .transform(
+    (e): StockHaproxyProviderConfig => ({
+      kind: 'haproxy',
+      ownedFile: e.KUBEBYON_HAPROXY_OWNED_FILE,
+      checkFiles: e.KUBEBYON_HAPROXY_CHECK_FILES,
+      masterSocket: e.KUBEBYON_HAPROXY_MASTER_SOCKET,
+      haproxyBin: e.KUBEBYON_HAPROXY_BIN,
+      reloadTimeoutMs: e.KUBEBYON_HAPROXY_RELOAD_TIMEOUT_MS,
+    }),
+  );
 
-export type DataplaneConfig = z.output<typeof DataplaneEnv>;
-export type StockHaproxyConfig = z.output<typeof StockHaproxyEnv>;
-export type ProviderConfig = DataplaneConfig | StockHaproxyConfig;
+// Each provider declares the settings it takes; the environment is mapped onto them here.
+type DataplaneProviderConfig = { kind: 'dataplaneapi' } & DataplaneConfig;
+type StockHaproxyProviderConfig = { kind: 'haproxy' } & StockHaproxyConfig;
+export type ProviderConfig = DataplaneProviderConfig | StockHaproxyProviderConfig;
 /** The whole configuration: inferred from the schemas above, never written beside them. */
 export type Config = z.output<typeof BaseEnv> & { provider: ProviderConfig };
 

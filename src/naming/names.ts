@@ -1,20 +1,42 @@
 import { createHash } from 'node:crypto';
 
 /**
- * HAProxy object names for clusters.
- *
- * Scheme: `<prefix><slug>_<hash>` where
- *   - prefix is the configured owner prefix (default `kubebyon_`),
+ * HAProxy object names: the charset HAProxy allows in proxy and server names, the longest name the service
+ * writes or accepts, and the names it gives clusters. Every check of a name (configuration, rendering, the
+ * requests and files written) goes by these.
+ */
+
+/** The characters HAProxy allows in a proxy or server name (as a regular-expression class). */
+export const NAME_CHARS = 'A-Za-z0-9_.:-';
+/**
+ * HAProxy sets no length of its own: this bounds what is written, with room for every generated name (the
+ * longest prefix and a backend's slug and hash).
+ */
+export const NAME_MAX = 127;
+/** What a valid name is, for error messages. */
+export const NAME_RULE = `1-${NAME_MAX} of A-Z a-z 0-9 _ . : -`;
+const NAME = new RegExp(`^[${NAME_CHARS}]{1,${NAME_MAX}}$`);
+
+export function isHaproxyName(name: string): boolean {
+  return NAME.test(name);
+}
+
+/**
+ * Backend names for clusters: `<prefix><slug>_<hash>` where
+ *   - prefix is the configured owner prefix (default `kubebyon_`, at most PREFIX_MAX characters),
  *   - slug is the cluster id lower-cased, every character outside [a-z0-9] replaced by `-`, cut to 32 characters,
  *   - hash is the first 12 hex digits of SHA-256 over the exact cluster id.
  * The slug keeps names readable; the hash makes the mapping injective in practice (two ids that slug alike
- * differ in 48 hash bits). Every character is in HAProxy's allowed set [A-Za-z0-9_.:-] and the name is at
- * most prefix + 46 characters long.
+ * differ in 48 hash bits). Every character is in NAME_CHARS and the name is at most prefix + 45 characters
+ * long, within NAME_MAX.
  */
 export const DEFAULT_PREFIX = 'kubebyon_';
+export const PREFIX_MAX = 24;
 const SLUG_LENGTH = 32;
 const HASH_LENGTH = 12;
-const PREFIX = /^[a-z][a-z0-9_]{0,23}$/;
+const PREFIX = new RegExp(`^[a-z][a-z0-9_]{0,${PREFIX_MAX - 1}}$`);
+/** What a valid prefix is, for error messages. */
+export const PREFIX_RULE = `a lower-case letter then up to ${PREFIX_MAX - 1} of a-z 0-9 _`;
 
 export function validatePrefix(prefix: string): boolean {
   return PREFIX.test(prefix);

@@ -1,4 +1,5 @@
-import type { RawState } from '../haproxy/model.js';
+import type { Logger } from 'pino';
+import type { Owner, RawState } from '../haproxy/model.js';
 import type { Plan } from '../plan/plan.js';
 
 export interface ApplyReport {
@@ -19,6 +20,17 @@ export interface ProviderTraffic {
 
 /** Traffic that nobody counts. */
 export const UNCOUNTED: ProviderTraffic = { request() {}, bytes() {} };
+
+/** What the factory hands every provider besides its own settings. */
+export interface ProviderDeps {
+  logger: Logger;
+  /** Whose tags the provider writes (the registry); the composition root wraps the provider with it. */
+  owner: Owner;
+  /** A directory the provider may keep small files in (the state file's): e.g. the open-transaction ledger. */
+  stateDir?: string;
+  /** Counts what the provider sends to HAProxy (the service feeds its metrics). */
+  traffic?: ProviderTraffic;
+}
 
 /** What `ping` learned of the HAProxy behind the provider, for readiness and the start log. */
 export interface ProviderInfo {

@@ -1,5 +1,5 @@
+import type { ClusterRecord } from '../model/cluster.js';
 import { type ResolvedRoutes, type RouteClaim, resolveRoutes } from '../routes/route.js';
-import type { ClusterRecord } from '../store/cluster-store.js';
 import type { Topology, TopologyProblem } from '../topology/topology.js';
 
 export interface DesiredRoutes extends ResolvedRoutes {

@@ -3,17 +3,13 @@ import type { Logger } from 'pino';
 import type { DesiredConfig } from '../haproxy/model.js';
 import { type RenderOptions, renderDesired } from '../haproxy/render.js';
 import type { Metrics } from '../metrics/metrics.js';
+import type { ClusterRecord } from '../model/cluster.js';
 import { formatPlan } from '../plan/format.js';
 import { type Plan, plan } from '../plan/plan.js';
-import {
-  ConcurrentChangeError,
-  errorText,
-  ReloadFailedError,
-  TerminalError,
-} from '../providers/provider.js';
+import { ConcurrentChangeError, errorText, ReloadFailedError, TerminalError } from '../providers/provider.js';
 import type { OwnedProvider } from '../registry/owned-provider.js';
-import type { ClusterRecord } from '../store/cluster-store.js';
 import type { Topology } from '../topology/topology.js';
+import { sortConflicts } from './conflicts.js';
 import { type DesiredRoutes, desiredRoutes } from './desired.js';
 import type { PassResult } from './status.js';
 
@@ -83,14 +79,11 @@ export async function runPass(i: PassInputs): Promise<PassReport> {
         const endPlan = phase('plan');
         const p = plan(config, provider.registry.interpret(raw));
         endPlan();
+        const { blocking, byCluster, others } = sortConflicts(p.conflicts, config.backends);
         conflicted.clear();
-        for (const c of p.conflicts) {
-          // A foreign frontend under our name blocks every route: nothing may be applied, nothing is routed.
-          if (c.kind === 'frontend_not_owned') throw new TerminalError(`${c.kind}: ${c.detail}`);
-          const cluster = clusterOf.get(c.name);
-          if (cluster !== undefined) conflicted.set(cluster, c.detail);
-          else logger.warn({ conflict: c.kind, object: c.name }, c.detail);
-        }
+        if (blocking) throw new TerminalError(`${blocking.kind}: ${blocking.detail}`);
+        for (const [cluster, detail] of byCluster) conflicted.set(cluster, detail);
+        for (const c of others) logger.warn({ conflict: c.kind, object: c.name }, c.detail);
         if (p.operations.length === 0) return;
         for (const cluster of clustersTouched(p, clusterOf)) touched.add(cluster);
         logPlan(logger, p);

@@ -1,4 +1,4 @@
-import type { ClusterRecord } from '../store/cluster-store.js';
+import type { ClusterRecord } from '../model/cluster.js';
 import type { DesiredRoutes } from './desired.js';
 
 export const CLUSTER_STATES = ['pending', 'applied', 'rejected', 'degraded', 'error'] as const;

@@ -10,7 +10,7 @@ import {
 } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import type { Metrics } from '../metrics/metrics.js';
-import type { ClusterTarget } from '../store/cluster-store.js';
+import type { ClusterTarget } from '../model/cluster.js';
 import {
   type NodeSelection,
   nodeFingerprint,

@@ -1,5 +1,5 @@
+import type { ClusterTarget } from '../model/cluster.js';
 import type { Endpoint } from '../routes/endpoint.js';
-import type { ClusterTarget } from '../store/cluster-store.js';
 
 /** Why a cluster has no (or fewer) endpoints than it should: reported as its `degraded` reason. */
 export type TopologyProblem =

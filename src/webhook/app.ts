@@ -9,11 +9,7 @@ import { authenticate } from './authenticate.js';
 import { clustersRouter } from './clusters-router.js';
 import { errorHandler, notFound } from './errors.js';
 import { openApiDocument } from './openapi.js';
-
-export interface Readiness {
-  ready: boolean;
-  checks: Record<string, { ok: boolean; detail?: string }>;
-}
+import type { Readiness } from './readiness.js';
 
 export interface AppOptions {
   store: ClusterStore;

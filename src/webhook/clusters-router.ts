@@ -1,9 +1,9 @@
 import express, { type NextFunction, type Request, type Response } from 'express';
 import { type PassOutcome, type Reconciler, TopologyNotSyncedError } from '../reconcile/reconciler.js';
 import type { ClusterStore } from '../store/cluster-store.js';
-import type { Readiness } from './app.js';
 import { checkCluster, checkClusterSet } from './clusters.js';
 import { fieldError, zodError } from './errors.js';
+import type { Readiness } from './readiness.js';
 import { ClusterBody, ClusterSetBody } from './schemas.js';
 
 export interface ClustersRouterOptions {

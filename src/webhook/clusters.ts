@@ -1,6 +1,6 @@
+import type { ClusterTarget } from '../model/cluster.js';
 import { validateHost } from '../routes/host.js';
 import { validateClusterName } from '../routes/route.js';
-import type { ClusterTarget } from '../store/cluster-store.js';
 import type { ClusterBody, ClusterSetBody } from './schemas.js';
 
 /** Only this mode is routed through HAProxy; a cluster with any other mode has no route. */

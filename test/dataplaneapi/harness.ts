@@ -1,6 +1,7 @@
 import pino from 'pino';
 import { DEFAULT_RENDER_OPTIONS, type RenderOptions } from '../../src/haproxy/render.js';
 import { createMetrics } from '../../src/metrics/metrics.js';
+import type { ClusterRecord } from '../../src/model/cluster.js';
 import {
   DataplaneProvider,
   type DataplaneProviderOptions,
@@ -8,7 +9,6 @@ import {
 import type { Provider } from '../../src/providers/provider.js';
 import { type PassReport, runPass } from '../../src/reconcile/pass.js';
 import { OwnedProvider } from '../../src/registry/owned-provider.js';
-import type { ClusterRecord } from '../../src/store/cluster-store.js';
 import { StaticTopology } from '../../src/topology/topology.js';
 import {
   type DataplaneSource,

@@ -10,8 +10,8 @@ import {
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createMetrics } from '../../src/metrics/metrics.js';
+import type { ClusterTarget } from '../../src/model/cluster.js';
 import type { Endpoint } from '../../src/routes/endpoint.js';
-import type { ClusterTarget } from '../../src/store/cluster-store.js';
 import { KubernetesTopology } from '../../src/topology/kubernetes.js';
 import type { TopologyAnswer } from '../../src/topology/topology.js';
 import { type KubeApiserver, startKubeApiserver } from '../support/kube-apiserver.js';

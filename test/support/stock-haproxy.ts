@@ -1,5 +1,5 @@
 import pino, { type Logger } from 'pino';
-import type { StockHaproxyConfig } from '../../src/config/env.js';
+import type { StockHaproxyConfig } from '../../src/providers/haproxy/config.js';
 import { StockHaproxyProvider } from '../../src/providers/haproxy/provider.js';
 import type { HaproxyTestbed } from './haproxy-testbed.js';
 import { registry } from './owner.js';
@@ -31,7 +31,6 @@ export function stockConfigFor(haproxy: HaproxyTestbed): StockHaproxyConfig {
   const owned = haproxy.owned;
   if (!owned) throw new Error('the test bed was started without an owned file');
   return {
-    kind: 'haproxy',
     ownedFile: owned.path,
     checkFiles: owned.checkFiles,
     masterSocket: owned.masterSocket,

@@ -11,8 +11,9 @@ import { Reconciler } from '../../src/reconcile/reconciler.js';
 import { OwnedProvider } from '../../src/registry/owned-provider.js';
 import { ClusterStore } from '../../src/store/cluster-store.js';
 import { StaticTopology, type Topology } from '../../src/topology/topology.js';
-import { type AppOptions, createApp, type Readiness } from '../../src/webhook/app.js';
+import { type AppOptions, createApp } from '../../src/webhook/app.js';
 import { type AuthMode, WebhookAuthenticator } from '../../src/webhook/auth.js';
+import type { Readiness } from '../../src/webhook/readiness.js';
 import { registry } from './owner.js';
 import { type SignedClient, signedClient } from './webhook-client.js';
 

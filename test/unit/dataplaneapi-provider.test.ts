@@ -461,7 +461,6 @@ describe.skipIf(!hasShared)(
         expect(fake.openTransactions()).toEqual([leaked.id]);
         const provider = await createDataplaneProvider(
           {
-            kind: 'dataplaneapi',
             url: fake.url,
             username: fake.username,
             password: fake.password,
@@ -496,7 +495,6 @@ describe.skipIf(!hasShared)('dataplaneapi provider start', () => {
       await expect(
         createDataplaneProvider(
           {
-            kind: 'dataplaneapi',
             url: fake.url,
             username: fake.username,
             password: fake.password,
@@ -516,7 +514,6 @@ describe.skipIf(!hasShared)('dataplaneapi provider start', () => {
   it('starts while the API is unreachable; ping then fails without being terminal', async () => {
     const provider = await createDataplaneProvider(
       {
-        kind: 'dataplaneapi',
         url: 'http://127.0.0.1:9',
         username: 'a',
         password: 'b',

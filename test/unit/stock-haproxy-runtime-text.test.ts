@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
+import { alertsIn } from '../../src/haproxy/alerts.js';
 import {
-  alertsIn,
   parseReloadAnswer,
   parseServersState,
   parseShowBackend,

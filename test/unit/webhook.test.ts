@@ -5,8 +5,8 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { MemoryProvider } from '../../src/providers/memory/memory-provider.js';
 import { TerminalError } from '../../src/providers/provider.js';
 import type { ClusterStore } from '../../src/store/cluster-store.js';
-import type { Readiness } from '../../src/webhook/app.js';
 import { sign } from '../../src/webhook/auth.js';
+import type { Readiness } from '../../src/webhook/readiness.js';
 import { TEST_SECRET as SECRET, startWebhookApp, type WebhookApp } from '../support/webhook-app.js';
 import type { SignedClient } from '../support/webhook-client.js';
 

@@ -1,7 +1,6 @@
 import { join } from 'node:path';
-import type { DataplaneConfig } from '../../config/env.js';
-import type { ProviderDeps } from '../index.js';
-import { errorText, type Provider } from '../provider.js';
+import { errorText, type Provider, type ProviderDeps } from '../provider.js';
+import type { DataplaneConfig } from './config.js';
 import { DataplaneProvider, MissingCapabilityError } from './provider.js';
 
 export { DataplaneProvider, MissingCapabilityError } from './provider.js';

@@ -8,6 +8,7 @@ import type {
   RawState,
   Tags,
 } from '../../haproxy/model.js';
+import { isHaproxyName } from '../../naming/names.js';
 import { TAG_KEY, TAG_VALUE } from '../../registry/registry.js';
 import { validateHost } from '../../routes/host.js';
 import { TerminalError } from '../provider.js';
@@ -125,14 +126,12 @@ export function readState(snapshot: Snapshot, owner: Owner): RawState {
 
 // --- What is sent: every value is checked here once more, so nothing unvalidated reaches haproxy.cfg. ---
 
-const NAME = /^[A-Za-z0-9_.:-]{1,127}$/;
-
 function refuse(what: string): never {
   throw new TerminalError(`refusing to send ${what} to the Data Plane API`);
 }
 
 export function checkedName(name: string, what: string): string {
-  if (!NAME.test(name)) refuse(`${what} name ${JSON.stringify(name)}`);
+  if (!isHaproxyName(name)) refuse(`${what} name ${JSON.stringify(name)}`);
   return name;
 }
 

@@ -1,6 +1,5 @@
-import type { StockHaproxyConfig } from '../../config/env.js';
-import type { ProviderDeps } from '../index.js';
-import type { Provider } from '../provider.js';
+import type { Provider, ProviderDeps } from '../provider.js';
+import type { StockHaproxyConfig } from './config.js';
 import { StockHaproxyProvider } from './provider.js';
 
 /** `KUBEBYON_PROVIDER=haproxy`: a stock HAProxy driven through an owned `-f` file and the master CLI. */

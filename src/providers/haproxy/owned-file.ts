@@ -9,6 +9,7 @@ import type {
   RawState,
   Tags,
 } from '../../haproxy/model.js';
+import { isHaproxyName } from '../../naming/names.js';
 import { DEFAULT_OWNER_ID, TAG_KEY, TAG_VALUE } from '../../registry/registry.js';
 
 /**
@@ -49,7 +50,6 @@ export const DEFAULTS_BODY = [
   'timeout server-fin 30s',
 ] as const;
 
-const NAME = /^[A-Za-z0-9_.:-]{1,127}$/;
 const HOST = /^[A-Za-z0-9.-]{1,253}$/;
 const BALANCE = new Set(['leastconn', 'roundrobin', 'source', 'static-rr', 'first']);
 const GENERATION_BASE = 1_000_000_000;
@@ -66,7 +66,7 @@ function need(ok: boolean, what: string, value: unknown): void {
   if (!ok) throw new UnsafeValueError(`refusing to write ${what} ${JSON.stringify(value)} to the owned file`);
 }
 
-const name = (what: string, v: string) => need(NAME.test(v), what, v);
+const name = (what: string, v: string) => need(isHaproxyName(v), what, v);
 const port = (what: string, v: number) => need(Number.isInteger(v) && v >= 1 && v <= 65535, what, v);
 
 function address(what: string, a: string, allowWildcard: boolean): string {
@@ -179,7 +179,7 @@ const HEADER = [
 
 /** The owned file for `state` (the objects that live in it: ours, and foreign rules/servers inside them). */
 export function renderOwnedFile(state: RawState, defaultsName = DEFAULTS_NAME): string {
-  need(NAME.test(defaultsName), 'defaults name', defaultsName);
+  need(isHaproxyName(defaultsName), 'defaults name', defaultsName);
   const frontends = [...state.frontends].sort(byName);
   const backends = [...state.backends].sort(byName);
   const names = new Set<string>();
@@ -258,7 +258,7 @@ export function parseOwnedFile(text: string, defaultsName = DEFAULTS_NAME): Pars
       if (arg !== defaultsName || words.length !== 2) fail('unexpected defaults section');
       section = { kind: 'defaults' };
     } else if (kw === 'frontend' || kw === 'backend') {
-      if (words.length !== 4 || words[2] !== 'from' || words[3] !== defaultsName || !NAME.test(arg ?? ''))
+      if (words.length !== 4 || words[2] !== 'from' || words[3] !== defaultsName || !isHaproxyName(arg ?? ''))
         fail(`unexpected ${kw} line`);
       const tags = parseTags(comment, lineNo);
       if (kw === 'frontend') {
@@ -299,9 +299,9 @@ export function parseOwnedFile(text: string, defaultsName = DEFAULTS_NAME): Pars
         f.acceptsTlsHello = true;
       } else if (use) {
         const rule: RawRule = { backend: use[1] ?? '', host: use[2] ?? '', tags: parseTags(comment, lineNo) };
-        if (!NAME.test(rule.backend) || !HOST.test(rule.host)) fail('bad switching rule');
+        if (!isHaproxyName(rule.backend) || !HOST.test(rule.host)) fail('bad switching rule');
         f.rules.push(rule);
-      } else if (kw === 'default_backend' && words.length === 2 && NAME.test(arg ?? '')) {
+      } else if (kw === 'default_backend' && words.length === 2 && isHaproxyName(arg ?? '')) {
         f.defaultBackend = arg as string;
       } else {
         fail('unexpected frontend directive');
@@ -312,7 +312,7 @@ export function parseOwnedFile(text: string, defaultsName = DEFAULTS_NAME): Pars
         b.balance = arg as string;
       } else if (kw === 'server' && (words.length === 3 || (words.length === 4 && words[3] === 'check'))) {
         const at = parseAddress(words[2] ?? '');
-        if (!NAME.test(arg ?? '') || !at || at.address === '*') fail('bad server');
+        if (!isHaproxyName(arg ?? '') || !at || at.address === '*') fail('bad server');
         b.servers.push({
           name: arg as string,
           address: (at as { address: string }).address,

@@ -1,7 +1,7 @@
 import { execFile } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
 import type { Logger } from 'pino';
-import type { StockHaproxyConfig } from '../../config/env.js';
+import { alertsIn } from '../../haproxy/alerts.js';
 import type { Owner, RawBackend, RawFrontend, RawState } from '../../haproxy/model.js';
 import { applyOperations } from '../../plan/apply.js';
 import type { Operation, Plan } from '../../plan/plan.js';
@@ -15,6 +15,7 @@ import {
   ReloadFailedError,
   TerminalError,
 } from '../provider.js';
+import type { StockHaproxyConfig } from './config.js';
 import { MasterCli, sleep } from './master-cli.js';
 import {
   defaultsNameFor,
@@ -26,7 +27,6 @@ import {
   UnsafeValueError,
 } from './owned-file.js';
 import {
-  alertsIn,
   DYNAMIC_ALGORITHMS,
   type ProcState,
   parseReloadAnswer,

@@ -1,3 +1,5 @@
+import { alertsIn } from '../../haproxy/alerts.js';
+
 /**
  * Parsers for the answers of HAProxy's master CLI and runtime API (`show stat`, `show servers state`,
  * `show proc`, `reload`), and the runtime commands the provider sends. Pure; the same on HAProxy 2.6 and 3.0.
@@ -133,15 +135,6 @@ function uptimeSeconds(text: string): number {
 export function reloadProgress(before: ProcState, now: ProcState): 'pending' | 'reloaded' | 'restarted' {
   if (now.uptimeSeconds < before.uptimeSeconds || now.reloads < before.reloads) return 'restarted';
   return now.reloads > before.reloads ? 'reloaded' : 'pending';
-}
-
-/** HAProxy's own alert lines in a startup log, without their `[ALERT]    (1) : ` prefix. */
-export function alertsIn(log: string): string[] {
-  return log
-    .split('\n')
-    .filter((l) => /\[ALERT\]/.test(l))
-    .map((l) => l.replace(/^\s*\[ALERT\]\s*(\([0-9]+\))?\s*:\s*/, '').trim())
-    .filter(Boolean);
 }
 
 /**
