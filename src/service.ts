@@ -1,5 +1,6 @@
 import type { Server } from 'node:http';
 import { dirname } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Express } from 'express';
 import pino, { type Logger } from 'pino';
 import { type Config, renderOptionsOf } from './config/env.js';
@@ -110,7 +111,7 @@ function trackRequests(server: Server): { idle(deadline: number): Promise<void> 
   });
   return {
     async idle(deadline) {
-      while (active > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      while (active > 0 && Date.now() < deadline) await sleep(20);
     },
   };
 }
