@@ -1,4 +1,5 @@
 import type { Server } from 'node:http';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Express } from 'express';
 import type { Logger } from 'pino';
 import { type Config, renderOptionsOf } from './config/env.js';
@@ -81,7 +82,7 @@ function trackRequests(server: Server): { idle(deadline: number): Promise<void> 
   });
   return {
     async idle(deadline) {
-      while (active > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      while (active > 0 && Date.now() < deadline) await sleep(20);
     },
   };
 }

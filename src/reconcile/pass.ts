@@ -34,12 +34,30 @@ export async function planAgainst(
   return plan(config, provider.registry.interpret(await provider.readState(signal)));
 }
 
+/**
+ * How a pass failed: all the Reconciler needs to decide whether and when to try again. The provider
+ * contract's classes: `TerminalError` is not retried, `ConcurrentChangeError` only asks to read again, and
+ * anything else is transient.
+ */
+export type FailureKind = 'terminal' | 'conflict' | 'transient';
+
+export function failureKind(err: unknown): FailureKind {
+  // HAProxy could not load a committed change (another process holds a port): the cause can go away by itself
+  // and the providers load the change then, so it is backed off like a transient error, never tried at once.
+  if (err instanceof ReloadFailedError) return 'transient';
+  if (err instanceof TerminalError) return 'terminal';
+  return err instanceof ConcurrentChangeError ? 'conflict' : 'transient';
+}
+
 export interface PassInputs {
   records: readonly ClusterRecord[];
   topology: Topology;
   provider: OwnedProvider;
   render: RenderOptions;
-  /** Attempts after the first: a concurrent change is re-read and re-planned, transient errors backed off. */
+  /**
+   * Times a pass reads, plans and applies again at once when HAProxy changed meanwhile
+   * (`ConcurrentChangeError`). No other error is tried again within a pass: the Reconciler decides that.
+   */
   retries: number;
   signal: AbortSignal;
   logger: Logger;
@@ -52,71 +70,86 @@ export interface PassReport {
   changed: boolean;
   /** Clusters whose objects the applied plan changed. */
   touched: Set<string>;
+  /** Why the pass failed, when it did. */
+  failure?: FailureKind;
 }
 
 /**
  * One reconcile pass, separate from its scheduling (external-dns's RunOnce): plan the desired objects
- * against what HAProxy has, apply the plan, and retry what retrying can fix. Never throws.
+ * against what HAProxy has and apply the plan, once. A concurrent change is read and planned again at once
+ * (up to `retries` times); any other error ends the pass, and its kind goes back to the caller. Never throws.
  */
 export async function runPass(i: PassInputs): Promise<PassReport> {
-  const { metrics, logger, provider, signal } = i;
+  const { logger, signal } = i;
   const seen = new Map(i.records.map((r) => [r.name, r.updatedAt]));
-  const phase = (name: 'render' | 'read' | 'plan' | 'apply') =>
-    metrics.reconcilePhaseDuration.startTimer({ phase: name });
-  const endRender = phase('render');
+  const endRender = phase(i.metrics, 'render');
   const { desired, config } = desiredConfig(i.records, i.topology, i.render);
   endRender();
-  const clusterOf = new Map(config.backends.map((b) => [b.name, b.cluster]));
-  const conflicted = new Map<string, string>();
-  const touched = new Set<string>();
-  let changed = false;
+  const out: AttemptOutput = { conflicted: new Map(), touched: new Set() };
+  const { conflicted, touched } = out;
   try {
-    await pRetry(
-      async () => {
-        const endRead = phase('read');
-        const raw = await provider.readState(signal);
-        endRead();
-        const endPlan = phase('plan');
-        const p = plan(config, provider.registry.interpret(raw));
-        endPlan();
-        const { blocking, byCluster, others } = sortConflicts(p.conflicts, config.backends);
-        conflicted.clear();
-        if (blocking) throw new TerminalError(`${blocking.kind}: ${blocking.detail}`);
-        for (const [cluster, detail] of byCluster) conflicted.set(cluster, detail);
-        for (const c of others) logger.warn({ conflict: c.kind, object: c.name }, c.detail);
-        if (p.operations.length === 0) return;
-        for (const cluster of clustersTouched(p, clusterOf)) touched.add(cluster);
-        logPlan(logger, p);
-        const endApply = phase('apply');
-        try {
-          const report = await provider.apply(p, raw, signal);
-          metrics.transactions.inc({ result: 'committed' });
-          if (report.reload === 'succeeded') metrics.reloads.inc({ result: 'succeeded' });
-        } catch (err) {
-          metrics.transactions.inc({ result: err instanceof ConcurrentChangeError ? 'conflict' : 'failed' });
-          if (err instanceof ReloadFailedError) metrics.reloads.inc({ result: 'failed' });
-          throw err;
-        } finally {
-          endApply();
-        }
-        changed = true;
+    const changed = await pRetry(() => attempt(i, config, out), {
+      retries: i.retries,
+      // A concurrent change only means "read again": nothing to wait for.
+      minTimeout: 0,
+      signal,
+      shouldRetry: ({ error }) => failureKind(error) === 'conflict',
+      onFailedAttempt: ({ error, attemptNumber, retriesLeft }) => {
+        if (failureKind(error) === 'conflict' && retriesLeft > 0)
+          logger.info({ err: errorText(error), attemptNumber }, 'HAProxy changed meanwhile; reading again');
       },
-      {
-        retries: i.retries,
-        minTimeout: 100,
-        maxTimeout: 5_000,
-        signal,
-        shouldRetry: ({ error }) => !(error instanceof TerminalError),
-        onFailedAttempt: ({ error, attemptNumber, retriesLeft }) =>
-          logger.warn({ err: errorText(error), attemptNumber, retriesLeft }, 'reconcile attempt failed'),
-      },
-    );
+    });
     return { result: { seen, ok: true, desired, conflicted }, changed, touched };
   } catch (err) {
     const error = errorText(err);
-    logger.error({ err: error, terminal: err instanceof TerminalError }, 'reconcile failed');
-    return { result: { seen, ok: false, error, desired, conflicted }, changed, touched };
+    const failure = failureKind(err);
+    logger.error({ err: error, failure }, 'reconcile failed');
+    return { result: { seen, ok: false, error, desired, conflicted }, changed: false, touched, failure };
   }
+}
+
+interface AttemptOutput {
+  /** Clusters whose backend a foreign object holds, from the latest plan. */
+  conflicted: Map<string, string>;
+  /** Clusters a plan that was sent changes. */
+  touched: Set<string>;
+}
+
+const phase = (metrics: Metrics, name: 'render' | 'read' | 'plan' | 'apply') =>
+  metrics.reconcilePhaseDuration.startTimer({ phase: name });
+
+/** Reads, plans and applies once; resolves whether a plan was applied, throws what the provider threw. */
+async function attempt(i: PassInputs, config: DesiredConfig, out: AttemptOutput): Promise<boolean> {
+  const { metrics, logger, provider, signal } = i;
+  const endRead = phase(metrics, 'read');
+  const raw = await provider.readState(signal);
+  endRead();
+  const endPlan = phase(metrics, 'plan');
+  const p = plan(config, provider.registry.interpret(raw));
+  endPlan();
+  const clusterOf = new Map(config.backends.map((b) => [b.name, b.cluster]));
+  const { blocking, byCluster, others } = sortConflicts(p.conflicts, config.backends);
+  out.conflicted.clear();
+  // A foreign frontend under our name blocks every route: nothing may be applied, nothing is routed.
+  if (blocking) throw new TerminalError(`${blocking.kind}: ${blocking.detail}`);
+  for (const [cluster, detail] of byCluster) out.conflicted.set(cluster, detail);
+  for (const c of others) logger.warn({ conflict: c.kind, object: c.name }, c.detail);
+  if (p.operations.length === 0) return false;
+  for (const cluster of clustersTouched(p, clusterOf)) out.touched.add(cluster);
+  logPlan(logger, p);
+  const endApply = phase(metrics, 'apply');
+  try {
+    const report = await provider.apply(p, raw, signal);
+    metrics.transactions.inc({ result: 'committed' });
+    if (report.reload === 'succeeded') metrics.reloads.inc({ result: 'succeeded' });
+  } catch (err) {
+    metrics.transactions.inc({ result: err instanceof ConcurrentChangeError ? 'conflict' : 'failed' });
+    if (err instanceof ReloadFailedError) metrics.reloads.inc({ result: 'failed' });
+    throw err;
+  } finally {
+    endApply();
+  }
+  return true;
 }
 
 // A cold sync of thousands of routes is tens of thousands of lines: log the head only.

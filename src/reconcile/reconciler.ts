@@ -6,7 +6,9 @@ import type { Plan } from '../plan/plan.js';
 import type { OwnedProvider } from '../registry/owned-provider.js';
 import type { ClusterStore } from '../store/cluster-store.js';
 import type { Topology } from '../topology/topology.js';
+import { type Clock, sleep, systemClock } from './clock.js';
 import { desiredConfig, planAgainst, runPass } from './pass.js';
+import { Requeue } from './requeue.js';
 import { CLUSTER_STATES, type ClusterStatus, clusterStatuses, type PassResult } from './status.js';
 
 export interface ReconcilerOptions {
@@ -18,21 +20,29 @@ export interface ReconcilerOptions {
   logger: Logger;
   /** Quiet time after the last event before a pass starts: a burst of events becomes one pass. */
   debounceMs: number;
-  /** Longest a steady stream of events can hold a pass back. */
+  /** Longest a steady stream of events can hold a pass back, counted from when the pass began to wait. */
   maxDelayMs: number;
   /** Periodic resync that repairs drift; 0 disables it. */
   resyncIntervalMs: number;
-  /** Attempts after the first for one pass (re-read and re-plan on concurrent changes, back off on errors). */
+  /**
+   * Times one pass reads, plans and applies again at once when HAProxy changed meanwhile; once they run out
+   * the pass is backed off like any failure. Other errors are never tried again within a pass.
+   */
   retries: number;
   /** Port users reach HAProxy on, for `api_endpoint`. */
   publicPort: number;
-  /** First delay before a failed pass is tried again by itself (doubles up to 30 s); 0 disables it. */
+  /**
+   * First delay before a failed pass is tried again by itself (doubles up to 30 s); a terminal error is not
+   * tried again by itself. Default 1000; 0 disables it.
+   */
   failureBackoffMs?: number;
   /**
-   * After a failed pass, how often HAProxy (or its API) is pinged while it does not answer; the pass is tried
-   * again as soon as it answers, instead of at the end of the backoff. Default 1000; 0 disables it.
+   * After a transient failure, how often HAProxy (or its API) is pinged while it does not answer; the pass is
+   * tried again as soon as it answers, instead of at the end of the backoff. Default 1000; 0 disables it.
    */
   recoveryProbeMs?: number;
+  /** Time for debounce, delays, resync, backoff and `last_applied_at`; tests hand in their own. */
+  clock?: Clock;
 }
 
 /** `GET /v1/plan` before the topology has been read: an unread topology is unknown, not empty. */
@@ -54,25 +64,18 @@ interface Waiter {
   resolve: (outcome: PassOutcome) => void;
 }
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const MAX_FAILURE_BACKOFF_MS = 30_000;
-const RECOVERY_PING_TIMEOUT_MS = 5_000;
-
 /**
  * Level-triggered and idempotent: events only say "look again". Each pass (`runPass`) reads the whole desired
  * state and HAProxy's current state, plans, and applies the plan as one unit. This class schedules passes:
- * one at a time, events during the debounce window or during a pass served together by the next pass, and a
- * failed pass tried again by itself with backoff.
+ * one at a time, events during the debounce window or during a pass served together by the next pass; whether
+ * and when a failed pass is tried again is `Requeue`'s one rule.
  */
 export class Reconciler {
   private requested = 0;
   private served = 0;
   private waiters: Waiter[] = [];
   private running: Promise<void> | undefined;
-  private resyncTimer: NodeJS.Timeout | undefined;
-  private retryTimer: NodeJS.Timeout | undefined;
-  private recoveryTimer: NodeJS.Timeout | undefined;
-  private failures = 0;
+  private stopResync: (() => void) | undefined;
   private stopped = false;
   private readonly abort = new AbortController();
   private last: PassResult | undefined;
@@ -80,9 +83,22 @@ export class Reconciler {
   private reasons = new Set<string>();
   private firstPassOk = false;
   /** When the last pass ended (epoch ms): a change later than the debounce time after it is applied at once. */
-  private lastActive = 0;
+  private lastActive = Number.NEGATIVE_INFINITY;
+  private readonly clock: Clock;
+  private readonly requeue: Requeue;
 
-  constructor(private readonly o: ReconcilerOptions) {}
+  constructor(private readonly o: ReconcilerOptions) {
+    this.clock = o.clock ?? systemClock;
+    this.requeue = new Requeue({
+      clock: this.clock,
+      baseMs: o.failureBackoffMs ?? 1000,
+      probeMs: o.recoveryProbeMs ?? 1000,
+      ping: (signal) => o.provider.ping(signal),
+      signal: this.abort.signal,
+      request: (reason) => void this.request(reason),
+      logger: o.logger,
+    });
+  }
 
   /** Whether a pass has completed successfully since start. */
   get ready(): boolean {
@@ -96,10 +112,14 @@ export class Reconciler {
 
   start(): void {
     this.request('start');
-    if (this.o.resyncIntervalMs > 0) {
-      this.resyncTimer = setInterval(() => this.request('resync'), this.o.resyncIntervalMs);
-      this.resyncTimer.unref();
-    }
+    const every = this.o.resyncIntervalMs;
+    const resync = () => {
+      this.stopResync = this.clock.after(every, () => {
+        void this.request('resync');
+        resync();
+      });
+    };
+    if (every > 0) resync();
   }
 
   /**
@@ -108,16 +128,15 @@ export class Reconciler {
    */
   async stop(graceMs = 20_000): Promise<void> {
     this.stopped = true;
-    clearInterval(this.resyncTimer);
-    clearTimeout(this.retryTimer);
-    clearTimeout(this.recoveryTimer);
+    this.stopResync?.();
+    this.requeue.cancel();
     if (this.running) {
-      let timer: NodeJS.Timeout | undefined;
+      let cancel = () => {};
       const expired = new Promise<void>((resolve) => {
-        timer = setTimeout(resolve, graceMs);
+        cancel = this.clock.after(graceMs, resolve);
       });
       await Promise.race([this.running, expired]);
-      clearTimeout(timer);
+      cancel();
       this.abort.abort(new Error('shutting down'));
       await this.running;
     }
@@ -157,28 +176,30 @@ export class Reconciler {
 
   private async drain(): Promise<void> {
     while (this.requested > this.served && !this.stopped) {
-      const firstSeen = Date.now();
       // After a quiet spell the first change is applied at once; changes close behind it (during its pass or
       // within the debounce time after it) wait for quiet and go together into the next pass.
-      if (firstSeen - this.lastActive < this.o.debounceMs) {
-        let seen = this.requested;
-        await sleep(this.o.debounceMs);
-        while (this.requested !== seen && Date.now() - firstSeen < this.o.maxDelayMs) {
-          seen = this.requested;
-          await sleep(this.o.debounceMs);
-        }
-      }
+      if (this.clock.now() - this.lastActive < this.o.debounceMs) await this.quiet();
       const generation = this.requested;
       // A pass that only a periodic resync asked for, and that finds changes, has repaired drift.
       const resyncOnly = this.reasons.size === 1 && this.reasons.has('resync');
       this.reasons.clear();
       const outcome = await this.pass(resyncOnly);
-      this.lastActive = Date.now();
+      this.lastActive = this.clock.now();
       this.served = generation;
       const ready = this.waiters.filter((w) => w.generation <= generation);
       this.waiters = this.waiters.filter((w) => w.generation > generation);
       for (const w of ready) w.resolve(outcome);
     }
+  }
+
+  /** Waits until no request came for the debounce time, or the maximum delay has passed since now. */
+  private async quiet(): Promise<void> {
+    const deadline = this.clock.now() + this.o.maxDelayMs;
+    let seen: number;
+    do {
+      seen = this.requested;
+      await sleep(this.clock, Math.max(0, Math.min(this.o.debounceMs, deadline - this.clock.now())));
+    } while (this.requested !== seen && this.clock.now() < deadline);
   }
 
   private async pass(resyncOnly: boolean): Promise<PassOutcome> {
@@ -188,8 +209,10 @@ export class Reconciler {
       logger.info('topology not read yet; nothing applied');
       return { ok: false, changed: false, error: 'topology_not_synced' };
     }
+    // This pass is the try a failure planned, or makes it moot: its own outcome plans the next.
+    this.requeue.cancel();
     const endTimer = metrics.reconcileDuration.startTimer();
-    const { result, changed, touched } = await runPass({
+    const { result, changed, touched, failure } = await runPass({
       records: this.o.store.list(),
       topology: this.o.topology,
       provider: this.o.provider,
@@ -200,7 +223,7 @@ export class Reconciler {
       metrics,
     });
     endTimer();
-    const now = Date.now();
+    const now = this.clock.now();
     if (result.ok) {
       this.firstPassOk = true;
       for (const route of result.desired.routes) {
@@ -220,56 +243,8 @@ export class Reconciler {
     }
     this.last = result;
     this.publishGauges();
-    this.scheduleRetry(result.ok);
+    if (!this.stopped) this.requeue.after(failure);
     return result.ok ? { ok: true, changed } : { ok: false, changed: false, error: result.error ?? 'failed' };
-  }
-
-  // A failed pass (HAProxy away, a reload that could not bind) is tried again without waiting for an event.
-  private scheduleRetry(ok: boolean): void {
-    clearTimeout(this.retryTimer);
-    const base = this.o.failureBackoffMs ?? 1000;
-    if (ok || base <= 0 || this.stopped) {
-      this.failures = 0;
-      return;
-    }
-    const delay = Math.min(MAX_FAILURE_BACKOFF_MS, base * 2 ** Math.min(this.failures, 10));
-    this.failures++;
-    this.retryTimer = setTimeout(() => this.request('retry'), delay);
-    this.retryTimer.unref();
-    this.watchRecovery();
-  }
-
-  /**
-   * A pass that failed because HAProxy (or its API) did not answer is tried again the moment it answers,
-   * not when a backoff grown during the outage runs out. Only a provider seen away counts: one that answers
-   * all along failed for another reason (a reload HAProxy refuses), which the backoff paces.
-   */
-  private watchRecovery(): void {
-    const every = this.o.recoveryProbeMs ?? 1000;
-    clearTimeout(this.recoveryTimer);
-    if (every <= 0) return;
-    const failures = this.failures;
-    let seenAway = false;
-    const probe = async () => {
-      // A pass since (the backoff's own retry, or an event) has taken over.
-      if (this.stopped || this.failures !== failures) return;
-      try {
-        await this.o.provider.ping(
-          AbortSignal.any([this.abort.signal, AbortSignal.timeout(RECOVERY_PING_TIMEOUT_MS)]),
-        );
-        if (!seenAway || this.stopped || this.failures !== failures) return;
-        this.o.logger.info('HAProxy answers again; reconciling now');
-        clearTimeout(this.retryTimer);
-        void this.request('provider_back');
-        return;
-      } catch {
-        seenAway = true;
-      }
-      this.recoveryTimer = setTimeout(probe, every);
-      this.recoveryTimer.unref();
-    };
-    this.recoveryTimer = setTimeout(probe, 0);
-    this.recoveryTimer.unref();
   }
 
   private publishGauges(): void {

@@ -102,7 +102,7 @@ export function record(name: string, host: string, port: number): ClusterRecord 
   return { name, host, target: { nodePort: port }, claimedAt: 1, updatedAt: 1 };
 }
 
-/** One reconcile pass as the service runs it (retries, re-plans on concurrent changes). */
+/** One reconcile pass as the service runs it: one attempt, read and planned again on concurrent changes. */
 export function pass(
   h: Harness,
   provider: Provider,

@@ -1,6 +1,8 @@
 import { createServer, type Server } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { DataplaneProvider } from '../../src/providers/dataplaneapi/provider.js';
+import { backoffMs } from '../../src/reconcile/requeue.js';
 import { OwnedProvider } from '../../src/registry/owned-provider.js';
 import { startProxy } from '../support/http-proxy.js';
 import { registry } from '../support/owner.js';
@@ -287,7 +289,14 @@ describe.skipIf(!source)(`Data Plane API provider on HAProxy ${versionUnderTest(
     }
     const refused = await h.tb.api.post(`/services/haproxy/transactions?version=${v}`);
     expect(refused.status).toBe(429);
-    const running = pass(h, provider, [record('alpha', 'alpha.example.com', h.alpha.port)], h.render, 8);
+    // A pass makes one attempt; as the loop does, a transient failure (429) is tried again after a backoff.
+    const running = (async () => {
+      for (let failures = 0; ; failures++) {
+        const report = await pass(h, provider, [record('alpha', 'alpha.example.com', h.alpha.port)]);
+        if (report.result.ok || report.failure !== 'transient' || failures >= 8) return report;
+        await sleep(backoffMs(100, failures));
+      }
+    })();
     await new Promise((r) => setTimeout(r, 1500));
     for (const id of foreign) await h.tb.api.delete(`/services/haproxy/transactions/${id}`);
     const report = await running;

@@ -1,56 +1,100 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { setImmediate } from 'node:timers/promises';
 import pino from 'pino';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { DEFAULT_RENDER_OPTIONS } from '../../src/haproxy/render.js';
 import { createMetrics, type Metrics } from '../../src/metrics/metrics.js';
 import { MemoryProvider } from '../../src/providers/memory/memory-provider.js';
 import { ConcurrentChangeError, ReloadFailedError, TerminalError } from '../../src/providers/provider.js';
+import type { Clock } from '../../src/reconcile/clock.js';
 import { Reconciler, TopologyNotSyncedError } from '../../src/reconcile/reconciler.js';
 import { OwnedProvider } from '../../src/registry/owned-provider.js';
 import { ClusterStore } from '../../src/store/cluster-store.js';
 import { StaticTopology, type Topology } from '../../src/topology/topology.js';
 import { registry } from '../support/owner.js';
-import { waitFor } from '../support/wait.js';
 
 const render = DEFAULT_RENDER_OPTIONS;
+
+// The loop's time is fake (vitest's timers drive the Reconciler's default clock): a test says how much time
+// passes, instead of racing the wall clock. Real I/O (the store's fsync) still runs in real time.
+const FAKED = ['setTimeout', 'clearTimeout', 'setInterval', 'clearInterval', 'Date'] as const;
+const STEP_MS = 5;
+
+/** Lets fake time run, as the wall clock would, until `p` settles; fails after `limitMs` of it. */
+async function settle<T>(p: Promise<T>, limitMs = 120_000): Promise<T> {
+  let done = false;
+  const tracked = p.finally(() => {
+    done = true;
+  });
+  // Time moves only while the loop waits for it: a step never overshoots what `p` needed.
+  for (let t = 0; t <= limitMs; t += STEP_MS) {
+    await setImmediate();
+    if (done) return tracked;
+    await vi.advanceTimersByTimeAsync(STEP_MS);
+  }
+  throw new Error(`still pending after ${limitMs} ms of fake time`);
+}
+
+/** Whether `p` has settled after `ms` of fake time. */
+async function settledWithin(p: Promise<unknown>, ms: number): Promise<boolean> {
+  let done = false;
+  void p.finally(() => {
+    done = true;
+  });
+  await vi.advanceTimersByTimeAsync(ms);
+  await setImmediate();
+  return done;
+}
 
 describe('Reconciler', () => {
   let dir: string;
   let store: ClusterStore;
   let provider: MemoryProvider;
   let metrics: Metrics;
-  let reconciler: Reconciler;
+  let reconciler: Reconciler | undefined;
 
-  let reconcilerOptions: () => ConstructorParameters<typeof Reconciler>[0];
+  type Options = ConstructorParameters<typeof Reconciler>[0];
+  // Production's backoff and recovery probe unless a test says otherwise.
   const make = (
-    overrides: {
-      debounceMs?: number;
-      maxDelayMs?: number;
-      retries?: number;
-      nodes?: string[];
-      topology?: Topology;
-    } = {},
+    overrides: Partial<Pick<Options, 'debounceMs' | 'maxDelayMs' | 'retries' | 'topology' | 'clock'>> &
+      Partial<Pick<Options, 'failureBackoffMs' | 'recoveryProbeMs' | 'resyncIntervalMs'>> & {
+        nodes?: string[];
+      } = {},
   ) => {
     metrics = createMetrics();
-    reconcilerOptions = () => ({
+    const { nodes, ...rest } = overrides;
+    const r = new Reconciler({
       store,
-      topology: overrides.topology ?? new StaticTopology(overrides.nodes ?? ['10.0.0.1', '10.0.0.2']),
+      topology: new StaticTopology(nodes ?? ['10.0.0.1', '10.0.0.2']),
       provider: new OwnedProvider(provider, registry),
       render,
       metrics,
       logger: pino({ level: 'silent' }),
-      debounceMs: overrides.debounceMs ?? 20,
-      maxDelayMs: overrides.maxDelayMs ?? 2000,
+      debounceMs: 20,
+      maxDelayMs: 2000,
       resyncIntervalMs: 0,
-      retries: overrides.retries ?? 3,
+      retries: 3,
       publicPort: 443,
-      failureBackoffMs: 0,
+      ...rest,
     });
-    reconciler = new Reconciler(reconcilerOptions());
-    return reconciler;
+    reconciler = r;
+    return r;
   };
+  /** Fake-clock times at which HAProxy's state was read: one per attempt. */
+  const readTimes = (): number[] => {
+    const times: number[] = [];
+    const read = provider.readState.bind(provider);
+    provider.readState = (signal) => {
+      times.push(Date.now());
+      return read(signal);
+    };
+    return times;
+  };
+  const gaps = (times: number[]) => times.slice(1).map((t, i) => t - (times[i] ?? 0));
+  const demo = () =>
+    store.upsert({ name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30443 } });
   const metric = async (name: string, labels: Record<string, string> = {}) => {
     const m = (await metrics.registry.getMetricsAsJSON()).find((x) => x.name === name);
     const v = m?.values.find((x) => Object.entries(labels).every(([k, val]) => x.labels[k] === val));
@@ -58,110 +102,186 @@ describe('Reconciler', () => {
   };
 
   beforeEach(async () => {
+    vi.useFakeTimers({ toFake: [...FAKED] });
     dir = mkdtempSync(join(tmpdir(), 'kubebyon-reconciler-'));
     store = await ClusterStore.open(join(dir, 'state.json'));
     provider = new MemoryProvider();
+    reconciler = undefined;
   });
   afterEach(async () => {
-    await reconciler?.stop();
+    if (reconciler) await settle(reconciler.stop());
+    vi.useRealTimers();
     rmSync(dir, { recursive: true, force: true });
   });
 
   it('coalesces a burst of 100 changes into one or two applies', async () => {
-    // Generous quiet time: on a loaded machine one fsync can take longer than a short debounce. The first
-    // change goes at once; the rest, arriving close behind it, go together once quiet.
-    make({ debounceMs: 250, maxDelayMs: 30_000 });
+    const r = make({ debounceMs: 250, maxDelayMs: 30_000 });
     const outcomes = [];
     // Each upsert waits for its fsync, so the requests arrive spread out as webhooks would.
     for (let i = 0; i < 100; i++) {
       await store.upsert({ name: `c${i}`, host: `c${i}.example.com`, target: { nodePort: 30000 + i } });
-      outcomes.push(reconciler.request('webhook'));
+      outcomes.push(r.request('webhook'));
     }
-    await Promise.all(outcomes);
+    await settle(Promise.all(outcomes));
     expect(provider.applies.length).toBeGreaterThanOrEqual(1);
     expect(provider.applies.length).toBeLessThanOrEqual(2);
     expect(provider.state.backends).toHaveLength(100);
-    expect(reconciler.statuses().every((s) => s.state === 'applied')).toBe(true);
+    expect(r.statuses().every((s) => s.state === 'applied')).toBe(true);
+  });
+
+  it('holds a steady stream of events back no longer than the maximum delay', async () => {
+    // A maximum delay that is no multiple of the debounce time: the last wait is cut short to meet it.
+    const maxDelayMs = 1000;
+    const r = make({ debounceMs: 300, maxDelayMs });
+    const times = readTimes();
+    await settle(r.request('start'));
+    // An event every 100 ms for 5 s, each before the debounce time is up: never quiet.
+    for (let i = 0; i < 50; i++) {
+      void r.request('webhook');
+      await vi.advanceTimersByTimeAsync(100);
+    }
+    // One pass per maximum delay: a long burst is more than two passes, and none waits longer.
+    expect(times.length).toBeGreaterThan(3);
+    for (const gap of gaps(times)) expect(gap).toBeLessThanOrEqual(maxDelayMs);
   });
 
   it('applies a change that follows a quiet spell at once, without waiting for the debounce time', async () => {
-    make({ debounceMs: 10_000, maxDelayMs: 60_000 });
-    await store.upsert({ name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30443 } });
-    const started = Date.now();
-    expect(await reconciler.request('webhook')).toEqual({ ok: true, changed: true });
-    expect(Date.now() - started).toBeLessThan(5_000);
+    const r = make({ debounceMs: 10_000, maxDelayMs: 60_000 });
+    await demo();
+    const first = r.request('webhook');
+    expect(await settledWithin(first, 0)).toBe(true);
+    expect(await first).toEqual({ ok: true, changed: true });
     // A change right behind that pass waits for the quiet time.
     await store.upsert({ name: 'two', host: 'api.two.example.com', target: { nodePort: 30444 } });
-    const second = reconciler.request('webhook');
-    const waited = await Promise.race([
-      second.then(() => false),
-      new Promise((r) => setTimeout(() => r(true), 2_000)),
-    ]);
-    expect(waited).toBe(true);
+    const second = r.request('webhook');
+    expect(await settledWithin(second, 9_000)).toBe(false);
     expect(provider.applies).toHaveLength(1);
+    expect(await settledWithin(second, 1_000)).toBe(true);
+    expect(provider.applies).toHaveLength(2);
   });
 
   it('applies nothing when HAProxy already matches', async () => {
-    make();
-    await store.upsert({ name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30443 } });
-    expect(await reconciler.request('test')).toEqual({ ok: true, changed: true });
+    const r = make();
+    await demo();
+    expect(await settle(r.request('test'))).toEqual({ ok: true, changed: true });
     const reads = provider.reads;
-    expect(await reconciler.request('test')).toEqual({ ok: true, changed: false });
+    expect(await settle(r.request('test'))).toEqual({ ok: true, changed: false });
     expect(provider.applies).toHaveLength(1);
     expect(provider.reads).toBe(reads + 1);
     expect(await metric('kubebyon_haproxy_adapter_reconciles_total', { result: 'unchanged' })).toBe(1);
   });
 
-  it('re-reads and re-plans after a concurrent change, then converges', async () => {
-    make();
+  it('re-reads and re-plans at once after a concurrent change, then converges', async () => {
+    const r = make();
     provider.failures.push(new ConcurrentChangeError('version mismatch'));
-    await store.upsert({ name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30443 } });
-    expect(await reconciler.request('test')).toEqual({ ok: true, changed: true });
+    await demo();
+    const outcome = r.request('test');
+    // "Read again" needs no wait: no time passes before the pass has converged.
+    expect(await settledWithin(outcome, 0)).toBe(true);
+    expect(await outcome).toEqual({ ok: true, changed: true });
     expect(provider.reads).toBe(2);
     expect(await metric('kubebyon_haproxy_adapter_transactions_total', { result: 'conflict' })).toBe(1);
     expect(await metric('kubebyon_haproxy_adapter_transactions_total', { result: 'committed' })).toBe(1);
   });
 
-  it('reports error when every attempt fails, and recovers on the next pass', async () => {
-    make({ retries: 1 });
-    provider.failures.push(new Error('dataplane down'), new Error('dataplane down'));
-    await store.upsert({ name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30443 } });
-    expect(await reconciler.request('test')).toMatchObject({ ok: false, error: 'dataplane down' });
-    expect(reconciler.statuses()[0]).toMatchObject({ state: 'error', reason: 'dataplane down' });
-    expect(reconciler.ready).toBe(false);
-    expect(await reconciler.request('test')).toEqual({ ok: true, changed: true });
-    expect(reconciler.statuses()[0]).toMatchObject({
+  it('backs off a concurrent change that outlasts the re-reads of a pass, instead of spinning', async () => {
+    const retries = 2;
+    const failureBackoffMs = 1000;
+    const r = make({ retries, failureBackoffMs });
+    const times = readTimes();
+    for (let i = 0; i <= retries; i++) provider.failures.push(new ConcurrentChangeError('version mismatch'));
+    await demo();
+    expect(await settle(r.request('test'))).toMatchObject({ ok: false, error: 'version mismatch' });
+    expect(provider.reads).toBe(retries + 1);
+    await vi.advanceTimersByTimeAsync(failureBackoffMs - 1);
+    expect(provider.reads).toBe(retries + 1);
+    await vi.advanceTimersByTimeAsync(1);
+    expect(provider.state.backends).toHaveLength(1);
+    expect(gaps(times)).toEqual([...Array(retries).fill(0), failureBackoffMs]);
+  });
+
+  it('reports error when a pass fails, and recovers on the next pass', async () => {
+    const r = make();
+    provider.failures.push(new Error('dataplane down'));
+    await demo();
+    expect(await settle(r.request('test'))).toMatchObject({ ok: false, error: 'dataplane down' });
+    expect(provider.reads).toBe(1);
+    expect(r.statuses()[0]).toMatchObject({ state: 'error', reason: 'dataplane down' });
+    expect(r.ready).toBe(false);
+    expect(await settle(r.request('test'))).toEqual({ ok: true, changed: true });
+    expect(r.statuses()[0]).toMatchObject({
       state: 'applied',
       api_endpoint: 'https://api.demo.example.com:443',
     });
-    expect(reconciler.ready).toBe(true);
+    expect(r.ready).toBe(true);
+  });
+
+  it('tries a transient failure again by itself, waiting twice as long each time, up to 30 s', async () => {
+    const failureBackoffMs = 8_000;
+    const r = make({ failureBackoffMs });
+    const times = readTimes();
+    for (let i = 0; i < 5; i++) provider.failures.push(new Error('503 Service Unavailable'));
+    await demo();
+    expect(await settle(r.request('test'))).toMatchObject({ ok: false });
+    await vi.advanceTimersByTimeAsync(5 * 30_000);
+    expect(provider.state.backends).toHaveLength(1);
+    expect(r.statuses()[0]).toMatchObject({ state: 'applied' });
+    const b = failureBackoffMs;
+    expect(gaps(times)).toEqual([b, 2 * b, 30_000, 30_000, 30_000]);
+    // A success starts the backoff over.
+    provider.failures.push(new Error('503 Service Unavailable'));
+    await store.upsert({ name: 'two', host: 'api.two.example.com', target: { nodePort: 30444 } });
+    await settle(r.request('test'));
+    await vi.advanceTimersByTimeAsync(b);
+    expect(gaps(times).at(-1)).toBe(b);
+    expect(provider.state.backends).toHaveLength(2);
+  });
+
+  it('never tries a terminal error again by itself, even with a backoff; an event or the resync still runs a pass', async () => {
+    const resyncIntervalMs = 600_000;
+    const r = make({ retries: 5, failureBackoffMs: 1000, resyncIntervalMs });
+    await demo();
+    const error = '401 Unauthorized: check KUBEBYON_DATAPLANE_USERNAME/PASSWORD';
+    provider.failures.push(new TerminalError(error), new TerminalError(error));
+    r.start();
+    await vi.advanceTimersByTimeAsync(0);
+    expect(provider.reads).toBe(1);
+    expect(r.statuses()[0]).toMatchObject({ state: 'error', reason: error });
+    // Far past every backoff, well short of the resync.
+    await vi.advanceTimersByTimeAsync(resyncIntervalMs / 2);
+    expect(provider.reads).toBe(1);
+    expect(await settle(r.request('webhook'))).toEqual({ ok: false, changed: false, error });
+    expect(provider.reads).toBe(2);
+    await vi.advanceTimersByTimeAsync(resyncIntervalMs / 2);
+    expect(provider.reads).toBe(3);
+    expect(r.statuses()[0]).toMatchObject({ state: 'applied' });
   });
 
   it('repairs drift found by a resync and counts it', async () => {
-    make();
-    await store.upsert({ name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30443 } });
-    await reconciler.request('test');
+    const r = make();
+    await demo();
+    await settle(r.request('test'));
     const backend = provider.state.backends[0];
     if (!backend) throw new Error('no backend');
     backend.servers = backend.servers.slice(1);
-    expect(await reconciler.request('resync')).toEqual({ ok: true, changed: true });
+    expect(await settle(r.request('resync'))).toEqual({ ok: true, changed: true });
     expect(provider.state.backends[0]?.servers).toHaveLength(2);
     expect(await metric('kubebyon_haproxy_adapter_drift_corrections_total')).toBe(1);
-    expect(await reconciler.request('resync')).toEqual({ ok: true, changed: false });
+    expect(await settle(r.request('resync'))).toEqual({ ok: true, changed: false });
     expect(await metric('kubebyon_haproxy_adapter_drift_corrections_total')).toBe(1);
   });
 
   it('reports pending, rejected and degraded clusters with their reasons', async () => {
-    make({ nodes: [] });
+    const r = make({ nodes: [] });
     await store.upsert({ name: 'a', host: 'api.example.com', target: { nodePort: 30443 } }, 1);
     await store.upsert({ name: 'b', host: 'api.example.com', target: { nodePort: 30444 } }, 2);
     await store.upsert(
       { name: 'c', host: 'c.example.com', target: { service: { namespace: 'v', name: 'c', port: 443 } } },
       3,
     );
-    expect(reconciler.statuses().map((s) => s.state)).toEqual(['pending', 'pending', 'pending']);
-    await reconciler.request('test');
-    expect(reconciler.statuses()).toEqual([
+    expect(r.statuses().map((s) => s.state)).toEqual(['pending', 'pending', 'pending']);
+    await settle(r.request('test'));
+    expect(r.statuses()).toEqual([
       expect.objectContaining({
         name: 'a',
         state: 'degraded',
@@ -184,122 +304,113 @@ describe('Reconciler', () => {
   it('applies nothing before the topology has been read once', async () => {
     let synced = false;
     const nodes = new StaticTopology(['10.0.0.1']);
-    make({ topology: { endpointsFor: (t) => nodes.endpointsFor(t), synced: () => synced } });
-    await store.upsert({ name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30443 } });
-    expect(await reconciler.request('test')).toEqual({
+    const r = make({ topology: { endpointsFor: (t) => nodes.endpointsFor(t), synced: () => synced } });
+    await demo();
+    expect(await settle(r.request('test'))).toEqual({
       ok: false,
       changed: false,
       error: 'topology_not_synced',
     });
     expect(provider.reads).toBe(0);
     synced = true;
-    expect(await reconciler.request('test')).toEqual({ ok: true, changed: true });
+    expect(await settle(r.request('test'))).toEqual({ ok: true, changed: true });
   });
 
   it('waits for an in-flight pass on stop', async () => {
-    make();
-    await store.upsert({ name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30443 } });
+    const r = make();
+    await demo();
     let release = () => {};
     provider.gate = new Promise<void>((resolve) => {
       release = resolve;
     });
-    const outcome = reconciler.request('test');
-    while (provider.reads === 0) await new Promise((r) => setTimeout(r, 5));
-    let stopped = false;
-    const stopping = reconciler.stop().then(() => {
-      stopped = true;
-    });
-    await new Promise((r) => setTimeout(r, 50));
+    const outcome = r.request('test');
+    await vi.advanceTimersByTimeAsync(0);
+    expect(provider.reads).toBe(1);
+    const stopping = r.stop();
     // The pass is held at the provider: stop has not returned, and nothing was cut short.
-    expect(stopped).toBe(false);
+    expect(await settledWithin(stopping, 5_000)).toBe(false);
     release();
-    await stopping;
+    await settle(stopping);
     expect(await outcome).toEqual({ ok: true, changed: true });
     expect(provider.state.backends).toHaveLength(1);
-    expect(await reconciler.request('late')).toMatchObject({ ok: false, error: 'shutting down' });
+    expect(await r.request('late')).toMatchObject({ ok: false, error: 'shutting down' });
   });
 
   it('aborts a pass that outlives the grace period, leaving HAProxy as it was', async () => {
-    make();
-    await store.upsert({ name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30443 } });
+    const r = make();
+    await demo();
     provider.gate = new Promise<void>(() => {});
-    const outcome = reconciler.request('test');
-    while (provider.reads === 0) await new Promise((r) => setTimeout(r, 5));
-    await reconciler.stop(50);
+    const outcome = r.request('test');
+    await vi.advanceTimersByTimeAsync(0);
+    expect(provider.reads).toBe(1);
+    const stopping = r.stop(50);
+    expect(await settledWithin(stopping, 49)).toBe(false);
+    expect(await settledWithin(stopping, 1)).toBe(true);
     expect(await outcome).toMatchObject({ ok: false });
     expect(provider.state.backends).toEqual([]);
   });
 
-  it('does not retry an error that retrying cannot fix', async () => {
-    make({ retries: 5 });
-    await store.upsert({ name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30443 } });
-    provider.failures.push(new TerminalError('401 Unauthorized: check KUBEBYON_DATAPLANE_USERNAME/PASSWORD'));
-    expect(await reconciler.request('test')).toEqual({
-      ok: false,
-      changed: false,
-      error: '401 Unauthorized: check KUBEBYON_DATAPLANE_USERNAME/PASSWORD',
-    });
-    expect(provider.reads).toBe(1);
-    expect(reconciler.statuses()[0]).toMatchObject({
-      state: 'error',
-      reason: '401 Unauthorized: check KUBEBYON_DATAPLANE_USERNAME/PASSWORD',
-    });
-  });
-
-  it('tries a failed pass again by itself, without a new event', async () => {
-    make();
-    reconciler = new Reconciler({ ...reconcilerOptions(), failureBackoffMs: 50 });
-    await store.upsert({ name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30443 } });
+  it('tries a reload HAProxy refused again after the backoff: its cause (a held port) can go away', async () => {
+    const r = make({ failureBackoffMs: 50 });
+    await demo();
     provider.failures.push(new ReloadFailedError('cannot bind socket (Address already in use)'));
-    expect(await reconciler.request('test')).toMatchObject({ ok: false });
-    await waitFor(() => provider.state.backends.length > 0, 5000, 'the retried pass to apply', 20);
+    expect(await settle(r.request('test'))).toMatchObject({ ok: false });
+    expect(provider.state.backends).toHaveLength(0);
+    await vi.advanceTimersByTimeAsync(50);
     expect(provider.state.backends).toHaveLength(1);
-    expect(reconciler.statuses()[0]).toMatchObject({ state: 'applied' });
+    expect(r.statuses()[0]).toMatchObject({ state: 'applied' });
   });
 
   it('reports a change applied by the pass that planned from it, even one stored in the same millisecond as the pass began', async () => {
-    make();
+    const r = make();
     // A stamp not earlier than the pass's start: what a store on tmpfs and an idle loop produce within one
     // millisecond. The pass that follows the request plans from this very version.
     await store.upsert(
       { name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30443 } },
       Date.now() + 5,
     );
-    expect(await reconciler.request('webhook')).toMatchObject({ ok: true });
+    expect(await settle(r.request('webhook'))).toMatchObject({ ok: true });
     expect(provider.state.backends).toHaveLength(1);
-    expect(reconciler.statuses()[0]).toMatchObject({ state: 'applied' });
+    expect(r.statuses()[0]).toMatchObject({ state: 'applied' });
     // A version stored after that pass is pending until a pass plans from it.
     await store.upsert({ name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30444 } }, 0);
-    expect(reconciler.statuses()[0]).toMatchObject({ state: 'pending' });
-    await reconciler.request('webhook');
-    expect(reconciler.statuses()[0]).toMatchObject({ state: 'applied' });
+    expect(r.statuses()[0]).toMatchObject({ state: 'pending' });
+    await settle(r.request('webhook'));
+    expect(r.statuses()[0]).toMatchObject({ state: 'applied' });
   });
 
   it('tries again as soon as HAProxy answers after an outage, not when a long backoff runs out', async () => {
-    make();
-    // A backoff far longer than the test: only the recovery probe can bring the pass back in time.
-    reconciler = new Reconciler({ ...reconcilerOptions(), failureBackoffMs: 60_000, recoveryProbeMs: 20 });
-    await store.upsert({ name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30443 } });
+    const recoveryProbeMs = 20;
+    // The longest backoff there is (30 s): only the recovery probe can bring the pass back sooner.
+    const r = make({ failureBackoffMs: 30_000, recoveryProbeMs });
+    await demo();
     provider.down = new Error('connect ECONNREFUSED 127.0.0.1:5555');
-    expect(await reconciler.request('test')).toMatchObject({ ok: false });
-    await new Promise((r) => setTimeout(r, 200));
+    expect(await settle(r.request('test'))).toMatchObject({ ok: false });
+    await vi.advanceTimersByTimeAsync(10_000);
     expect(provider.state.backends).toHaveLength(0);
     provider.down = undefined;
-    await waitFor(() => provider.state.backends.length > 0, 2000, 'the pass once HAProxy answers', 10);
+    await vi.advanceTimersByTimeAsync(recoveryProbeMs);
     expect(provider.state.backends).toHaveLength(1);
-    expect(reconciler.statuses()[0]).toMatchObject({ state: 'applied' });
+    expect(r.statuses()[0]).toMatchObject({ state: 'applied' });
+    // The backoff's own try was dropped with the failure it was for: no extra pass when it would have run out.
+    const reads = provider.reads;
+    await vi.advanceTimersByTimeAsync(30_000);
+    expect(provider.reads).toBe(reads);
   });
 
   it('leaves a failure with HAProxy answering to the backoff: no retry storm', async () => {
-    make();
-    reconciler = new Reconciler({ ...reconcilerOptions(), failureBackoffMs: 60_000, recoveryProbeMs: 10 });
-    await store.upsert({ name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30443 } });
+    const failureBackoffMs = 20_000;
+    const r = make({ failureBackoffMs, recoveryProbeMs: 10 });
+    await demo();
     provider.failures.push(new ReloadFailedError('cannot bind socket (Address already in use)'));
-    expect(await reconciler.request('test')).toMatchObject({ ok: false });
-    await new Promise((r) => setTimeout(r, 300));
-    // The ping answered, so nothing but the 60 s backoff may try again.
-    expect(provider.state.backends).toHaveLength(0);
-    expect(reconciler.statuses()[0]).toMatchObject({ state: 'error' });
+    expect(await settle(r.request('test'))).toMatchObject({ ok: false });
+    // The ping answered, so nothing but the backoff may try again.
+    await vi.advanceTimersByTimeAsync(failureBackoffMs - 1);
+    expect(provider.reads).toBe(1);
+    expect(r.statuses()[0]).toMatchObject({ state: 'error' });
+    await vi.advanceTimersByTimeAsync(1);
+    expect(provider.reads).toBe(2);
+    expect(r.statuses()[0]).toMatchObject({ state: 'applied' });
   });
 
   it('reports every route as error, and stays unready, when a foreign frontend holds our name', async () => {
@@ -317,13 +428,13 @@ describe('Reconciler', () => {
       ],
       backends: [],
     };
-    make();
-    await store.upsert({ name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30443 } });
-    const outcome = await reconciler.request('test');
+    const r = make();
+    await demo();
+    const outcome = await settle(r.request('test'));
     expect(outcome).toMatchObject({ ok: false, error: expect.stringMatching(/^frontend_not_owned: /) });
-    expect(reconciler.ready).toBe(false);
-    expect(reconciler.lastError).toMatch(/^frontend_not_owned: /);
-    const [status] = reconciler.statuses();
+    expect(r.ready).toBe(false);
+    expect(r.lastError).toMatch(/^frontend_not_owned: /);
+    const [status] = r.statuses();
     expect(status).toMatchObject({ state: 'error', last_applied_at: null });
     expect(status?.reason).toMatch(/^frontend_not_owned: /);
     expect(provider.applies).toEqual([]);
@@ -331,14 +442,23 @@ describe('Reconciler', () => {
 
   it('refuses to preview a plan before the topology has been read', async () => {
     const topology: Topology = { synced: () => false, endpointsFor: () => ({ endpoints: [] }) };
-    make({ topology });
-    await store.upsert({ name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30443 } });
-    await expect(reconciler.preview()).rejects.toBeInstanceOf(TopologyNotSyncedError);
+    const r = make({ topology });
+    await demo();
+    await expect(r.preview()).rejects.toBeInstanceOf(TopologyNotSyncedError);
     expect(provider.reads).toBe(0);
   });
 
+  it('stamps last_applied_at with the clock it is given', async () => {
+    const at = Date.UTC(2030, 0, 2, 3, 4, 5);
+    const clock: Clock = { now: () => at, after: () => () => {} };
+    const r = make({ clock });
+    await demo();
+    expect(await r.request('webhook')).toEqual({ ok: true, changed: true });
+    expect(r.statuses()[0]?.last_applied_at).toBe(new Date(at).toISOString());
+  });
+
   it('times each phase of a pass; a pass with nothing to change spends no time applying', async () => {
-    make();
+    const r = make();
     const phaseCount = async (phase: string) => {
       const m = (await metrics.registry.getMetricsAsJSON()).find(
         (x) => x.name === 'kubebyon_haproxy_adapter_reconcile_phase_duration_seconds',
@@ -348,11 +468,11 @@ describe('Reconciler', () => {
       );
       return v?.value ?? 0;
     };
-    await store.upsert({ name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30443 } });
-    await reconciler.request('webhook');
+    await demo();
+    await settle(r.request('webhook'));
     expect(provider.applies).toHaveLength(1);
     for (const phase of ['render', 'read', 'plan', 'apply']) expect(await phaseCount(phase)).toBe(1);
-    await reconciler.request('resync');
+    await settle(r.request('resync'));
     expect(provider.applies).toHaveLength(1);
     for (const phase of ['render', 'read', 'plan']) expect(await phaseCount(phase)).toBe(2);
     expect(await phaseCount('apply')).toBe(1);
