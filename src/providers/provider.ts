@@ -82,9 +82,11 @@ export class TerminalError extends Error {
 
 /**
  * The change was committed but HAProxy could not load it; HAProxy keeps running its previous configuration.
- * `message` carries HAProxy's own words (e.g. `cannot bind socket (Address already in use)`).
+ * `message` carries HAProxy's own words (e.g. `cannot bind socket (Address already in use)`). Not terminal:
+ * the cause (a port another process holds) can go away by itself, so the loop backs it off like any
+ * transient error and the change is loaded once HAProxy can.
  */
-export class ReloadFailedError extends TerminalError {
+export class ReloadFailedError extends Error {
   override name = 'ReloadFailedError';
 }
 

@@ -42,9 +42,6 @@ export async function planAgainst(
 export type FailureKind = 'terminal' | 'conflict' | 'transient';
 
 export function failureKind(err: unknown): FailureKind {
-  // HAProxy could not load a committed change (another process holds a port): the cause can go away by itself
-  // and the providers load the change then, so it is backed off like a transient error, never tried at once.
-  if (err instanceof ReloadFailedError) return 'transient';
   if (err instanceof TerminalError) return 'terminal';
   return err instanceof ConcurrentChangeError ? 'conflict' : 'transient';
 }
