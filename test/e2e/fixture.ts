@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import {
   type HaproxyTestbed,
   haproxyVersionUnderTest,
+  type OwnedFileSetup,
   startHaproxyTestbed,
 } from '../support/haproxy-testbed.js';
 import { freeLoopbackPort } from '../support/ports.js';
@@ -26,16 +27,19 @@ export interface E2eHaproxy {
   readonly initialOperatorFileHash: string;
   stateDir: string;
   secret: string;
-  /** The service's environment for this HAProxy (owned file, check files, master socket, check binary). */
-  env(extra?: Record<string, string>): Record<string, string>;
-  startService(extra?: Record<string, string>): Promise<ServiceProcess>;
+  /**
+   * The service's environment for this HAProxy (owned file, check files, master socket, check binary); with
+   * `setup`, for another owned file of the same HAProxy (a second adapter).
+   */
+  env(extra?: Record<string, string>, setup?: OwnedFileSetup): Record<string, string>;
+  startService(extra?: Record<string, string>, setup?: OwnedFileSetup): Promise<ServiceProcess>;
   /** How many configurations HAProxy has loaded, from its own log ("Loading success"). */
   loads(): number;
   operatorServes(): Promise<boolean>;
   stop(): Promise<void>;
 }
 
-export async function startE2eHaproxy(): Promise<E2eHaproxy> {
+export async function startE2eHaproxy(options: { secondOwnedFile?: boolean } = {}): Promise<E2eHaproxy> {
   const operator = await startVersionServer('operator');
   const console_ = await startVersionServer('console');
   const operatorPort = await freeLoopbackPort();
@@ -60,7 +64,7 @@ backend console
   server web1 127.0.0.1:${console_.port}
 `,
     haproxyVersionUnderTest(),
-    { ownedFile: true },
+    { ownedFile: true, secondOwnedFile: options.secondOwnedFile ?? false },
   );
   const owned = haproxy.owned;
   if (!owned) throw new Error('no owned file');
@@ -69,14 +73,14 @@ backend console
   const hash = () => createHash('sha256').update(readFileSync(haproxy.configPath)).digest('hex');
   const initial = hash();
   const operatorUrl = `https://operator.example.net:${operatorPort}`;
-  const env = (extra: Record<string, string> = {}) => ({
+  const env = (extra: Record<string, string> = {}, setup: OwnedFileSetup = owned) => ({
     KUBEBYON_PROVIDER: 'haproxy',
     KUBEBYON_LOG_LEVEL: 'info',
-    KUBEBYON_STATE_FILE: join(stateDir, 'clusters.json'),
-    KUBEBYON_HAPROXY_OWNED_FILE: owned.path,
-    KUBEBYON_HAPROXY_CHECK_FILES: owned.checkFiles.join(','),
-    KUBEBYON_HAPROXY_MASTER_SOCKET: owned.masterSocket,
-    KUBEBYON_HAPROXY_BIN: owned.checkBin,
+    KUBEBYON_STATE_FILE: join(stateDir, setup === owned ? 'clusters.json' : 'clusters-second.json'),
+    KUBEBYON_HAPROXY_OWNED_FILE: setup.path,
+    KUBEBYON_HAPROXY_CHECK_FILES: setup.checkFiles.join(','),
+    KUBEBYON_HAPROXY_MASTER_SOCKET: setup.masterSocket,
+    KUBEBYON_HAPROXY_BIN: setup.checkBin,
     KUBEBYON_HAPROXY_BIND_ADDR: `127.0.0.1:${sniPort}`,
     KUBEBYON_PUBLIC_PORT: String(sniPort),
     KUBEBYON_RECONCILE_DEBOUNCE_MS: '20',
@@ -93,8 +97,8 @@ backend console
     stateDir,
     secret,
     env,
-    async startService(extra = {}) {
-      const service = await startServiceProcess(env(extra), secret);
+    async startService(extra = {}, setup = owned) {
+      const service = await startServiceProcess(env(extra, setup), secret);
       await waitReady(service);
       return service;
     },

@@ -38,6 +38,8 @@ export interface HaproxyTestbed {
   stop(): Promise<void>;
   /** With `ownedFile`: what the stock-HAProxy provider needs to drive this HAProxy. */
   owned?: OwnedFileSetup;
+  /** With `secondOwnedFile`: a second adapter's file, loaded after the first (two owners, one HAProxy). */
+  second?: OwnedFileSetup;
 }
 
 export interface OwnedFileSetup {
@@ -58,6 +60,8 @@ export interface OwnedFileSetup {
 export interface TestbedOptions {
   /** Also load `<dir>/kubebyon.cfg` (created empty) as a second `-f`, for the stock-HAProxy provider. */
   ownedFile?: boolean;
+  /** With `ownedFile`, also `<dir>/kubebyon-second.cfg` as a third `-f`: another adapter's own file. */
+  secondOwnedFile?: boolean;
 }
 
 /** Talks to a unix socket the way HAProxy's CLI wants: write, half-close, read to the end. */
@@ -130,7 +134,9 @@ export async function startHaproxyTestbed(
   const configPath = join(dir, 'haproxy.cfg');
   writeFileSync(configPath, config);
   const ownedPath = join(dir, 'kubebyon.cfg');
+  const secondPath = join(dir, 'kubebyon-second.cfg');
   if (options.ownedFile) writeFileSync(ownedPath, '');
+  if (options.ownedFile && options.secondOwnedFile) writeFileSync(secondPath, '');
   const logLines: string[] = [];
   let container: StartedTestContainer | undefined;
   try {
@@ -145,7 +151,12 @@ export async function startHaproxyTestbed(
       .withWaitStrategy(Wait.forLogMessage(/Loading success/))
       .withStartupTimeout(30_000);
     // The entrypoint passes its arguments on to haproxy: the owned file is loaded after haproxy.cfg.
-    if (options.ownedFile) image = image.withCommand(['-f', '/etc/kubebyon/kubebyon.cfg']);
+    if (options.ownedFile)
+      image = image.withCommand([
+        '-f',
+        '/etc/kubebyon/kubebyon.cfg',
+        ...(options.secondOwnedFile ? ['-f', '/etc/kubebyon/kubebyon-second.cfg'] : []),
+      ]);
     container = await image.start();
   } catch (err) {
     await sweepOne(dir);
@@ -168,17 +179,20 @@ export async function startHaproxyTestbed(
     await waitFor(() => loadCount() > before, 10_000, 'HAProxy to reload');
   };
   let owned: OwnedFileSetup | undefined;
+  let second: OwnedFileSetup | undefined;
   if (options.ownedFile) {
     const checkBin = join(dir, 'haproxy-check');
     writeFileSync(checkBin, `#!/bin/sh\nexec docker exec ${started.getId()} /usr/sbin/haproxy "$@"\n`);
     chmodSync(checkBin, 0o755);
-    owned = {
-      path: ownedPath,
+    const setup = (path: string): OwnedFileSetup => ({
+      path,
       checkFiles: [configPath],
       masterSocket,
       checkBin,
-      reloadWith: (content) => reloadWith(ownedPath, content),
-    };
+      reloadWith: (content) => reloadWith(path, content),
+    });
+    owned = setup(ownedPath);
+    if (options.secondOwnedFile) second = setup(secondPath);
   }
   return {
     version,
@@ -190,6 +204,7 @@ export async function startHaproxyTestbed(
     log: () => logLines.join(''),
     reloadWith: (newConfig) => reloadWith(configPath, newConfig),
     ...(owned ? { owned } : {}),
+    ...(second ? { second } : {}),
     async stop() {
       try {
         await started.stop({ remove: true, removeVolumes: true });
