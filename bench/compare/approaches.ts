@@ -20,7 +20,7 @@ import { resolveRoutes } from '../../src/routes/route.js';
 import { DPAPI_USER } from '../../test/support/dataplaneapi-testbed.js';
 import { type Counts, zeroCounts } from './counting-proxy.js';
 import type { BenchKube } from './kube.js';
-import { type Resources, type ServiceProcess, startService } from './service.js';
+import { type BenchService, type Resources, startService } from './service.js';
 import type { Target } from './targets.js';
 
 const run = promisify(execFile);
@@ -97,7 +97,7 @@ export async function startOurs(
 ): Promise<Approach> {
   const dir = mkdtempSync(join(tmpdir(), 'kubebyon-bench-'));
   const secret = `bench-${Math.random().toString(36).slice(2)}-secret`;
-  const svc: ServiceProcess = await startService(
+  const svc: BenchService = await startService(
     {
       ...target.providerEnv(),
       KUBEBYON_STATE_FILE: join(dir, 'clusters.json'),

@@ -8,7 +8,7 @@ import {
   startHaproxyTestbed,
 } from '../support/haproxy-testbed.js';
 import { freeLoopbackPort } from '../support/ports.js';
-import { type ServiceProcess, startServiceProcess, waitReady } from '../support/service-process.js';
+import { type ServiceProcess, startServiceProcess } from '../support/service-process.js';
 import { getVersion, startVersionServer, type VersionServer } from '../support/version-server.js';
 
 /**
@@ -93,11 +93,8 @@ backend console
     stateDir,
     secret,
     env,
-    async startService(extra = {}) {
-      const service = await startServiceProcess(env(extra), secret);
-      await waitReady(service);
-      return service;
-    },
+    startService: (extra = {}) =>
+      startServiceProcess(env(extra), secret, { until: 'readyz', startTimeoutMs: 50_000 }),
     loads: () => haproxy.loadCount(),
     async operatorServes() {
       const answer = await getVersion(operatorUrl);

@@ -250,7 +250,9 @@ describe('Reconciler', () => {
     await store.upsert({ name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30443 } });
     provider.failures.push(new ReloadFailedError('cannot bind socket (Address already in use)'));
     expect(await reconciler.request('test')).toMatchObject({ ok: false });
-    await waitFor(() => provider.state.backends.length > 0, 5000, 'the retried pass to apply', 20);
+    await waitFor(() => provider.state.backends.length > 0, 5000, 'the retried pass to apply', {
+      everyMs: 20,
+    });
     expect(provider.state.backends).toHaveLength(1);
     expect(reconciler.statuses()[0]).toMatchObject({ state: 'applied' });
   });
@@ -283,7 +285,9 @@ describe('Reconciler', () => {
     await new Promise((r) => setTimeout(r, 200));
     expect(provider.state.backends).toHaveLength(0);
     provider.down = undefined;
-    await waitFor(() => provider.state.backends.length > 0, 2000, 'the pass once HAProxy answers', 10);
+    await waitFor(() => provider.state.backends.length > 0, 2000, 'the pass once HAProxy answers', {
+      everyMs: 10,
+    });
     expect(provider.state.backends).toHaveLength(1);
     expect(reconciler.statuses()[0]).toMatchObject({ state: 'applied' });
   });
