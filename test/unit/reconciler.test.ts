@@ -1,6 +1,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { DEFAULT_RENDER_OPTIONS } from '../../src/haproxy/render.js';
@@ -91,10 +92,7 @@ describe('Reconciler', () => {
     // A change right behind that pass waits for the quiet time.
     await store.upsert({ name: 'two', host: 'api.two.example.com', target: { nodePort: 30444 } });
     const second = reconciler.request('webhook');
-    const waited = await Promise.race([
-      second.then(() => false),
-      new Promise((r) => setTimeout(() => r(true), 2_000)),
-    ]);
+    const waited = await Promise.race([second.then(() => false), sleep(2_000, true)]);
     expect(waited).toBe(true);
     expect(provider.applies).toHaveLength(1);
   });
@@ -202,12 +200,12 @@ describe('Reconciler', () => {
       release = resolve;
     });
     const outcome = reconciler.request('test');
-    while (provider.reads === 0) await new Promise((r) => setTimeout(r, 5));
+    await waitFor(() => provider.reads > 0, 5_000, 'the pass to reach the provider', { everyMs: 5 });
     let stopped = false;
     const stopping = reconciler.stop().then(() => {
       stopped = true;
     });
-    await new Promise((r) => setTimeout(r, 50));
+    await sleep(50);
     // The pass is held at the provider: stop has not returned, and nothing was cut short.
     expect(stopped).toBe(false);
     release();
@@ -222,7 +220,7 @@ describe('Reconciler', () => {
     await store.upsert({ name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30443 } });
     provider.gate = new Promise<void>(() => {});
     const outcome = reconciler.request('test');
-    while (provider.reads === 0) await new Promise((r) => setTimeout(r, 5));
+    await waitFor(() => provider.reads > 0, 5_000, 'the pass to reach the provider', { everyMs: 5 });
     await reconciler.stop(50);
     expect(await outcome).toMatchObject({ ok: false });
     expect(provider.state.backends).toEqual([]);
@@ -282,7 +280,7 @@ describe('Reconciler', () => {
     await store.upsert({ name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30443 } });
     provider.down = new Error('connect ECONNREFUSED 127.0.0.1:5555');
     expect(await reconciler.request('test')).toMatchObject({ ok: false });
-    await new Promise((r) => setTimeout(r, 200));
+    await sleep(200);
     expect(provider.state.backends).toHaveLength(0);
     provider.down = undefined;
     await waitFor(() => provider.state.backends.length > 0, 2000, 'the pass once HAProxy answers', {
@@ -298,7 +296,7 @@ describe('Reconciler', () => {
     await store.upsert({ name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30443 } });
     provider.failures.push(new ReloadFailedError('cannot bind socket (Address already in use)'));
     expect(await reconciler.request('test')).toMatchObject({ ok: false });
-    await new Promise((r) => setTimeout(r, 300));
+    await sleep(300);
     // The ping answered, so nothing but the 60 s backoff may try again.
     expect(provider.state.backends).toHaveLength(0);
     expect(reconciler.statuses()[0]).toMatchObject({ state: 'error' });
