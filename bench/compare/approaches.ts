@@ -2,6 +2,7 @@ import { execFile } from 'node:child_process';
 import { mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import axios, { type AxiosInstance } from 'axios';
 import pino from 'pino';
@@ -18,6 +19,7 @@ import { ConcurrentChangeError, type Provider, type ProviderTraffic } from '../.
 import { interpret, ownerTags } from '../../src/registry/ownership.js';
 import { resolveRoutes } from '../../src/routes/route.js';
 import { DPAPI_USER } from '../../test/support/dataplaneapi-testbed.js';
+import { waitFor } from '../../test/support/wait.js';
 import { type Counts, zeroCounts } from './counting-proxy.js';
 import type { BenchKube } from './kube.js';
 import { type BenchService, type Resources, startService } from './service.js';
@@ -85,8 +87,6 @@ const body = (c: Cluster) => ({
   public_access_mode: 'loadbalancer',
   node_port: c.nodePort,
 });
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 // ---- ours: the service, built, as its own process --------------------------------------------------------
 
@@ -435,18 +435,13 @@ class Rewrite extends PerChange {
     const answer = parseReloadAnswer(await cli.send('reload', signal, 600_000).catch(() => ''));
     if (answer.status === 'failed') throw new Error(`reload failed: ${answer.alerts.join('; ')}`);
     // 2.6 answers nothing to `reload`: the master's reload counter says when it is done.
-    for (const deadline = Date.now() + 600_000; ; ) {
-      const proc = await cli
-        .send('show proc', signal)
-        .then(parseShowProc)
-        .catch(() => undefined);
-      if (proc && proc.reloads > before.reloads) {
-        if (proc.failed > before.failed) throw new Error('reload failed');
-        break;
-      }
-      if (Date.now() > deadline) throw new Error('reload did not finish');
-      await sleep(20);
-    }
+    const proc = await waitFor(
+      () => cli.send('show proc', signal).then(parseShowProc),
+      600_000,
+      'the reload to finish',
+      { ok: (p) => p.reloads > before.reloads, everyMs: 20 },
+    );
+    if (proc.failed > before.failed) throw new Error('reload failed');
     this.applied++;
   }
 

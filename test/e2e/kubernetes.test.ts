@@ -11,7 +11,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { haproxyVersionUnderTest } from '../support/haproxy-testbed.js';
 import { type KubeApiserver, startKubeApiserver } from '../support/kube-apiserver.js';
 import type { ServiceProcess } from '../support/service-process.js';
-import { eventuallyReaches, startVersionServer, type VersionServer } from '../support/version-server.js';
+import { startVersionServer, type VersionServer, waitForIdentity } from '../support/version-server.js';
 import { type E2eHaproxy, startE2eHaproxy } from './fixture.js';
 
 // The Kubernetes topology end to end: the service watches a real kube-apiserver (as the ServiceAccount of
@@ -129,7 +129,7 @@ metadata: {name: vcluster-demo}
       state: 'applied',
       api_endpoint: url(),
     });
-    expect(await eventuallyReaches(url(), `127.0.0.2:${np1.port}`)).toEqual({
+    expect(await waitForIdentity(url(), `127.0.0.2:${np1.port}`)).toEqual({
       identity: `127.0.0.2:${np1.port}`,
       status: 200,
     });
@@ -151,7 +151,7 @@ metadata: {name: vcluster-demo}
       },
     });
     const want = `127.0.0.2:${np2.port}`;
-    expect(await eventuallyReaches(url(), want)).toEqual({ identity: want, status: 200 });
+    expect(await waitForIdentity(url(), want)).toEqual({ identity: want, status: 200 });
     console.log(
       `[measure] NodePort change: ${e.loads() - loads} reloads, to routable ${Date.now() - started} ms`,
     );
@@ -163,7 +163,7 @@ metadata: {name: vcluster-demo}
     const started = Date.now();
     await setNode(node('127.0.0.4', '127.0.0.3'));
     const want = `127.0.0.4:${np2.port}`;
-    expect(await eventuallyReaches(url(), want)).toEqual({ identity: want, status: 200 });
+    expect(await waitForIdentity(url(), want)).toEqual({ identity: want, status: 200 });
     console.log(
       `[measure] InternalIP change: ${e.loads() - loads} reloads, to routable ${Date.now() - started} ms`,
     );
@@ -175,7 +175,7 @@ metadata: {name: vcluster-demo}
     expect(await svc.stop()).toBe(0);
     svc = await start('external');
     const want = `127.0.0.3:${np2.port}`;
-    expect(await eventuallyReaches(url(), want)).toEqual({ identity: want, status: 200 });
+    expect(await waitForIdentity(url(), want)).toEqual({ identity: want, status: 200 });
     expect(e.loads()).toBe(loads);
   });
 });

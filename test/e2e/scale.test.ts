@@ -2,10 +2,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { haproxyVersionUnderTest } from '../support/haproxy-testbed.js';
 import type { ServiceProcess } from '../support/service-process.js';
 import {
-  eventuallyReaches,
   getVersion,
   startVersionServer,
   type VersionServer,
+  waitForIdentity,
 } from '../support/version-server.js';
 import { type E2eHaproxy, startE2eHaproxy } from './fixture.js';
 
@@ -54,7 +54,7 @@ describe(`end to end at scale, static topology, HAProxy ${version}`, () => {
         clusters: Array.from({ length: n }, (_, i) => ({ name: `c${i}`, ...body(i) })),
       });
       expect(full.status).toBe(200);
-      expect(await eventuallyReaches(url(host(n - 1)), host(n - 1))).toEqual({
+      expect(await waitForIdentity(url(host(n - 1)), host(n - 1))).toEqual({
         identity: host(n - 1),
         status: 200,
       });
@@ -68,7 +68,7 @@ describe(`end to end at scale, static topology, HAProxy ${version}`, () => {
       loads = e.loads();
       t = Date.now();
       expect((await svc.client.request('PUT', `/v1/clusters/c${n}`, body(n))).status).toBe(202);
-      expect(await eventuallyReaches(url(host(n)), host(n), { timeoutMs: 60_000 })).toEqual({
+      expect(await waitForIdentity(url(host(n)), host(n), { timeoutMs: 60_000 })).toEqual({
         identity: host(n),
         status: 200,
       });
@@ -78,7 +78,7 @@ describe(`end to end at scale, static topology, HAProxy ${version}`, () => {
       loads = e.loads();
       t = Date.now();
       expect((await svc.client.request('PUT', '/v1/clusters/c0', body(0, moved.port))).status).toBe(202);
-      expect(await eventuallyReaches(url(host(0)), `moved:${host(0)}`, { timeoutMs: 60_000 })).toEqual({
+      expect(await waitForIdentity(url(host(0)), `moved:${host(0)}`, { timeoutMs: 60_000 })).toEqual({
         identity: `moved:${host(0)}`,
         status: 200,
       });

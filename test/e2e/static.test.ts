@@ -3,10 +3,10 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { haproxyVersionUnderTest } from '../support/haproxy-testbed.js';
 import type { ServiceProcess } from '../support/service-process.js';
 import {
-  eventuallyReaches,
   getVersion,
   startVersionServer,
   type VersionServer,
+  waitForIdentity,
 } from '../support/version-server.js';
 import { type E2eHaproxy, startE2eHaproxy } from './fixture.js';
 
@@ -85,7 +85,7 @@ describe(`end to end, static topology, HAProxy ${haproxyVersionUnderTest()}`, ()
     expect(
       (await put('alpha', cluster('api.alpha.example.com', servers['alpha-moved']?.port ?? 0))).status,
     ).toBe(200);
-    expect(await eventuallyReaches(endpoint('api.alpha.example.com'), 'alpha-moved')).toEqual({
+    expect(await waitForIdentity(endpoint('api.alpha.example.com'), 'alpha-moved')).toEqual({
       identity: 'alpha-moved',
       status: 200,
     });
@@ -120,7 +120,7 @@ describe(`end to end, static topology, HAProxy ${haproxyVersionUnderTest()}`, ()
       KUBEBYON_STATIC_NODE_ADDRESSES: '127.0.0.1',
       KUBEBYON_HAPROXY_DEFAULT_BACKEND: 'console',
     });
-    expect(await eventuallyReaches(endpoint('nobody.example.com'), 'console')).toEqual({
+    expect(await waitForIdentity(endpoint('nobody.example.com'), 'console')).toEqual({
       identity: 'console',
       status: 200,
     });
