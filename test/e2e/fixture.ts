@@ -10,6 +10,7 @@ import {
 import { freeLoopbackPort } from '../support/ports.js';
 import { type ServiceProcess, startServiceProcess } from '../support/service-process.js';
 import { getVersion, startVersionServer, type VersionServer } from '../support/version-server.js';
+import { waitFor } from '../support/wait.js';
 
 /**
  * What every end-to-end case runs against: a real HAProxy (host networking) whose operator-owned file has
@@ -29,8 +30,11 @@ export interface E2eHaproxy {
   /** The service's environment for this HAProxy (owned file, check files, master socket, check binary). */
   env(extra?: Record<string, string>): Record<string, string>;
   startService(extra?: Record<string, string>): Promise<ServiceProcess>;
-  /** How many configurations HAProxy has loaded, from its own log ("Loading success"). */
-  loads(): number;
+  /**
+   * How many configurations HAProxy has loaded, from its own log ("Loading success"), once that log, which
+   * trails HAProxy, shows every load its master counts now.
+   */
+  loads(): Promise<number>;
   operatorServes(): Promise<boolean>;
   stop(): Promise<void>;
 }
@@ -95,7 +99,17 @@ backend console
     env,
     startService: (extra = {}) =>
       startServiceProcess(env(extra), secret, { until: 'readyz', startTimeoutMs: 50_000 }),
-    loads: () => haproxy.loadCount(),
+    async loads() {
+      const proc = await haproxy.masterCli('show proc');
+      // The master's line: `<pid> master <reloads> [failed: <n>] <uptime> <version>`.
+      const master = /^\d+\s+master\s+(\d+)\s+\[failed:\s*(\d+)\]/m.exec(proc);
+      if (!master) throw new Error(`unexpected answer to show proc: ${proc.slice(0, 200)}`);
+      const loaded = 1 + Number(master[1]) - Number(master[2]);
+      return waitFor(haproxy.loadCount, 10_000, `HAProxy's log to show ${loaded} loads`, {
+        ok: (n) => n >= loaded,
+        everyMs: 25,
+      });
+    },
     async operatorServes() {
       const answer = await getVersion(operatorUrl);
       return 'identity' in answer && answer.identity === 'operator';

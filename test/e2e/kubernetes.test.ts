@@ -163,39 +163,39 @@ metadata: {name: vcluster-demo}
 
   it('follows a changed NodePort without reloading HAProxy', async () => {
     await routedAt(np1.port);
-    const loads = e.loads();
+    const loads = await e.loads();
     const started = Date.now();
     await setNodePort(np2.port);
     const want = `127.0.0.2:${np2.port}`;
     expect(await waitForIdentity(url(), want)).toEqual({ identity: want, status: 200 });
     console.log(
-      `[measure] NodePort change: ${e.loads() - loads} reloads, to routable ${Date.now() - started} ms`,
+      `[measure] NodePort change: ${(await e.loads()) - loads} reloads, to routable ${Date.now() - started} ms`,
     );
-    expect(e.loads()).toBe(loads);
+    expect(await e.loads()).toBe(loads);
   });
 
   it('follows a node whose InternalIP changes without reloading HAProxy', async () => {
     await routedAt(np2.port);
-    const loads = e.loads();
+    const loads = await e.loads();
     const started = Date.now();
     await setNode(node('127.0.0.4', '127.0.0.3'));
     const want = `127.0.0.4:${np2.port}`;
     expect(await waitForIdentity(url(), want)).toEqual({ identity: want, status: 200 });
     console.log(
-      `[measure] InternalIP change: ${e.loads() - loads} reloads, to routable ${Date.now() - started} ms`,
+      `[measure] InternalIP change: ${(await e.loads()) - loads} reloads, to routable ${Date.now() - started} ms`,
     );
-    expect(e.loads()).toBe(loads);
+    expect(await e.loads()).toBe(loads);
   });
 
   it('uses the ExternalIP with KUBEBYON_HAPROXY_NODE_ADDRESS_TYPE=external', async () => {
     await routedAt(np2.port);
-    const loads = e.loads();
+    const loads = await e.loads();
     expect(await svc.stop()).toBe(0);
     try {
       svc = await start('external');
       const want = `127.0.0.3:${np2.port}`;
       expect(await waitForIdentity(url(), want)).toEqual({ identity: want, status: 200 });
-      expect(e.loads()).toBe(loads);
+      expect(await e.loads()).toBe(loads);
     } finally {
       // Back to the service every case starts with.
       await svc.stop();

@@ -48,7 +48,7 @@ describe(`end to end at scale, static topology, HAProxy ${version}`, () => {
 
   for (const n of [10, 1000]) {
     it(`routes a webhook within seconds with ${n} clusters`, async () => {
-      let loads = e.loads();
+      let loads = await e.loads();
       let t = Date.now();
       const full = await svc.client.request('PUT', '/v1/clusters?wait=true', {
         clusters: Array.from({ length: n }, (_, i) => ({ name: `c${i}`, ...body(i) })),
@@ -59,13 +59,13 @@ describe(`end to end at scale, static topology, HAProxy ${version}`, () => {
         status: 200,
       });
       const fullMs = Date.now() - t;
-      const fullReloads = e.loads() - loads;
+      const fullReloads = (await e.loads()) - loads;
       for (let k = 0; k < 10; k++) {
         const i = Math.floor((k * n) / 10);
         expect(await getVersion(url(host(i)))).toEqual({ identity: host(i), status: 200 });
       }
 
-      loads = e.loads();
+      loads = await e.loads();
       t = Date.now();
       expect((await svc.client.request('PUT', `/v1/clusters/c${n}`, body(n))).status).toBe(202);
       expect(await waitForIdentity(url(host(n)), host(n), { timeoutMs: 60_000 })).toEqual({
@@ -73,9 +73,9 @@ describe(`end to end at scale, static topology, HAProxy ${version}`, () => {
         status: 200,
       });
       const addMs = Date.now() - t;
-      const addReloads = e.loads() - loads;
+      const addReloads = (await e.loads()) - loads;
 
-      loads = e.loads();
+      loads = await e.loads();
       t = Date.now();
       expect((await svc.client.request('PUT', '/v1/clusters/c0', body(0, moved.port))).status).toBe(202);
       expect(await waitForIdentity(url(host(0)), `moved:${host(0)}`, { timeoutMs: 60_000 })).toEqual({
@@ -83,7 +83,7 @@ describe(`end to end at scale, static topology, HAProxy ${version}`, () => {
         status: 200,
       });
       const moveMs = Date.now() - t;
-      const moveReloads = e.loads() - loads;
+      const moveReloads = (await e.loads()) - loads;
 
       console.log(
         `[measure] HAProxy ${version}, N=${n}: full set ${fullMs} ms (${fullReloads} reload); ` +

@@ -85,19 +85,19 @@ describe(`end to end, static topology, HAProxy ${haproxyVersionUnderTest()}`, ()
 
   it('refuses an IP-literal host with 422 host_is_ip_literal, and nothing reaches HAProxy', async () => {
     const before = readFileSync(e.haproxy.owned?.path ?? '', 'utf8');
-    const loads = e.loads();
+    const loads = await e.loads();
     const res = await put('ip', cluster('127.0.0.1', servers.gamma?.port ?? 0));
     expect(res.status).toBe(422);
     expect(res.body).toMatchObject({ field: 'control_plane_host', reason: 'host_is_ip_literal' });
     expect((await service.client.request('GET', '/v1/clusters/ip')).status).toBe(404);
     await service.client.request('POST', '/v1/reconcile?wait=true');
     expect(readFileSync(e.haproxy.owned?.path ?? '', 'utf8')).toBe(before);
-    expect(e.loads()).toBe(loads);
+    expect(await e.loads()).toBe(loads);
   });
 
   it('moves traffic when an endpoint changes, without reloading HAProxy', async () => {
     await registered('alpha', 'alpha');
-    const loads = e.loads();
+    const loads = await e.loads();
     const started = Date.now();
     expect(
       (await put('alpha', cluster('api.alpha.example.com', servers['alpha-moved']?.port ?? 0))).status,
@@ -107,8 +107,10 @@ describe(`end to end, static topology, HAProxy ${haproxyVersionUnderTest()}`, ()
       status: 200,
     });
     const ms = Date.now() - started;
-    expect(e.loads() - loads).toBe(0);
-    console.log(`[measure] endpoint move: ${e.loads() - loads} reloads, webhook to routable ${ms} ms`);
+    expect((await e.loads()) - loads).toBe(0);
+    console.log(
+      `[measure] endpoint move: ${(await e.loads()) - loads} reloads, webhook to routable ${ms} ms`,
+    );
   });
 
   it('removes what a full-set PUT leaves out, and a DELETE closes that host', async () => {
