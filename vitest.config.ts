@@ -1,5 +1,19 @@
 import { defineConfig } from 'vitest/config';
 
+/**
+ * What every suite with containers shares: the one global setup (it sweeps test beds a killed run left, and
+ * builds dist/ for the suites that run the service as it ships), one file at a time (containers share two
+ * cores and host ports), and Testcontainers without its reaper, reaching containers on localhost.
+ */
+const withContainers = {
+  globalSetup: ['test/global-setup.ts'],
+  fileParallelism: false,
+  env: {
+    TESTCONTAINERS_RYUK_DISABLED: 'true',
+    TESTCONTAINERS_HOST_OVERRIDE: 'localhost',
+  },
+};
+
 export default defineConfig({
   test: {
     projects: [
@@ -20,77 +34,50 @@ export default defineConfig({
       },
       {
         test: {
+          ...withContainers,
           name: 'integration',
           include: ['test/integration/**/*.test.ts'],
-          globalSetup: ['test/global-setup.ts'],
-          // Containers share two cores and host ports: one file at a time.
-          fileParallelism: false,
           testTimeout: 60_000,
           hookTimeout: 90_000,
-          env: {
-            TESTCONTAINERS_RYUK_DISABLED: 'true',
-            TESTCONTAINERS_HOST_OVERRIDE: 'localhost',
-          },
         },
       },
       {
         test: {
+          ...withContainers,
           name: 'dataplaneapi',
           include: ['test/dataplaneapi/**/*.test.ts'],
-          globalSetup: ['test/global-setup.ts'],
-          // One HAProxy + Data Plane API at a time on two shared cores.
-          fileParallelism: false,
           testTimeout: 120_000,
           hookTimeout: 180_000,
-          env: {
-            TESTCONTAINERS_RYUK_DISABLED: 'true',
-            TESTCONTAINERS_HOST_OVERRIDE: 'localhost',
-          },
         },
       },
       {
         test: {
+          ...withContainers,
           name: 'e2e',
           include: ['test/e2e/**/*.test.ts'],
-          // Builds dist/ once; every file then starts the service as its own process.
-          globalSetup: ['test/e2e/global-setup.ts'],
-          fileParallelism: false,
           testTimeout: 60_000,
           hookTimeout: 300_000,
-          env: {
-            TESTCONTAINERS_RYUK_DISABLED: 'true',
-            TESTCONTAINERS_HOST_OVERRIDE: 'localhost',
-          },
         },
       },
       {
         test: {
-          // What ships, run for real: the built CLI, the image, compose.yaml and scripts/run-local.sh.
+          // What ships, run for real: the built CLI, the image, compose.yaml and scripts/run-local.sh. Its own
+          // setup builds dist/ and the image, and sweeps compose projects.
+          ...withContainers,
           name: 'ship',
           include: ['test/ship/**/*.test.ts'],
           globalSetup: ['test/ship/global-setup.ts'],
-          fileParallelism: false,
           testTimeout: 120_000,
           hookTimeout: 300_000,
-          env: {
-            TESTCONTAINERS_RYUK_DISABLED: 'true',
-            TESTCONTAINERS_HOST_OVERRIDE: 'localhost',
-          },
         },
       },
       {
         test: {
+          ...withContainers,
           name: 'faults',
           include: ['test/faults/**/*.test.ts'],
-          globalSetup: ['test/faults/global-setup.ts'],
-          // One HAProxy, one service process and their faults at a time.
-          fileParallelism: false,
           testTimeout: 240_000,
           hookTimeout: 300_000,
-          env: {
-            TESTCONTAINERS_RYUK_DISABLED: 'true',
-            TESTCONTAINERS_HOST_OVERRIDE: 'localhost',
-          },
         },
       },
     ],

@@ -8,16 +8,12 @@ import { execFileSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
 import { join } from 'node:path';
-import {
-  eventually,
-  metric,
-  random,
-  sleep,
-  startFaultBed,
-  startServiceChild,
-} from '../test/faults/harness.js';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { metric, random, startFaultBed } from '../test/faults/harness.js';
 import { sweepTestbedContainers } from '../test/support/haproxy-testbed.js';
+import { startServiceProcess } from '../test/support/service-process.js';
 import { type NamedTlsServer, sniProbe, startNamedTlsServer } from '../test/support/tls.js';
+import { waitFor } from '../test/support/wait.js';
 
 const CLIENTS = 20;
 const CHANGES = 2000;
@@ -46,21 +42,16 @@ async function main(): Promise<void> {
   const servers: NamedTlsServer[] = [];
   for (const name of ['a', 'b', 'c', 'd']) servers.push(await startNamedTlsServer(name));
   const bed = await startFaultBed();
-  const service = await startServiceChild(
+  const service = await startServiceProcess(
     bed.env({
       KUBEBYON_RECONCILE_DEBOUNCE_MS: String(DEBOUNCE_MS),
       KUBEBYON_RECONCILE_MAX_DELAY_MS: String(MAX_DELAY_MS),
       KUBEBYON_LOG_LEVEL: 'warn',
     }),
     bed.secret,
+    { until: 'readyz' },
   );
   try {
-    await eventually(
-      () => fetch(`${service.url}/readyz`).then((r) => r.status),
-      (s) => s === 200,
-      30_000,
-      'the service to be ready',
-    );
     const rand = random(Number(process.env.KUBEBYON_BENCH_SEED ?? 1));
     const names = Array.from({ length: CLUSTERS }, (_, i) => `load-${String(i).padStart(3, '0')}`);
     // Each client owns its own clusters, so the final set does not depend on how calls interleave.
@@ -117,7 +108,7 @@ async function main(): Promise<void> {
     // Converged: every cluster applied, and HAProxy runs exactly the final set.
     const finalSet = new Map([...want].filter((e): e is [string, NonNullable<Want>] => e[1] !== null));
     const convergeStart = Date.now();
-    await eventually(
+    await waitFor(
       async () => {
         const routes = await bed.routes();
         return [...routes]
@@ -125,15 +116,17 @@ async function main(): Promise<void> {
           .sort()
           .join(';');
       },
-      (got) =>
-        got ===
-        [...finalSet.values()]
-          .map((w) => `${w.host}=127.0.0.1:${servers.find((s) => s.name === w.server)?.port}`)
-          .sort()
-          .join(';'),
       90_000,
       'HAProxy to run the final set',
-      500,
+      {
+        ok: (got) =>
+          got ===
+          [...finalSet.values()]
+            .map((w) => `${w.host}=127.0.0.1:${servers.find((s) => s.name === w.server)?.port}`)
+            .sort()
+            .join(';'),
+        everyMs: 500,
+      },
     );
     const convergeMs = Date.now() - convergeStart;
     let probesOk = 0;

@@ -2,6 +2,7 @@ import { execFile } from 'node:child_process';
 import { mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import axios, { type AxiosInstance } from 'axios';
 import pino from 'pino';
@@ -18,9 +19,10 @@ import { ConcurrentChangeError, type Provider, type ProviderTraffic } from '../.
 import { resolveRoutes } from '../../src/routes/route.js';
 import { DPAPI_USER } from '../../test/support/dataplaneapi-testbed.js';
 import { interpret, ownerTags, registry } from '../../test/support/owner.js';
+import { waitFor } from '../../test/support/wait.js';
 import { type Counts, zeroCounts } from './counting-proxy.js';
 import type { BenchKube } from './kube.js';
-import { type Resources, type ServiceProcess, startService } from './service.js';
+import { type BenchService, type Resources, startService } from './service.js';
 import type { Target } from './targets.js';
 
 const run = promisify(execFile);
@@ -86,8 +88,6 @@ const body = (c: Cluster) => ({
   node_port: c.nodePort,
 });
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
 // ---- ours: the service, built, as its own process --------------------------------------------------------
 
 export async function startOurs(
@@ -97,7 +97,7 @@ export async function startOurs(
 ): Promise<Approach> {
   const dir = mkdtempSync(join(tmpdir(), 'kubebyon-bench-'));
   const secret = `bench-${Math.random().toString(36).slice(2)}-secret`;
-  const svc: ServiceProcess = await startService(
+  const svc: BenchService = await startService(
     {
       ...target.providerEnv(),
       KUBEBYON_STATE_FILE: join(dir, 'clusters.json'),
@@ -441,18 +441,13 @@ class Rewrite extends PerChange {
     const answer = parseReloadAnswer(await cli.send('reload', signal, 600_000).catch(() => ''));
     if (answer.status === 'failed') throw new Error(`reload failed: ${answer.alerts.join('; ')}`);
     // 2.6 answers nothing to `reload`: the master's reload counter says when it is done.
-    for (const deadline = Date.now() + 600_000; ; ) {
-      const proc = await cli
-        .send('show proc', signal)
-        .then(parseShowProc)
-        .catch(() => undefined);
-      if (proc && proc.reloads > before.reloads) {
-        if (proc.failed > before.failed) throw new Error('reload failed');
-        break;
-      }
-      if (Date.now() > deadline) throw new Error('reload did not finish');
-      await sleep(20);
-    }
+    const proc = await waitFor(
+      () => cli.send('show proc', signal).then(parseShowProc),
+      600_000,
+      'the reload to finish',
+      { ok: (p) => p.reloads > before.reloads, everyMs: 20 },
+    );
+    if (proc.failed > before.failed) throw new Error('reload failed');
     this.applied++;
   }
 

@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { connect, createServer, type Server, type TLSSocket } from 'node:tls';
 import { testKeyPair } from '../../test/support/tls.js';
 
@@ -71,8 +72,6 @@ export function probe(port: number, host: string, timeoutMs = 2_000): Promise<st
     socket.on('close', () => done(null));
   });
 }
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /**
  * Probes until `host` answers with `expected`; resolves with the time it took (ms since `since`), or null

@@ -1,5 +1,6 @@
 import { statSync } from 'node:fs';
 import { loadavg } from 'node:os';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Approach, ApproachName, Cluster } from './approaches.js';
 import type { Counts } from './counting-proxy.js';
 import { type IdentityServers, until, untilAll, watchers } from './identity.js';
@@ -223,7 +224,7 @@ export async function runScenario(
     for (let k = 0; k < burst.length; k++) {
       const at = t0 + (k * windowMs) / burst.length;
       const wait = at - performance.now();
-      if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+      if (wait > 0) await sleep(wait);
       applied.push(approach.upsert(burst[k] as Cluster).catch((err) => o.log(`burst upsert: ${err}`)));
     }
     const sentMs = performance.now() - t0;

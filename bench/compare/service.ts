@@ -1,12 +1,7 @@
-import { type ChildProcess, spawn } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { request } from 'node:http';
-import { join } from 'node:path';
 import { sign } from '../../src/webhook/auth.js';
-import { freeLoopbackPort } from '../../test/support/ports.js';
-
-const REPO = join(import.meta.dirname, '../..');
-const CLI = join(REPO, 'dist/cli/main.js');
+import { type ServiceProcess, startServiceProcess } from '../../test/support/service-process.js';
 
 export interface Resources {
   /** Resident set size now, and its peak since start (VmHWM), in MB. */
@@ -18,47 +13,24 @@ export interface Resources {
   heapUsedMb?: number | undefined;
 }
 
-export interface ServiceProcess {
-  url: string;
-  pid: number;
+/** The service as the comparison runs it: the shared service process, and what the bench reads of it. */
+export interface BenchService extends ServiceProcess {
   /** A signed webhook call (HMAC, as kubebyon-api sends it), without a client-side timeout. */
   call(method: string, path: string, body?: unknown): Promise<{ status: number; body: string }>;
   metrics(): Promise<Map<string, number>>;
   resources(): Resources;
-  output(): string;
-  stop(): Promise<void>;
 }
 
 /** `node dist/cli/main.js serve` as its own process, configured by `env` only. Resolves once it is ready. */
-export async function startService(env: Record<string, string>, secret: string): Promise<ServiceProcess> {
-  if (!existsSync(CLI)) throw new Error(`${CLI} is missing: run npm run build`);
-  const port = await freeLoopbackPort();
-  const child: ChildProcess = spawn(process.execPath, [CLI, 'serve'], {
-    cwd: REPO,
-    env: {
-      PATH: process.env.PATH ?? '/usr/bin:/bin',
-      HOME: process.env.HOME ?? '/root',
-      KUBEBYON_LISTEN_ADDR: `127.0.0.1:${port}`,
-      KUBEBYON_WEBHOOK_SECRET: secret,
-      ...env,
-    },
-    stdio: ['ignore', 'pipe', 'pipe'],
+export async function startService(env: Record<string, string>, secret: string): Promise<BenchService> {
+  // A pass over thousands of clusters may hold readiness, and a graceful stop, for a while.
+  const service = await startServiceProcess(env, secret, {
+    until: 'readyz',
+    startTimeoutMs: 60_000,
+    stopGraceMs: 60_000,
+    keepOutputChars: 200_000,
   });
-  let out = '';
-  const keep = (chunk: Buffer) => {
-    out = (out + chunk.toString()).slice(-200_000);
-  };
-  child.stdout?.on('data', keep);
-  child.stderr?.on('data', keep);
-  let exited = false;
-  const exit = new Promise<void>((resolve) =>
-    child.on('exit', () => {
-      exited = true;
-      resolve();
-    }),
-  );
-  const url = `http://127.0.0.1:${port}`;
-  const pid = child.pid ?? 0;
+  const { url, pid } = service;
 
   const call = (method: string, path: string, body?: unknown) =>
     new Promise<{ status: number; body: string }>((resolve, reject) => {
@@ -111,32 +83,6 @@ export async function startService(env: Record<string, string>, secret: string):
     return { rssMb: kb('VmRSS') / 1024, peakRssMb: kb('VmHWM') / 1024, cpuSeconds: ticks / 100 };
   };
 
-  const deadline = Date.now() + 60_000;
-  for (;;) {
-    if (exited) throw new Error(`serve exited:\n${out.slice(-4000)}`);
-    const ready = await fetch(`${url}/readyz`).then(
-      (r) => r.ok,
-      () => false,
-    );
-    if (ready) break;
-    if (Date.now() > deadline) {
-      child.kill('SIGKILL');
-      throw new Error(`serve not ready within 60 s:\n${out.slice(-4000)}`);
-    }
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  return {
-    url,
-    pid,
-    call,
-    metrics,
-    resources,
-    output: () => out,
-    async stop() {
-      if (!exited) child.kill('SIGTERM');
-      const timer = setTimeout(() => child.kill('SIGKILL'), 60_000);
-      await exit;
-      clearTimeout(timer);
-    },
-  };
+  // Onto the process itself: a spread would freeze its `exited` getter.
+  return Object.assign(service, { call, metrics, resources });
 }

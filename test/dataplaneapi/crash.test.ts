@@ -1,52 +1,26 @@
-import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
-import { promisify } from 'node:util';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LEDGER_FILE } from '../../src/providers/dataplaneapi/index.js';
 import { DPAPI_USER } from '../support/dataplaneapi-testbed.js';
 import { startProxy } from '../support/http-proxy.js';
-import { freeLoopbackPort } from '../support/ports.js';
+import { type ServiceProcess, startServiceProcess } from '../support/service-process.js';
 import { sniProbe } from '../support/tls.js';
+import { waitFor } from '../support/wait.js';
 import { type Harness, openTransactions, source, startHarness, versionUnderTest } from './harness.js';
-
-const run = promisify(execFile);
-const repo = resolve(import.meta.dirname, '../..');
-
-function serve(env: Record<string, string>): ChildProcess {
-  const child = spawn(process.execPath, ['dist/cli/main.js', 'serve'], {
-    cwd: repo,
-    env: { PATH: process.env.PATH ?? '', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  child.stdout?.resume();
-  child.stderr?.resume();
-  return child;
-}
-
-async function until<T>(what: string, timeoutMs: number, probe: () => Promise<T | undefined>): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 describe.skipIf(!source)(`the service killed (-9) mid-apply, HAProxy ${versionUnderTest()}`, () => {
   let h: Harness;
   let dir: string;
-  const children: ChildProcess[] = [];
+  const children: ServiceProcess[] = [];
 
   beforeAll(async () => {
-    await run('npm', ['run', '--silent', 'build'], { cwd: repo });
     h = await startHarness();
     dir = mkdtempSync(join(tmpdir(), 'kubebyon-crash-'));
   });
   afterAll(async () => {
-    for (const c of children) c.kill('SIGKILL');
+    await Promise.all(children.map((c) => c.kill9()));
     await h?.close();
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
@@ -77,58 +51,64 @@ describe.skipIf(!source)(`the service killed (-9) mid-apply, HAProxy ${versionUn
       }
       return 'forward';
     });
+    // Nothing here talks to the service's API: what it does to the Data Plane API is watched instead.
+    const serve = (url: string) =>
+      startServiceProcess(env(url), 'a-long-enough-test-secret', { until: 'spawned' });
     const env = (url: string) => ({
       KUBEBYON_PROVIDER: 'dataplaneapi',
       KUBEBYON_DATAPLANE_URL: url,
       KUBEBYON_DATAPLANE_USERNAME: DPAPI_USER,
       KUBEBYON_DATAPLANE_PASSWORD: h.tb.password,
       KUBEBYON_DATAPLANE_RELOAD_TIMEOUT_MS: '10000',
-      KUBEBYON_WEBHOOK_SECRET: 'a-long-enough-test-secret',
       KUBEBYON_STATE_FILE: stateFile,
-      KUBEBYON_LISTEN_ADDR: `127.0.0.1:${listen}`,
       KUBEBYON_HAPROXY_BIND_ADDR: `127.0.0.1:${h.sniPort}`,
       KUBEBYON_HAPROXY_DEFAULT_BACKEND: 'console_tls',
       KUBEBYON_STATIC_NODE_ADDRESSES: '127.0.0.1',
       KUBEBYON_RECONCILE_DEBOUNCE_MS: '50',
       KUBEBYON_LOG_LEVEL: 'warn',
     });
-    const listen = await freeLoopbackPort();
     let leaked: string[] = [];
     try {
-      const first = serve(env(proxy.url));
+      const first = await serve(proxy.url);
       children.push(first);
-      await until('the service to send its commit', 60_000, async () => (commitSeen ? true : undefined));
+      await waitFor(() => commitSeen, 60_000, 'the service to send its commit');
       leaked = await openTransactions(h.tb);
       expect(leaked).toHaveLength(1);
       // The id was on disk before any write of the transaction.
       expect(JSON.parse(readFileSync(join(dir, LEDGER_FILE), 'utf8')).open).toEqual(leaked);
-      first.kill('SIGKILL');
-      await new Promise((r) => first.once('exit', r));
+      await first.kill9();
       expect(await openTransactions(h.tb)).toEqual(leaked);
     } finally {
       await proxy.close();
     }
 
-    const second = serve(env(h.tb.url));
+    const second = await serve(h.tb.url);
     children.push(second);
-    await until('alpha to be routed after the restart', 60_000, async () => {
-      const probe = await sniProbe(h.sniPort, 'alpha.example.com', 1000);
-      return 'reached' in probe && probe.reached === 'alpha' ? true : undefined;
-    });
+    await waitFor(
+      () => sniProbe(h.sniPort, 'alpha.example.com', 1000),
+      60_000,
+      'alpha to be routed after the restart',
+      {
+        ok: (probe) => 'reached' in probe && probe.reached === 'alpha',
+      },
+    );
     // The leaked one is gone. What may be open is the one transaction the live service opened ahead of its
     // next change, listed in its ledger. (The commit's answer, and the ledger update after it, may trail the
     // reload that routes the traffic.)
-    await until('the ledger to list exactly what is open', 10_000, async () => {
-      const open = await openTransactions(h.tb);
-      const listed: string[] = existsSync(join(dir, LEDGER_FILE))
-        ? JSON.parse(readFileSync(join(dir, LEDGER_FILE), 'utf8')).open
-        : [];
-      return open.length <= 1 && [...open].sort().join() === [...listed].sort().join() ? true : undefined;
-    });
+    await waitFor(
+      async () => {
+        const open = await openTransactions(h.tb);
+        const listed: string[] = existsSync(join(dir, LEDGER_FILE))
+          ? JSON.parse(readFileSync(join(dir, LEDGER_FILE), 'utf8')).open
+          : [];
+        return open.length <= 1 && [...open].sort().join() === [...listed].sort().join();
+      },
+      10_000,
+      'the ledger to list exactly what is open',
+    );
     for (const id of leaked) expect(await openTransactions(h.tb)).not.toContain(id);
     // A graceful stop drops it too.
-    second.kill('SIGTERM');
-    await new Promise((r) => second.once('exit', r));
+    await second.stop();
     expect(await openTransactions(h.tb)).toEqual([]);
   });
 });

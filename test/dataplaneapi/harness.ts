@@ -155,7 +155,9 @@ export async function resetToForeign(tb: DataplaneTestbed): Promise<void> {
   const done = await api.put(`/services/haproxy/transactions/${tx.id}?force_reload=true`);
   if (done.status >= 300) throw new Error(`reset failed: ${done.status} ${JSON.stringify(done.data)}`);
   // 2.6 reloads by signal, after the API has answered: wait until HAProxy has loaded the reset.
-  await waitFor(() => tb.loadCount() > loads, 10_000, 'HAProxy to load the reset configuration');
+  await waitFor(() => tb.loadCount() > loads, 10_000, 'HAProxy to load the reset configuration', {
+    everyMs: 25,
+  });
 }
 
 /** The text of each top-level section of a haproxy.cfg, keyed by its header line's first two words. */

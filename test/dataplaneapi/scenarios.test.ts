@@ -129,7 +129,7 @@ describe.skipIf(!source)(`Data Plane API provider on HAProxy ${versionUnderTest(
     expect(report.result.ok, report.result.error).toBe(true);
     expect(await sniProbe(h.sniPort, 'alpha.example.com')).toEqual({ reached: 'beta' });
     // No "Loading success" in HAProxy's log, nothing new in the API's reload list.
-    await new Promise((r) => setTimeout(r, 1500));
+    await sleep(1500);
     expect(h.tb.loadCount()).toBe(loads);
     expect(((await h.tb.api.get('/services/haproxy/reloads')).data as unknown[]).length).toBe(reloads.length);
   });
@@ -137,13 +137,11 @@ describe.skipIf(!source)(`Data Plane API provider on HAProxy ${versionUnderTest(
   it('opens the next transaction ahead: a new cluster then needs no open; closing leaves none open', async () => {
     const proxy = await startProxy(h.tb.url, () => 'forward');
     const ahead = h.provider({ url: proxy.url, prepareTransactions: true });
-    const oneOpen = async () => {
-      for (const deadline = Date.now() + 10_000; Date.now() < deadline; ) {
-        if ((await openTransactions(h.tb)).length === 1) return;
-        await new Promise((r) => setTimeout(r, 50));
-      }
-      throw new Error('no transaction was opened ahead');
-    };
+    const oneOpen = () =>
+      waitFor(() => openTransactions(h.tb), 10_000, 'a transaction opened ahead', {
+        ok: (open) => open.length === 1,
+        everyMs: 50,
+      });
     try {
       expect((await pass(h, ahead, [record('alpha', 'alpha.example.com', h.alpha.port)])).result.ok).toBe(
         true,
@@ -199,7 +197,7 @@ describe.skipIf(!source)(`Data Plane API provider on HAProxy ${versionUnderTest(
       await proxy.close();
     }
     for (const n of names) expect(await sniProbe(h.sniPort, `${n}.example.com`)).toEqual({ reached: 'beta' });
-    await new Promise((r) => setTimeout(r, 1500));
+    await sleep(1500);
     expect(h.tb.loadCount()).toBe(loads);
     // The file says so too: a provider that never wrote anything finds nothing to change, and HAProxy keeps
     // the moves when it next loads the file.
@@ -297,7 +295,7 @@ describe.skipIf(!source)(`Data Plane API provider on HAProxy ${versionUnderTest(
         await sleep(backoffMs(100, failures));
       }
     })();
-    await new Promise((r) => setTimeout(r, 1500));
+    await sleep(1500);
     for (const id of foreign) await h.tb.api.delete(`/services/haproxy/transactions/${id}`);
     const report = await running;
     expect(report.result.ok, report.result.error).toBe(true);

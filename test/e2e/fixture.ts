@@ -9,8 +9,9 @@ import {
   startHaproxyTestbed,
 } from '../support/haproxy-testbed.js';
 import { freeLoopbackPort } from '../support/ports.js';
-import { type ServiceProcess, startServiceProcess, waitReady } from '../support/service-process.js';
+import { type ServiceProcess, startServiceProcess } from '../support/service-process.js';
 import { getVersion, startVersionServer, type VersionServer } from '../support/version-server.js';
+import { waitFor } from '../support/wait.js';
 
 /**
  * What every end-to-end case runs against: a real HAProxy (host networking) whose operator-owned file has
@@ -33,8 +34,11 @@ export interface E2eHaproxy {
    */
   env(extra?: Record<string, string>, setup?: OwnedFileSetup): Record<string, string>;
   startService(extra?: Record<string, string>, setup?: OwnedFileSetup): Promise<ServiceProcess>;
-  /** How many configurations HAProxy has loaded, from its own log ("Loading success"). */
-  loads(): number;
+  /**
+   * How many configurations HAProxy has loaded, from its own log ("Loading success"), once that log, which
+   * trails HAProxy, shows every load its master counts now.
+   */
+  loads(): Promise<number>;
   operatorServes(): Promise<boolean>;
   stop(): Promise<void>;
 }
@@ -97,12 +101,19 @@ backend console
     stateDir,
     secret,
     env,
-    async startService(extra = {}, setup = owned) {
-      const service = await startServiceProcess(env(extra, setup), secret);
-      await waitReady(service);
-      return service;
+    startService: (extra = {}, setup = owned) =>
+      startServiceProcess(env(extra, setup), secret, { until: 'readyz', startTimeoutMs: 50_000 }),
+    async loads() {
+      const proc = await haproxy.masterCli('show proc');
+      // The master's line: `<pid> master <reloads> [failed: <n>] <uptime> <version>`.
+      const master = /^\d+\s+master\s+(\d+)\s+\[failed:\s*(\d+)\]/m.exec(proc);
+      if (!master) throw new Error(`unexpected answer to show proc: ${proc.slice(0, 200)}`);
+      const loaded = 1 + Number(master[1]) - Number(master[2]);
+      return waitFor(haproxy.loadCount, 10_000, `HAProxy's log to show ${loaded} loads`, {
+        ok: (n) => n >= loaded,
+        everyMs: 25,
+      });
     },
-    loads: () => haproxy.loadCount(),
     async operatorServes() {
       const answer = await getVersion(operatorUrl);
       return 'identity' in answer && answer.identity === 'operator';

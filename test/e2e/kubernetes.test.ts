@@ -7,16 +7,18 @@ import {
   type V1Node,
   type V1Service,
 } from '@kubernetes/client-node';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { haproxyVersionUnderTest } from '../support/haproxy-testbed.js';
 import { type KubeApiserver, startKubeApiserver } from '../support/kube-apiserver.js';
 import type { ServiceProcess } from '../support/service-process.js';
-import { eventuallyReaches, startVersionServer, type VersionServer } from '../support/version-server.js';
+import { startVersionServer, type VersionServer, waitForIdentity } from '../support/version-server.js';
 import { type E2eHaproxy, startE2eHaproxy } from './fixture.js';
 
 // The Kubernetes topology end to end: the service watches a real kube-apiserver (as the ServiceAccount of
 // deploy/kubernetes/rbac.yaml) and follows a vCluster Service's NodePort and its node's addresses. Nodes are
-// loopback addresses (127.0.0.2-4) with a stand-in API server listening on each address and NodePort.
+// loopback addresses (127.0.0.2-4) with a stand-in API server listening on each address and NodePort. Every
+// case starts from no cluster, the Service on the first NodePort and the node at its first addresses, and
+// registers the cluster itself.
 const RBAC = join(import.meta.dirname, '../../deploy/kubernetes/rbac.yaml');
 const HOST = 'api.demo.example.com';
 
@@ -80,6 +82,30 @@ describe(`end to end, Kubernetes topology, HAProxy ${haproxyVersionUnderTest()}`
     const current = await admin.readNodeStatus({ name: 'node-1' });
     await admin.replaceNodeStatus({ name: 'node-1', body: { ...current, status: body.status ?? {} } });
   };
+  const setNodePort = async (nodePort: number) => {
+    const current = await admin.readNamespacedService({ name: 'demo', namespace: 'vcluster-demo' });
+    await admin.replaceNamespacedService({
+      name: 'demo',
+      namespace: 'vcluster-demo',
+      body: {
+        ...current,
+        spec: { ...current.spec, ports: (current.spec?.ports ?? []).map((p) => ({ ...p, nodePort })) },
+      },
+    });
+  };
+  const register = () =>
+    svc.client.request('PUT', '/v1/clusters/demo?wait=true', {
+      control_plane_host: HOST,
+      public_access_mode: 'loadbalancer',
+      service: { namespace: 'vcluster-demo', name: 'demo', port: 443 },
+    });
+  /** Where a case that changes something starts: the cluster registered and routed to 127.0.0.2:`nodePort`. */
+  const routedAt = async (nodePort: number) => {
+    await setNodePort(nodePort);
+    expect((await register()).status).toBe(200);
+    const want = `127.0.0.2:${nodePort}`;
+    expect(await waitForIdentity(url(), want)).toEqual({ identity: want, status: 200 });
+  };
 
   beforeAll(async () => {
     [kube, e, np1, np2] = await Promise.all([
@@ -113,69 +139,67 @@ metadata: {name: vcluster-demo}
     await kube?.stop();
     await Promise.all([...(np1?.servers ?? []), ...(np2?.servers ?? [])].map((s) => s.close()));
   });
+  beforeEach(async () => {
+    expect((await svc.client.request('PUT', '/v1/clusters?wait=true', { clusters: [] })).status).toBe(200);
+    await setNodePort(np1.port);
+    await setNode(node('127.0.0.2', '127.0.0.3'));
+  });
   afterEach(async () => {
     expect(await e.operatorServes()).toBe(true);
     expect(e.operatorFileHash()).toBe(e.initialOperatorFileHash);
   });
 
   it('routes a cluster whose endpoints come from its Service and node', async () => {
-    const res = await svc.client.request('PUT', '/v1/clusters/demo?wait=true', {
-      control_plane_host: HOST,
-      public_access_mode: 'loadbalancer',
-      service: { namespace: 'vcluster-demo', name: 'demo', port: 443 },
-    });
-    expect(res.status).toBe(200);
+    expect((await register()).status).toBe(200);
     expect((await svc.client.request('GET', '/v1/clusters/demo')).body).toMatchObject({
       state: 'applied',
       api_endpoint: url(),
     });
-    expect(await eventuallyReaches(url(), `127.0.0.2:${np1.port}`)).toEqual({
+    expect(await waitForIdentity(url(), `127.0.0.2:${np1.port}`)).toEqual({
       identity: `127.0.0.2:${np1.port}`,
       status: 200,
     });
   });
 
   it('follows a changed NodePort without reloading HAProxy', async () => {
-    const loads = e.loads();
-    const current = await admin.readNamespacedService({ name: 'demo', namespace: 'vcluster-demo' });
+    await routedAt(np1.port);
+    const loads = await e.loads();
     const started = Date.now();
-    await admin.replaceNamespacedService({
-      name: 'demo',
-      namespace: 'vcluster-demo',
-      body: {
-        ...current,
-        spec: {
-          ...current.spec,
-          ports: (current.spec?.ports ?? []).map((p) => ({ ...p, nodePort: np2.port })),
-        },
-      },
-    });
+    await setNodePort(np2.port);
     const want = `127.0.0.2:${np2.port}`;
-    expect(await eventuallyReaches(url(), want)).toEqual({ identity: want, status: 200 });
+    expect(await waitForIdentity(url(), want)).toEqual({ identity: want, status: 200 });
     console.log(
-      `[measure] NodePort change: ${e.loads() - loads} reloads, to routable ${Date.now() - started} ms`,
+      `[measure] NodePort change: ${(await e.loads()) - loads} reloads, to routable ${Date.now() - started} ms`,
     );
-    expect(e.loads()).toBe(loads);
+    expect(await e.loads()).toBe(loads);
   });
 
   it('follows a node whose InternalIP changes without reloading HAProxy', async () => {
-    const loads = e.loads();
+    await routedAt(np2.port);
+    const loads = await e.loads();
     const started = Date.now();
     await setNode(node('127.0.0.4', '127.0.0.3'));
     const want = `127.0.0.4:${np2.port}`;
-    expect(await eventuallyReaches(url(), want)).toEqual({ identity: want, status: 200 });
+    expect(await waitForIdentity(url(), want)).toEqual({ identity: want, status: 200 });
     console.log(
-      `[measure] InternalIP change: ${e.loads() - loads} reloads, to routable ${Date.now() - started} ms`,
+      `[measure] InternalIP change: ${(await e.loads()) - loads} reloads, to routable ${Date.now() - started} ms`,
     );
-    expect(e.loads()).toBe(loads);
+    expect(await e.loads()).toBe(loads);
   });
 
   it('uses the ExternalIP with KUBEBYON_HAPROXY_NODE_ADDRESS_TYPE=external', async () => {
-    const loads = e.loads();
+    await routedAt(np2.port);
+    const loads = await e.loads();
     expect(await svc.stop()).toBe(0);
-    svc = await start('external');
-    const want = `127.0.0.3:${np2.port}`;
-    expect(await eventuallyReaches(url(), want)).toEqual({ identity: want, status: 200 });
-    expect(e.loads()).toBe(loads);
+    try {
+      svc = await start('external');
+      const want = `127.0.0.3:${np2.port}`;
+      expect(await waitForIdentity(url(), want)).toEqual({ identity: want, status: 200 });
+      expect(await e.loads()).toBe(loads);
+    } finally {
+      // Back to the service every case starts with.
+      await svc.stop();
+      svc = await start('internal');
+    }
   });
 });

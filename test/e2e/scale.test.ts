@@ -2,10 +2,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { haproxyVersionUnderTest } from '../support/haproxy-testbed.js';
 import type { ServiceProcess } from '../support/service-process.js';
 import {
-  eventuallyReaches,
   getVersion,
   startVersionServer,
   type VersionServer,
+  waitForIdentity,
 } from '../support/version-server.js';
 import { type E2eHaproxy, startE2eHaproxy } from './fixture.js';
 
@@ -48,42 +48,42 @@ describe(`end to end at scale, static topology, HAProxy ${version}`, () => {
 
   for (const n of [10, 1000]) {
     it(`routes a webhook within seconds with ${n} clusters`, async () => {
-      let loads = e.loads();
+      let loads = await e.loads();
       let t = Date.now();
       const full = await svc.client.request('PUT', '/v1/clusters?wait=true', {
         clusters: Array.from({ length: n }, (_, i) => ({ name: `c${i}`, ...body(i) })),
       });
       expect(full.status).toBe(200);
-      expect(await eventuallyReaches(url(host(n - 1)), host(n - 1))).toEqual({
+      expect(await waitForIdentity(url(host(n - 1)), host(n - 1))).toEqual({
         identity: host(n - 1),
         status: 200,
       });
       const fullMs = Date.now() - t;
-      const fullReloads = e.loads() - loads;
+      const fullReloads = (await e.loads()) - loads;
       for (let k = 0; k < 10; k++) {
         const i = Math.floor((k * n) / 10);
         expect(await getVersion(url(host(i)))).toEqual({ identity: host(i), status: 200 });
       }
 
-      loads = e.loads();
+      loads = await e.loads();
       t = Date.now();
       expect((await svc.client.request('PUT', `/v1/clusters/c${n}`, body(n))).status).toBe(202);
-      expect(await eventuallyReaches(url(host(n)), host(n), { timeoutMs: 60_000 })).toEqual({
+      expect(await waitForIdentity(url(host(n)), host(n), { timeoutMs: 60_000 })).toEqual({
         identity: host(n),
         status: 200,
       });
       const addMs = Date.now() - t;
-      const addReloads = e.loads() - loads;
+      const addReloads = (await e.loads()) - loads;
 
-      loads = e.loads();
+      loads = await e.loads();
       t = Date.now();
       expect((await svc.client.request('PUT', '/v1/clusters/c0', body(0, moved.port))).status).toBe(202);
-      expect(await eventuallyReaches(url(host(0)), `moved:${host(0)}`, { timeoutMs: 60_000 })).toEqual({
+      expect(await waitForIdentity(url(host(0)), `moved:${host(0)}`, { timeoutMs: 60_000 })).toEqual({
         identity: `moved:${host(0)}`,
         status: 200,
       });
       const moveMs = Date.now() - t;
-      const moveReloads = e.loads() - loads;
+      const moveReloads = (await e.loads()) - loads;
 
       console.log(
         `[measure] HAProxy ${version}, N=${n}: full set ${fullMs} ms (${fullReloads} reload); ` +

@@ -1,10 +1,10 @@
 import { readFileSync } from 'node:fs';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { haproxyVersionUnderTest } from '../support/haproxy-testbed.js';
 import { freeLoopbackPort } from '../support/ports.js';
 import type { ServiceProcess } from '../support/service-process.js';
 import { getVersion, startVersionServer, type VersionServer } from '../support/version-server.js';
+import { waitFor } from '../support/wait.js';
 import { type E2eHaproxy, startE2eHaproxy } from './fixture.js';
 
 // Two adapters on one HAProxy, as a staging and a production KubeBYON behind one public IP: each with its own
@@ -81,15 +81,15 @@ describe(`two owners on one HAProxy ${haproxyVersionUnderTest()}`, () => {
     expect(prodFile).not.toMatch(/owner=staging|stg_/);
     expect(stgFile).toMatch(/owner=staging/);
     expect(stgFile).not.toMatch(/owner=production|kubebyon_sni/);
-    const loads = e.loads();
+    const loads = await e.loads();
 
     // Several resyncs of each adapter, each reading the whole HAProxy (the other's objects included).
     const [p0, s0] = [await resyncs(production), await resyncs(staging)];
-    const deadline = Date.now() + 30_000;
-    while ((await resyncs(production)) < p0 + 4 || (await resyncs(staging)) < s0 + 4) {
-      if (Date.now() > deadline) throw new Error('timed out waiting for four resyncs of each adapter');
-      await sleep(100);
-    }
+    await waitFor(
+      async () => (await resyncs(production)) >= p0 + 4 && (await resyncs(staging)) >= s0 + 4,
+      30_000,
+      'four resyncs of each adapter',
+    );
 
     expect(await getVersion(`https://api.demo.prod.example.com:${e.sniPort}`)).toEqual({
       identity: 'prod',
@@ -104,7 +104,7 @@ describe(`two owners on one HAProxy ${haproxyVersionUnderTest()}`, () => {
     // Nothing was written or reloaded by the resyncs, and each plan is empty: neither names the other's objects.
     expect(readFileSync(e.haproxy.owned?.path ?? '', 'utf8')).toBe(prodFile);
     expect(readFileSync(e.haproxy.second?.path ?? '', 'utf8')).toBe(stgFile);
-    expect(e.loads()).toBe(loads);
+    expect(await e.loads()).toBe(loads);
     for (const service of [production, staging]) {
       const plan = await service.client.request('GET', '/v1/plan');
       expect(plan.status).toBe(200);

@@ -1,17 +1,16 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { haproxyVersionUnderTest } from '../support/haproxy-testbed.js';
+import { type ServiceProcess, startServiceProcess } from '../support/service-process.js';
 import { type NamedTlsServer, sniProbe, startNamedTlsServer } from '../support/tls.js';
+import { waitFor } from '../support/wait.js';
 import {
   describeFault,
   docker,
-  eventually,
   type FaultBed,
   faultProviderUnderTest,
   readyz,
-  type ServiceChild,
-  sleep,
   startFaultBed,
-  startServiceChild,
 } from './harness.js';
 
 const OUTAGE_MS = 30_000;
@@ -28,7 +27,7 @@ describeFault(
   `HAProxy unreachable or restarted, HAProxy ${haproxyVersionUnderTest()}, ${provider} provider`,
   () => {
     let bed: FaultBed;
-    let service: ServiceChild;
+    let service: ServiceProcess;
     const servers: Record<string, NamedTlsServer> = {};
     /** host -> the stand-in API server it must reach. */
     const want = new Map<string, string>();
@@ -44,25 +43,28 @@ describeFault(
       want.set(`${name}.example.com`, server);
     };
     const converged = async (timeoutMs: number) =>
-      eventually(
+      waitFor(
         async () => {
           const listed = await service.client.request('GET', '/v1/clusters');
           const states = (listed.body.clusters as Array<{ state: string }>).map((c) => c.state);
           const routes = await bed.routes();
           return { states, hosts: [...routes.keys()].sort() };
         },
-        (r) => r.states.every((s) => s === 'applied') && r.hosts.join() === [...want.keys()].sort().join(),
         timeoutMs,
         'HAProxy to run every acknowledged route',
-        500,
+        {
+          ok: (r) =>
+            r.states.every((s) => s === 'applied') && r.hosts.join() === [...want.keys()].sort().join(),
+          everyMs: 500,
+        },
       );
     /** No transaction of ours left open but the one the service opens ahead, which its ledger lists. */
     const noStrayTransactions = async () => {
-      const r = await eventually(
+      const r = await waitFor(
         async () => ({ open: await bed.openTransactions(), ledger: bed.ledger() }),
-        (r) => r.open.length <= 1 && r.open.join() === r.ledger.join(),
         15_000,
         'the open transactions to be at most the one the ledger lists',
+        { ok: (r) => r.open.length <= 1 && r.open.join() === r.ledger.join() },
       );
       // The stock provider has none: nothing to say then.
       return provider === 'haproxy'
@@ -80,7 +82,7 @@ describeFault(
     beforeAll(async () => {
       for (const name of ['a', 'b', 'c']) servers[name] = await startNamedTlsServer(name);
       bed = await startFaultBed({ provider });
-      service = await startServiceChild(bed.env({ KUBEBYON_RECONCILE_RETRIES: '1' }), bed.secret);
+      service = await startServiceProcess(bed.env({ KUBEBYON_RECONCILE_RETRIES: '1' }), bed.secret);
     });
     afterAll(async () => {
       await service?.stop();
@@ -97,12 +99,9 @@ describeFault(
       await bed.cut();
       const down = Date.now();
       try {
-        await eventually(
-          () => readyz(service.url),
-          (r) => r.status === 503 && r.body.checks.haproxy?.ok === false,
-          20_000,
-          'readiness to report HAProxy unreachable',
-        );
+        await waitFor(() => readyz(service.url), 20_000, 'readiness to report HAProxy unreachable', {
+          ok: (r) => r.status === 503 && r.body.checks.haproxy?.ok === false,
+        });
         // Changes while HAProxy is away: acknowledged, since they are stored.
         let writes = 0;
         for (let i = 0; i < 6; i++) {
@@ -135,12 +134,9 @@ describeFault(
       }
       const back = Date.now();
       await converged(60_000);
-      await eventually(
-        () => readyz(service.url),
-        (r) => r.status === 200,
-        30_000,
-        'readiness once HAProxy is back',
-      );
+      await waitFor(() => readyz(service.url), 30_000, 'readiness once HAProxy is back', {
+        ok: (r) => r.status === 200,
+      });
       console.log(
         `[measure] converged ${((Date.now() - back) / 1000).toFixed(1)} s after the ${away} came back${await noStrayTransactions()}`,
       );
@@ -168,12 +164,9 @@ describeFault(
       expect(await startedAt()).not.toBe(before);
       const restarted = Date.now();
       await converged(60_000);
-      await eventually(
-        () => readyz(service.url),
-        (r) => r.status === 200,
-        30_000,
-        'readiness after the restart',
-      );
+      await waitFor(() => readyz(service.url), 30_000, 'readiness after the restart', {
+        ok: (r) => r.status === 200,
+      });
       console.log(
         `[measure] HAProxy restart (${provider}): ${i} writes acknowledged during it, converged ${((Date.now() - restarted) / 1000).toFixed(1)} s after${await noStrayTransactions()}`,
       );

@@ -29,38 +29,9 @@ import { interpret, registry } from '../support/owner.js';
 import { freeLoopbackPort } from '../support/ports.js';
 import { operatorConfig, stockConfigFor } from '../support/stock-haproxy.js';
 import { testKeyPair } from '../support/tls.js';
-import { type SignedClient, signedClient } from '../support/webhook-client.js';
+import { waitFor } from '../support/wait.js';
 
 const run = promisify(execFile);
-const REPO = join(import.meta.dirname, '../..');
-export const CLI = join(REPO, 'dist/cli/main.js');
-
-export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-/** Polls an async condition until it holds; throws naming `what` (and the last value seen) after `timeoutMs`. */
-export async function eventually<T>(
-  probe: () => Promise<T>,
-  ok: (value: T) => boolean,
-  timeoutMs: number,
-  what: string,
-  everyMs = 200,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let last: T | undefined;
-  for (;;) {
-    try {
-      last = await probe();
-      if (ok(last)) return last;
-    } catch (err) {
-      last = err as T;
-    }
-    if (Date.now() > deadline)
-      throw new Error(
-        `timed out after ${timeoutMs} ms waiting for ${what}; last: ${String(JSON.stringify(last)).slice(0, 2000)}`,
-      );
-    await sleep(everyMs);
-  }
-}
 
 /** A seeded PRNG (mulberry32): a failing run can be repeated with KUBEBYON_FAULT_SEED. */
 export function random(seed: number): () => number {
@@ -76,93 +47,6 @@ export function random(seed: number): () => number {
 
 export function faultSeed(): number {
   return Number(process.env.KUBEBYON_FAULT_SEED ?? Date.now() % 1_000_000);
-}
-
-export interface ServiceChild {
-  url: string;
-  client: SignedClient;
-  pid: number;
-  output(): string;
-  readonly exited: boolean;
-  /** SIGKILL: no cleanup of any kind. Resolves once the process is gone. */
-  kill9(): Promise<void>;
-  /** SIGTERM (graceful), SIGKILL after 30 s. */
-  stop(): Promise<void>;
-}
-
-/**
- * The service as it ships: `node dist/cli/main.js serve`, configured only by `env`, on a free loopback port.
- * Resolves once `/healthz` answers.
- */
-export async function startServiceChild(
-  env: Record<string, string>,
-  secret: string,
-  listenPort?: number,
-): Promise<ServiceChild> {
-  if (!existsSync(CLI)) throw new Error(`${CLI} is missing: run npm run build`);
-  const port = listenPort ?? (await freeLoopbackPort());
-  const child = spawn(process.execPath, [CLI, 'serve'], {
-    cwd: REPO,
-    env: {
-      PATH: process.env.PATH ?? '/usr/bin:/bin',
-      HOME: process.env.HOME ?? '/root',
-      KUBEBYON_LISTEN_ADDR: `127.0.0.1:${port}`,
-      KUBEBYON_WEBHOOK_SECRET: secret,
-      KUBEBYON_LOG_LEVEL: 'info',
-      ...env,
-    },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let out = '';
-  child.stdout?.on('data', (c: Buffer) => {
-    out += c.toString();
-  });
-  child.stderr?.on('data', (c: Buffer) => {
-    out += c.toString();
-  });
-  let exited = false;
-  const gone = new Promise<void>((resolve) =>
-    child.on('exit', () => {
-      exited = true;
-      resolve();
-    }),
-  );
-  const url = `http://127.0.0.1:${port}`;
-  const deadline = Date.now() + 30_000;
-  for (;;) {
-    if (exited) throw new Error(`serve exited at start:\n${out.slice(-4000)}`);
-    if (
-      await fetch(`${url}/healthz`).then(
-        (r) => r.ok,
-        () => false,
-      )
-    )
-      break;
-    if (Date.now() > deadline) {
-      child.kill('SIGKILL');
-      throw new Error(`serve did not answer /healthz within 30 s:\n${out.slice(-4000)}`);
-    }
-    await sleep(50);
-  }
-  return {
-    url,
-    client: signedClient(url, secret),
-    pid: child.pid ?? 0,
-    output: () => out,
-    get exited() {
-      return exited;
-    },
-    async kill9() {
-      if (!exited) child.kill('SIGKILL');
-      await gone;
-    },
-    async stop() {
-      if (!exited) child.kill('SIGTERM');
-      const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);
-      await gone;
-      clearTimeout(timer);
-    },
-  };
 }
 
 export async function readyz(
@@ -505,12 +389,11 @@ export async function startPrometheus(target: string, ruleFile: string): Promise
   });
   const gone = new Promise<void>((resolve) => child.on('exit', () => resolve()));
   const url = `http://127.0.0.1:${port}`;
-  await eventually(
-    () => fetch(`${url}/-/ready`).then((r) => r.status),
-    (s) => s === 200,
-    30_000,
-    `prometheus to start (${log.slice(-500)})`,
-  );
+  await waitFor(() => fetch(`${url}/-/ready`).then((r) => r.status), 30_000, 'prometheus to start', {
+    ok: (s) => s === 200,
+  }).catch((err: Error) => {
+    throw new Error(`${err.message}\n${log.slice(-500)}`);
+  });
   return {
     url,
     async alerts() {

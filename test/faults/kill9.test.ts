@@ -1,19 +1,18 @@
 import { readdirSync } from 'node:fs';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { haproxyVersionUnderTest } from '../support/haproxy-testbed.js';
+import { type ServiceProcess, startServiceProcess } from '../support/service-process.js';
 import { type NamedTlsServer, sniProbe, startNamedTlsServer } from '../support/tls.js';
+import { waitFor } from '../support/wait.js';
 import {
   describeFault,
-  eventually,
   type FaultBed,
   faultProviderUnderTest,
   faultSeed,
   random,
   readyz,
-  type ServiceChild,
-  sleep,
   startFaultBed,
-  startServiceChild,
 } from './harness.js';
 
 const provider = faultProviderUnderTest();
@@ -33,7 +32,7 @@ describeFault(
   `kill -9 during a stream of changes, HAProxy ${haproxyVersionUnderTest()}, ${provider} provider`,
   () => {
     let bed: FaultBed;
-    let service: ServiceChild | undefined;
+    let service: ServiceProcess | undefined;
     const servers: NamedTlsServer[] = [];
 
     beforeAll(async () => {
@@ -62,8 +61,8 @@ describeFault(
       // Transactions open in the API right after each kill: left by the dead process (or by its predecessors).
       const openAtKills = new Set<string>();
 
-      service = await startServiceChild(env, bed.secret);
-      let current: ServiceChild = service;
+      service = await startServiceProcess(env, bed.secret);
+      let current: ServiceProcess = service;
       let restarting: Promise<void> | undefined;
       let done = false;
       // The killer: at a random moment after each start, SIGKILL, then start again at once on the same state.
@@ -75,7 +74,7 @@ describeFault(
           restarting = (async () => {
             await current.kill9();
             for (const id of await bed.openTransactions()) openAtKills.add(id);
-            current = await startServiceChild(env, bed.secret);
+            current = await startServiceProcess(env, bed.secret);
             service = current;
           })();
           await restarting;
@@ -128,20 +127,19 @@ describeFault(
       const final = current;
 
       // Converged: ready, every cluster reconciled, with no manual step.
-      await eventually(
-        () => readyz(final.url),
-        (r) => r.status === 200,
-        60_000,
-        'readiness after the last restart',
-      );
+      await waitFor(() => readyz(final.url), 60_000, 'readiness after the last restart', {
+        ok: (r) => r.status === 200,
+      });
       const expected = new Map<string, NonNullable<ClusterState>>();
-      const listed = await eventually(
+      const listed = await waitFor(
         () => final.client.request('GET', '/v1/clusters'),
-        (r) =>
-          r.status === 200 &&
-          (r.body.clusters as Array<{ state: string }>).every((c) => c.state === 'applied'),
         60_000,
         'every cluster applied',
+        {
+          ok: (r) =>
+            r.status === 200 &&
+            (r.body.clusters as Array<{ state: string }>).every((c) => c.state === 'applied'),
+        },
       );
       const stored = new Map<string, { host: string }>(
         (listed.body.clusters as Array<{ name: string; host: string }>).map((c) => [c.name, c]),
@@ -179,11 +177,11 @@ describeFault(
       // No transaction left open by a killed run: what is open is at most the one the live service opened ahead
       // of its next change, and the ledger beside the state file lists exactly what is open. (The commit's
       // answer, and the ledger's update after it, may trail the reload that routes the traffic.)
-      const open = await eventually(
+      const open = await waitFor(
         async () => ({ open: await bed.openTransactions(), ledger: bed.ledger() }),
-        (r) => r.open.length <= 1 && r.open.join() === r.ledger.join(),
         15_000,
         'the open transactions to be at most the one the ledger lists',
+        { ok: (r) => r.open.length <= 1 && r.open.join() === r.ledger.join() },
       );
       for (const id of openAtKills) expect(open.open, `left open at a kill: ${id}`).not.toContain(id);
       // A graceful stop drops that one too.

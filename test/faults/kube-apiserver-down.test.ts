@@ -1,22 +1,21 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { CoreV1Api, KubernetesObjectApi, loadAllYaml, type V1Service } from '@kubernetes/client-node';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { haproxyVersionUnderTest } from '../support/haproxy-testbed.js';
 import { type KubeApiserver, startKubeApiserver } from '../support/kube-apiserver.js';
+import { type ServiceProcess, startServiceProcess } from '../support/service-process.js';
 import { sniProbe } from '../support/tls.js';
+import { waitFor } from '../support/wait.js';
 import {
   describeFault,
-  eventually,
   metric,
   type PortTlsServer,
   readyz,
-  type ServiceChild,
   type StockFaultBed,
-  sleep,
   startFaultBed,
   startNodePortTlsServer,
-  startServiceChild,
 } from './harness.js';
 
 const RBAC = join(import.meta.dirname, '../../deploy/kubernetes/rbac.yaml');
@@ -40,7 +39,7 @@ describeFault('stock', `kube-apiserver down for 30 s, HAProxy ${haproxyVersionUn
   let kube: KubeApiserver;
   let admin: CoreV1Api;
   let bed: StockFaultBed;
-  let svc: ServiceChild;
+  let svc: ServiceProcess;
   const servers: Record<string, PortTlsServer> = {};
   let n = 0;
 
@@ -53,12 +52,9 @@ describeFault('stock', `kube-apiserver down for 30 s, HAProxy ${haproxyVersionUn
     expect(res.status).toBe(202);
   };
   const reaches = (host: string, server: string, timeoutMs = 30_000) =>
-    eventually(
-      () => sniProbe(bed.sniPort, host),
-      (r) => 'reached' in r && r.reached === server,
-      timeoutMs,
-      `${host} -> ${server}`,
-    );
+    waitFor(() => sniProbe(bed.sniPort, host), timeoutMs, `${host} -> ${server}`, {
+      ok: (r) => 'reached' in r && r.reached === server,
+    });
 
   beforeAll(async () => {
     for (const name of ['a', 'b', 'c']) servers[name] = await startNodePortTlsServer(name);
@@ -107,7 +103,7 @@ describeFault('stock', `kube-apiserver down for 30 s, HAProxy ${haproxyVersionUn
         'current-context': 'adapter',
       }),
     );
-    svc = await startServiceChild(
+    svc = await startServiceProcess(
       bed.env({
         KUBEBYON_TOPOLOGY: 'kubernetes',
         KUBECONFIG: kubeconfig,
@@ -128,12 +124,9 @@ describeFault('stock', `kube-apiserver down for 30 s, HAProxy ${haproxyVersionUn
     await put('two', 'beta');
     await reaches('one.example.com', 'a');
     await reaches('two.example.com', 'b');
-    await eventually(
-      () => readyz(svc.url),
-      (r) => r.status === 200,
-      30_000,
-      'readiness with the watches up',
-    );
+    await waitFor(() => readyz(svc.url), 30_000, 'readiness with the watches up', {
+      ok: (r) => r.status === 200,
+    });
     const before = await bed.routes();
 
     await kube.down();
@@ -142,12 +135,9 @@ describeFault('stock', `kube-apiserver down for 30 s, HAProxy ${haproxyVersionUn
     let notReady = 0;
     let samples = 0;
     try {
-      await eventually(
-        () => readyz(svc.url),
-        (r) => r.status === 503 && r.body.checks.kubernetes_services?.ok === false,
-        20_000,
-        'readiness to report the watches down',
-      );
+      await waitFor(() => readyz(svc.url), 20_000, 'readiness to report the watches down', {
+        ok: (r) => r.status === 503 && r.body.checks.kubernetes_services?.ok === false,
+      });
       expect(
         await metric(svc.url, 'kubebyon_haproxy_adapter_kubernetes_watch_up', { resource: 'services' }),
       ).toBe(0);
@@ -175,12 +165,9 @@ describeFault('stock', `kube-apiserver down for 30 s, HAProxy ${haproxyVersionUn
       await kube.up();
     }
     const up = Date.now();
-    await eventually(
-      () => readyz(svc.url),
-      (r) => r.status === 200,
-      60_000,
-      'readiness once the API is back',
-    );
+    await waitFor(() => readyz(svc.url), 60_000, 'readiness once the API is back', {
+      ok: (r) => r.status === 200,
+    });
     expect(
       await metric(svc.url, 'kubebyon_haproxy_adapter_kubernetes_watch_up', { resource: 'services' }),
     ).toBe(1);

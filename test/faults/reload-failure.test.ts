@@ -3,19 +3,18 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { haproxyVersionUnderTest } from '../support/haproxy-testbed.js';
 import { freeLoopbackPort } from '../support/ports.js';
+import { type ServiceProcess, startServiceProcess } from '../support/service-process.js';
 import { type NamedTlsServer, sniProbe, startNamedTlsServer } from '../support/tls.js';
+import { waitFor } from '../support/wait.js';
 import {
   describeFault,
-  eventually,
   type FaultBed,
   faultProviderUnderTest,
   metric,
   type Prometheus,
   readyz,
-  type ServiceChild,
   startFaultBed,
   startPrometheus,
-  startServiceChild,
 } from './harness.js';
 
 const version = haproxyVersionUnderTest();
@@ -30,7 +29,7 @@ describeFault(
   `a reload that fails on a held port, HAProxy ${version}, ${provider} provider`,
   () => {
     let bed: FaultBed;
-    let svc: ServiceChild;
+    let svc: ServiceProcess;
     let prometheus: Prometheus;
     let backend: NamedTlsServer;
     let holder: Server | undefined;
@@ -46,7 +45,7 @@ describeFault(
       // Prometheus first, so that it sees the service from its first second on.
       const listen = await freeLoopbackPort();
       prometheus = await startPrometheus(`127.0.0.1:${listen}`, ALERTS);
-      svc = await startServiceChild(bed.env(), bed.secret, listen);
+      svc = await startServiceProcess(bed.env(), bed.secret, { port: listen });
     });
     afterAll(async () => {
       await svc?.stop();
@@ -77,12 +76,15 @@ describeFault(
       expect((await readyz(svc.url)).status).toBe(503);
       expect(await sniProbe(bed.sniPort, 'one.example.com')).toHaveProperty('failed');
 
-      const firing = await eventually(
+      const firing = await waitFor(
         () => prometheus.alerts(),
-        (alerts) => alerts.some((a) => a.name === 'KubebyonAdapterReloadFailures' && a.state === 'firing'),
         60_000,
         'KubebyonAdapterReloadFailures to fire in Prometheus',
-        1000,
+        {
+          ok: (alerts) =>
+            alerts.some((a) => a.name === 'KubebyonAdapterReloadFailures' && a.state === 'firing'),
+          everyMs: 1000,
+        },
       );
       const failedReloads = await metric(svc.url, 'kubebyon_haproxy_adapter_reloads_total', {
         result: 'failed',
@@ -92,21 +94,17 @@ describeFault(
       await new Promise<void>((resolve) => holder?.close(() => resolve()));
       holder = undefined;
       const freed = Date.now();
-      await eventually(
+      await waitFor(
         () => svc.client.request('GET', '/v1/clusters/one'),
-        (r) => r.body.state === 'applied',
         60_000,
         'the cluster to be applied once the port is free',
-        500,
+        { ok: (r) => r.body.state === 'applied', everyMs: 500 },
       );
       const recovered = Date.now() - freed;
       expect(await sniProbe(bed.sniPort, 'one.example.com')).toEqual({ reached: 'a' });
-      await eventually(
-        () => readyz(svc.url),
-        (r) => r.status === 200,
-        30_000,
-        'readiness after the recovery',
-      );
+      await waitFor(() => readyz(svc.url), 30_000, 'readiness after the recovery', {
+        ok: (r) => r.status === 200,
+      });
       console.log(
         `[measure] held port (${provider}): ${failedReloads} failed reloads before the port was freed, alerts ${JSON.stringify(firing)}, applied ${(recovered / 1000).toFixed(1)} s after the port was freed`,
       );

@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { DEFAULT_RENDER_OPTIONS, renderDesired } from '../../src/haproxy/render.js';
 import { plan } from '../../src/plan/plan.js';
@@ -6,7 +7,7 @@ import { resolveRoutes } from '../../src/routes/route.js';
 import { haproxyVersionUnderTest } from '../support/haproxy-testbed.js';
 import { interpret } from '../support/owner.js';
 import { type NamedTlsServer, sniProbe, startNamedTlsServer } from '../support/tls.js';
-import { describeFault, docker, type StockFaultBed, sleep, startFaultBed } from './harness.js';
+import { describeFault, docker, type StockFaultBed, startFaultBed } from './harness.js';
 
 // HAProxy restarted at the very moment the provider reloads it: the `reload` never reaches the old master,
 // and the new master loads the owned file (already committed) from disk, with a reload count that starts at 0.

@@ -4,23 +4,17 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { haproxyVersionUnderTest } from '../support/haproxy-testbed.js';
+import { type ServiceProcess, startServiceProcess } from '../support/service-process.js';
 import { type NamedTlsServer, sniProbe, startNamedTlsServer } from '../support/tls.js';
-import {
-  describeFault,
-  eventually,
-  readyz,
-  type ServiceChild,
-  type StockFaultBed,
-  startFaultBed,
-  startServiceChild,
-} from './harness.js';
+import { waitFor } from '../support/wait.js';
+import { describeFault, readyz, type StockFaultBed, startFaultBed } from './harness.js';
 
 // The state folder full (a 64 KiB tmpfs, filled) or read-only (remounted): the tests run as root, whom
 // permissions do not stop. Writes must answer 503 and acknowledge nothing they did not store; the routes in
 // HAProxy stay as they were; once the folder is writable again, writes go through and converge.
 describeFault('stock', `state folder full or read-only, HAProxy ${haproxyVersionUnderTest()}`, () => {
   let bed: StockFaultBed;
-  let service: ServiceChild;
+  let service: ServiceProcess;
   let stateDir: string;
   const servers: Record<string, NamedTlsServer> = {};
   /** The clusters acknowledged with 202: exactly what must be stored and routed. */
@@ -57,7 +51,7 @@ describeFault('stock', `state folder full or read-only, HAProxy ${haproxyVersion
   };
   const storedAndRouted = async () => {
     const want = [...acked.keys()].sort();
-    await eventually(
+    await waitFor(
       async () => {
         const listed = await service.client.request('GET', '/v1/clusters');
         const clusters = listed.body.clusters as Array<{ name: string; state: string }>;
@@ -68,13 +62,15 @@ describeFault('stock', `state folder full or read-only, HAProxy ${haproxyVersion
           hosts: [...routes.keys()].sort(),
         };
       },
-      (r) =>
-        r.names.join() === want.join() &&
-        r.states.every((s) => s === 'applied') &&
-        r.hosts.join() === want.map((w) => `${w}.example.com`).join(),
       30_000,
       `exactly ${want.join(', ')} stored and routed`,
-      300,
+      {
+        ok: (r) =>
+          r.names.join() === want.join() &&
+          r.states.every((s) => s === 'applied') &&
+          r.hosts.join() === want.map((w) => `${w}.example.com`).join(),
+        everyMs: 300,
+      },
     );
     for (const [name, server] of acked)
       expect(await sniProbe(bed.sniPort, `${name}.example.com`)).toEqual({ reached: server });
@@ -85,7 +81,7 @@ describeFault('stock', `state folder full or read-only, HAProxy ${haproxyVersion
     stateDir = mkdtempSync(join(tmpdir(), 'kubebyon-statefs-'));
     execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=64k,mode=0700', 'tmpfs', stateDir]);
     bed = await startFaultBed({ stateDir });
-    service = await startServiceChild(bed.env(), bed.secret);
+    service = await startServiceProcess(bed.env(), bed.secret);
   });
   afterAll(async () => {
     await service?.stop();
@@ -125,20 +121,14 @@ describeFault('stock', `state folder full or read-only, HAProxy ${haproxyVersion
     refused++;
     await storedAndRouted();
     // Readiness says that changes cannot be stored, and says so until they can again (no write needed).
-    await eventually(
-      () => readyz(service.url),
-      (r) => r.status === 503 && r.body.checks.state?.ok === false,
-      10_000,
-      'readiness to report the state folder unwritable',
-    );
+    await waitFor(() => readyz(service.url), 10_000, 'readiness to report the state folder unwritable', {
+      ok: (r) => r.status === 503 && r.body.checks.state?.ok === false,
+    });
 
     rmSync(filler);
-    await eventually(
-      () => readyz(service.url),
-      (r) => r.status === 200,
-      10_000,
-      'readiness once space is free',
-    );
+    await waitFor(() => readyz(service.url), 10_000, 'readiness once space is free', {
+      ok: (r) => r.status === 200,
+    });
     await accepted('PUT', 'three', 'b');
     await accepted('DELETE', 'two');
     await storedAndRouted();
@@ -151,28 +141,22 @@ describeFault('stock', `state folder full or read-only, HAProxy ${haproxyVersion
       await unavailable('DELETE', 'one');
       await unavailable('PUT', 'three', 'a');
       await storedAndRouted();
-      await eventually(
-        () => readyz(service.url),
-        (r) => r.status === 503 && r.body.checks.state?.ok === false,
-        10_000,
-        'readiness to report the state folder read-only',
-      );
+      await waitFor(() => readyz(service.url), 10_000, 'readiness to report the state folder read-only', {
+        ok: (r) => r.status === 503 && r.body.checks.state?.ok === false,
+      });
     } finally {
       execFileSync('mount', ['-o', 'remount,rw', stateDir]);
     }
-    await eventually(
-      () => readyz(service.url),
-      (r) => r.status === 200,
-      10_000,
-      'readiness once writable',
-    );
+    await waitFor(() => readyz(service.url), 10_000, 'readiness once writable', {
+      ok: (r) => r.status === 200,
+    });
     await accepted('PUT', 'four', 'b');
     await storedAndRouted();
   });
 
   it('after a kill -9 and a restart, holds exactly what was acknowledged', async () => {
     await service.kill9();
-    service = await startServiceChild(bed.env(), bed.secret);
+    service = await startServiceProcess(bed.env(), bed.secret);
     await storedAndRouted();
     console.log(
       `[measure] state folder full / read-only: ${refused} writes refused with 503, ${acked.size} acknowledged clusters kept`,

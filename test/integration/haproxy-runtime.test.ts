@@ -1,5 +1,6 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   type HaproxyTestbed,
@@ -70,7 +71,7 @@ ${extra}`;
     writeFileSync(haproxy.configPath, config('backend broken\n  server s1 127.0.0.1:notaport\n'));
     const loads = haproxy.loadCount();
     await haproxy.masterCli('reload');
-    await new Promise((r) => setTimeout(r, 1000));
+    await sleep(1000);
     expect(haproxy.loadCount()).toBe(loads);
     expect(await sniProbe(port, 'x.example.com')).toEqual({ reached: 'b' });
   });

@@ -1,6 +1,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import pino from 'pino';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { DEFAULT_RENDER_OPTIONS, type RenderOptions, renderDesired } from '../../src/haproxy/render.js';
@@ -134,7 +135,7 @@ describe(`haproxy provider on HAProxy ${version}`, () => {
     expect(report.requests).toBeGreaterThanOrEqual(250);
     for (const n of ['m0', 'm99', 'm100', 'm249'])
       expect(await sniProbe(port, `${n}.example.com`)).toEqual({ reached: 'b' });
-    await new Promise((r) => setTimeout(r, 500));
+    await sleep(500);
     expect(haproxy.loadCount()).toBe(loads);
     // The owned file says the same: a fresh provider finds nothing to do.
     expect(

@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import {
   CoreV1Api,
   KubernetesObjectApi,
@@ -15,6 +16,7 @@ import type { Endpoint } from '../../src/routes/endpoint.js';
 import { KubernetesTopology } from '../../src/topology/kubernetes.js';
 import type { TopologyAnswer } from '../../src/topology/topology.js';
 import { type KubeApiserver, startKubeApiserver } from '../support/kube-apiserver.js';
+import { waitFor } from '../support/wait.js';
 
 // The topology against a real kube-apiserver (RBAC on), authenticated as the ServiceAccount that
 // deploy/kubernetes/rbac.yaml binds: proves both the informer logic and that the manifests suffice.
@@ -63,13 +65,15 @@ describe('Kubernetes topology against a real kube-apiserver', () => {
   const metrics = createMetrics();
   const logger = pino({ level: 'silent' });
 
-  const eventually = async (topology: KubernetesTopology, target: ClusterTarget, want: TopologyAnswer) => {
-    const deadline = Date.now() + 15_000;
-    let got = topology.endpointsFor(target);
-    while (JSON.stringify(got) !== JSON.stringify(want) && Date.now() < deadline) {
-      await new Promise((r) => setTimeout(r, 50));
-      got = topology.endpointsFor(target);
-    }
+  const endpointsBecome = async (
+    topology: KubernetesTopology,
+    target: ClusterTarget,
+    want: TopologyAnswer,
+  ) => {
+    const got = await waitFor(() => topology.endpointsFor(target), 15_000, JSON.stringify(want), {
+      ok: (answer) => JSON.stringify(answer) === JSON.stringify(want),
+      everyMs: 50,
+    });
     expect(got).toEqual(want);
   };
   const at = (port: number, ...addresses: string[]): TopologyAnswer => ({
@@ -98,15 +102,7 @@ describe('Kubernetes topology against a real kube-apiserver', () => {
     await expect(adapterApi.listNode()).rejects.toMatchObject({ code: 403 });
     const objects = kube.admin.makeApiClient(KubernetesObjectApi);
     for (const manifest of loadAllYaml(readFileSync(RBAC, 'utf8'))) await objects.create(manifest);
-    const deadline = Date.now() + 10_000;
-    while (Date.now() < deadline) {
-      try {
-        await adapterApi.listNode();
-        break;
-      } catch {
-        await new Promise((r) => setTimeout(r, 100));
-      }
-    }
+    await waitFor(() => adapterApi.listNode(), 10_000, 'the granted RBAC to take effect');
     await expect(adapterApi.listServiceForAllNamespaces()).resolves.toBeDefined();
     await expect(adapterApi.listNamespace()).rejects.toMatchObject({ code: 403 });
 
@@ -133,35 +129,35 @@ describe('Kubernetes topology against a real kube-apiserver', () => {
   it('reports a missing Service, then follows it when it appears', async () => {
     expect(internal.endpointsFor(demo)).toEqual({ endpoints: [], problem: 'service_not_found' });
     await admin.createNamespacedService({ namespace: 'vcluster-demo', body: serviceBody(31443) });
-    await eventually(internal, demo, { endpoints: [], problem: 'no_nodes' });
+    await endpointsBecome(internal, demo, { endpoints: [], problem: 'no_nodes' });
   });
 
   it('adds a new node as an endpoint, and picks internal or external addresses', async () => {
     await admin.createNode({ body: nodeBody('node-a', '10.0.0.1', '203.0.113.1') });
-    await eventually(internal, demo, at(31443, '10.0.0.1'));
-    await eventually(external, demo, at(31443, '203.0.113.1'));
+    await endpointsBecome(internal, demo, at(31443, '10.0.0.1'));
+    await endpointsBecome(external, demo, at(31443, '203.0.113.1'));
     await admin.createNode({ body: nodeBody('node-b', '10.0.0.2') });
-    await eventually(internal, demo, at(31443, '10.0.0.1', '10.0.0.2'));
+    await endpointsBecome(internal, demo, at(31443, '10.0.0.1', '10.0.0.2'));
     // node-b has no ExternalIP: the external topology falls back to its InternalIP.
-    await eventually(external, demo, at(31443, '10.0.0.2', '203.0.113.1'));
+    await endpointsBecome(external, demo, at(31443, '10.0.0.2', '203.0.113.1'));
   });
 
   it('moves an endpoint when a node address changes', async () => {
     await setNodeStatus('node-b', nodeBody('node-b', '10.0.0.22'));
-    await eventually(internal, demo, at(31443, '10.0.0.1', '10.0.0.22'));
+    await endpointsBecome(internal, demo, at(31443, '10.0.0.1', '10.0.0.22'));
   });
 
   it('drops a NotReady node and takes it back when Ready', async () => {
     await setNodeStatus('node-b', nodeBody('node-b', '10.0.0.22', undefined, 'False'));
-    await eventually(internal, demo, at(31443, '10.0.0.1'));
+    await endpointsBecome(internal, demo, at(31443, '10.0.0.1'));
     await setNodeStatus('node-b', nodeBody('node-b', '10.0.0.22'));
-    await eventually(internal, demo, at(31443, '10.0.0.1', '10.0.0.22'));
+    await endpointsBecome(internal, demo, at(31443, '10.0.0.1', '10.0.0.22'));
   });
 
   it('does not ask for a pass on a heartbeat that changes nothing routing depends on', async () => {
     const before = changes;
     await setNodeStatus('node-a', nodeBody('node-a', '10.0.0.1', '203.0.113.1'));
-    await new Promise((r) => setTimeout(r, 1000));
+    await sleep(1000);
     expect(changes).toBe(before);
   });
 
@@ -173,45 +169,50 @@ describe('Kubernetes topology against a real kube-apiserver', () => {
       namespace: 'vcluster-demo',
       body: { ...svc, spec: { ...svc.spec, ports } },
     });
-    await eventually(internal, demo, at(31444, '10.0.0.1', '10.0.0.22'));
+    await endpointsBecome(internal, demo, at(31444, '10.0.0.1', '10.0.0.22'));
     const byName: ClusterTarget = { service: { namespace: 'vcluster-demo', name: 'demo', port: 'https' } };
-    await eventually(internal, byName, at(31444, '10.0.0.1', '10.0.0.22'));
-    await eventually(
+    await endpointsBecome(internal, byName, at(31444, '10.0.0.1', '10.0.0.22'));
+    await endpointsBecome(
       internal,
       { service: { namespace: 'vcluster-demo', name: 'demo', port: 8443 } },
       { endpoints: [], problem: 'service_port_not_found' },
     );
     await admin.deleteNamespacedService({ name: 'demo', namespace: 'vcluster-demo' });
     await admin.createNamespacedService({ namespace: 'vcluster-demo', body: serviceBody(0, 'ClusterIP') });
-    await eventually(internal, demo, { endpoints: [], problem: 'service_not_nodeport' });
+    await endpointsBecome(internal, demo, { endpoints: [], problem: 'service_not_nodeport' });
     await admin.deleteNamespacedService({ name: 'demo', namespace: 'vcluster-demo' });
     await admin.createNamespacedService({ namespace: 'vcluster-demo', body: serviceBody(31445) });
-    await eventually(internal, demo, at(31445, '10.0.0.1', '10.0.0.22'));
+    await endpointsBecome(internal, demo, at(31445, '10.0.0.1', '10.0.0.22'));
   });
 
   it('drops a deleted node', async () => {
     await admin.deleteNode({ name: 'node-b' });
-    await eventually(internal, demo, at(31445, '10.0.0.1'));
+    await endpointsBecome(internal, demo, at(31445, '10.0.0.1'));
   });
 
   it('keeps the last known endpoints while the API is down, reports it, and recovers by itself', async () => {
     await kube.down();
-    const deadline = Date.now() + 30_000;
-    while (internal.health().kubernetes_nodes?.ok !== false && Date.now() < deadline) {
-      await new Promise((r) => setTimeout(r, 100));
-    }
+    await waitFor(
+      () => internal.health().kubernetes_nodes?.ok === false,
+      30_000,
+      'the nodes watch reported down',
+    );
     expect(internal.health().kubernetes_nodes?.ok).toBe(false);
     expect(internal.endpointsFor(demo)).toEqual(at(31445, '10.0.0.1'));
     const text = await metrics.registry.metrics();
     expect(text).toMatch(/kubebyon_haproxy_adapter_kubernetes_watch_up\{resource="nodes"\} 0/);
     await kube.up();
     await admin.createNode({ body: nodeBody('node-c', '10.0.0.3') });
-    await eventually(internal, demo, at(31445, '10.0.0.1', '10.0.0.3'));
+    await endpointsBecome(internal, demo, at(31445, '10.0.0.1', '10.0.0.3'));
     // Each watch reconnects on its own backoff: the services watch may come back after the nodes one.
-    const back = Date.now() + 60_000;
-    while (internal.health().kubernetes_services?.ok !== true && Date.now() < back) {
-      await new Promise((r) => setTimeout(r, 200));
-    }
+    await waitFor(
+      () => internal.health().kubernetes_services?.ok === true,
+      60_000,
+      'the services watch back',
+      {
+        everyMs: 200,
+      },
+    );
     expect(internal.health()).toEqual({ kubernetes_nodes: { ok: true }, kubernetes_services: { ok: true } });
   }, 150_000);
 });

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freeLoopbackPort } from '../support/ports.js';
 import { type NamedTlsServer, sniProbe, startNamedTlsServer } from '../support/tls.js';
+import { waitFor } from '../support/wait.js';
 import { type SignedClient, signedClient } from '../support/webhook-client.js';
 import { REPO, runProgram } from './built.js';
 import { COMPOSE_PROJECT_PREFIX } from './global-setup.js';
@@ -32,17 +33,11 @@ describe('compose.yaml: HAProxy and the adapter image', () => {
     });
   // Until the route is there (or gone): a pass is applied before the webhook answers, but a new worker
   // takes over the listening socket a moment after the reload is confirmed.
-  const reaches = async (host: string, want: string | null) => {
-    let last: Awaited<ReturnType<typeof sniProbe>> = { failed: 'not tried' };
-    const ok = (r: typeof last) => (want === null ? 'failed' in r : 'reached' in r && r.reached === want);
-    const deadline = Date.now() + 15_000;
-    while (Date.now() < deadline) {
-      last = await sniProbe(sniPort, host);
-      if (ok(last)) return last;
-      await new Promise((r) => setTimeout(r, 200));
-    }
-    return last;
-  };
+  const reaches = (host: string, want: string | null) =>
+    waitFor(() => sniProbe(sniPort, host), 15_000, `${host} to reach ${want ?? 'nothing'}`, {
+      ok: (r) => (want === null ? 'failed' in r : 'reached' in r && r.reached === want),
+      everyMs: 200,
+    });
 
   beforeAll(async () => {
     sniPort = await freeLoopbackPort();
@@ -72,11 +67,10 @@ describe('compose.yaml: HAProxy and the adapter image', () => {
     const ps = await compose(['ps', '--format', '{{.Service}} {{.Health}}']);
     expect(ps.stdout.split('\n').filter(Boolean).sort()).toEqual(['adapter healthy', 'haproxy healthy']);
     // Ready once the first reconcile has succeeded against HAProxy.
-    let ready = await fetch(`${adapterUrl}/readyz`);
-    for (const deadline = Date.now() + 20_000; ready.status !== 200 && Date.now() < deadline; ) {
-      await new Promise((r) => setTimeout(r, 250));
-      ready = await fetch(`${adapterUrl}/readyz`);
-    }
+    const ready = await waitFor(() => fetch(`${adapterUrl}/readyz`), 20_000, 'the adapter to be ready', {
+      ok: (r) => r.status === 200,
+      everyMs: 250,
+    });
     expect(ready.status, JSON.stringify(await ready.json())).toBe(200);
   });
 

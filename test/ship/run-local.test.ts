@@ -89,7 +89,9 @@ describe('scripts/run-local.sh --once', () => {
     try {
       const running = () => run.out.stdout.includes('==> running');
       // Stops waiting when the script ends early (a port in use, a failed start): its output says why.
-      await waitFor(() => running() || run.child.exitCode !== null, 300_000, 'the running banner', 250);
+      await waitFor(() => running() || run.child.exitCode !== null, 300_000, 'the running banner', {
+        everyMs: 250,
+      });
       expect(running(), `${run.out.stdout}\n${run.out.stderr}`).toBe(true);
       expect(run.out.stdout).toMatch(/node dist\/cli\/main\.js status/);
       expect(run.out.stdout).toContain(`curl -s http://127.0.0.1:${ports.adapter}/metrics`);

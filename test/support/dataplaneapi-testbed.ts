@@ -251,16 +251,14 @@ export async function startDataplaneTestbed(
       '-c',
       'echo $$ >/etc/kubebyon/dataplaneapi.pid; exec /usr/local/bin/dataplaneapi -f /etc/kubebyon/dataplaneapi.yaml >>/etc/kubebyon/dataplaneapi.log 2>&1',
     ]);
-    const deadline = Date.now() + 30_000;
-    while (!(await answers())) {
-      if (Date.now() > deadline) {
-        throw new Error(`the Data Plane API did not answer at ${url}: ${readLog(dir, 'dataplaneapi.log')}`);
-      }
-      await new Promise((r) => setTimeout(r, 200));
-    }
+    await waitFor(answers, 30_000, `the Data Plane API to answer at ${url}`, { everyMs: 200 }).catch(
+      (err: Error) => {
+        throw new Error(`${err.message}: ${readLog(dir, 'dataplaneapi.log')}`);
+      },
+    );
   };
   try {
-    await waitFor(() => loadCount() >= 1, 10_000, 'the first "Loading success"');
+    await waitFor(() => loadCount() >= 1, 10_000, 'the first "Loading success"', { everyMs: 25 });
     await startApi();
     return {
       version: shownVersion,
@@ -282,26 +280,19 @@ export async function startDataplaneTestbed(
           '-c',
           `/bin/busybox kill -${signal} "$(cat /etc/kubebyon/dataplaneapi.pid)"`,
         ]);
-        const deadline = Date.now() + 30_000;
-        while (await answers()) {
-          if (Date.now() > deadline) throw new Error(`the Data Plane API still answers after SIG${signal}`);
-          await new Promise((r) => setTimeout(r, 100));
-        }
+        await waitFor(
+          async () => !(await answers()),
+          30_000,
+          `the Data Plane API to stop answering after SIG${signal}`,
+        );
       },
       startApi,
       async restart() {
         await run('docker', ['restart', '-t', '0', started.getId()]);
         // HAProxy's master answers on its (recreated) socket once it runs again.
-        const deadline = Date.now() + 30_000;
         const runs = () =>
-          unixSocketCommand(join(dir, 'master.sock'), 'show proc', 1).then(
-            (out) => out.includes('worker'),
-            () => false,
-          );
-        while (!(await runs())) {
-          if (Date.now() > deadline) throw new Error('HAProxy did not run again within 30 s of the restart');
-          await new Promise((r) => setTimeout(r, 100));
-        }
+          unixSocketCommand(join(dir, 'master.sock'), 'show proc', 1).then((out) => out.includes('worker'));
+        await waitFor(runs, 30_000, 'HAProxy to run again after the restart');
         await startApi();
       },
       stop,

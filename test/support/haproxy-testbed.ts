@@ -3,6 +3,7 @@ import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'nod
 import { createConnection } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { GenericContainer, type StartedTestContainer, Wait } from 'testcontainers';
 import { waitFor } from './wait.js';
@@ -82,7 +83,7 @@ export async function unixSocketCommand(path: string, command: string, attempts 
     } catch (err) {
       // The socket file appears before HAProxy accepts on it.
       if (attempt >= attempts) throw err;
-      await new Promise((r) => setTimeout(r, 100));
+      await sleep(100);
     }
   }
 }
@@ -167,7 +168,9 @@ export async function startHaproxyTestbed(
   // Counted over the whole log: a chunk of the stream may hold several lines.
   const loadCount = () => logLines.join('').split('Loading success').length - 1;
   // The startup line may have been read by the wait strategy before our stream attached.
-  await waitFor(() => loadCount() >= 1, 10_000, 'the first "Loading success" in the log stream');
+  await waitFor(() => loadCount() >= 1, 10_000, 'the first "Loading success" in the log stream', {
+    everyMs: 25,
+  });
 
   const started = container;
   const masterSocket = join(dir, 'master.sock');
@@ -176,7 +179,7 @@ export async function startHaproxyTestbed(
     const before = loadCount();
     // 2.6 answers nothing to `reload`; both versions log "Loading success" once new workers run.
     await unixSocketCommand(masterSocket, 'reload');
-    await waitFor(() => loadCount() > before, 10_000, 'HAProxy to reload');
+    await waitFor(() => loadCount() > before, 10_000, 'HAProxy to reload', { everyMs: 25 });
   };
   let owned: OwnedFileSetup | undefined;
   let second: OwnedFileSetup | undefined;

@@ -1,7 +1,8 @@
-import { type ChildProcess, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { freeLoopbackPort } from './ports.js';
+import { waitFor } from './wait.js';
 import { type SignedClient, signedClient } from './webhook-client.js';
 
 const REPO = join(import.meta.dirname, '../..');
@@ -9,24 +10,48 @@ export const CLI = join(REPO, 'dist/cli/main.js');
 
 export interface ServiceProcess {
   url: string;
+  port: number;
+  pid: number;
   client: SignedClient;
-  /** Everything the process wrote (JSON log lines). */
+  /** What the process wrote (JSON log lines), its last `keepOutputChars` characters. */
   output(): string;
-  /** SIGTERM, then the exit code once it has stopped. */
+  readonly exited: boolean;
+  /** Settles with the exit code once the process has exited, whoever ended it. */
+  readonly exit: Promise<number | null>;
+  /** SIGKILL: no cleanup of any kind. Resolves once the process is gone. */
+  kill9(): Promise<void>;
+  /** SIGTERM (graceful), SIGKILL after `stopGraceMs`; the exit code once it has stopped. */
   stop(): Promise<number | null>;
 }
 
+export interface ServiceProcessOptions {
+  /** The loopback port to listen on (KUBEBYON_LISTEN_ADDR); a free one by default. */
+  port?: number;
+  /** What to wait for before resolving: `/healthz` answering (default), `/readyz` saying ready, or nothing. */
+  until?: 'healthz' | 'readyz' | 'spawned';
+  /** How long `until` may take. */
+  startTimeoutMs?: number;
+  /** How long a graceful stop may take before SIGKILL. */
+  stopGraceMs?: number;
+  /** How much output to keep: a long run logs a lot. */
+  keepOutputChars?: number;
+}
+
 /**
- * The real service: `node dist/cli/main.js serve` (built by the e2e global setup), configured only by
- * `env` (plus PATH and HOME), listening on a free loopback port. Resolves once `/healthz` answers.
+ * The one way tests and benches run the service as it ships: `node dist/cli/main.js serve` (built by the
+ * global setup of the suites that need it, test/global-setup.ts), as its own process, configured only by
+ * `env` (plus PATH, HOME, the listen address and the secret), on loopback.
  */
 export async function startServiceProcess(
   env: Record<string, string>,
   secret: string,
+  options: ServiceProcessOptions = {},
 ): Promise<ServiceProcess> {
+  const { until = 'healthz', startTimeoutMs = 30_000, stopGraceMs = 30_000 } = options;
+  const keep = options.keepOutputChars ?? 1_000_000;
   if (!existsSync(CLI)) throw new Error(`${CLI} is missing: run npm run build`);
-  const port = await freeLoopbackPort();
-  const child: ChildProcess = spawn(process.execPath, [CLI, 'serve'], {
+  const port = options.port ?? (await freeLoopbackPort());
+  const child = spawn(process.execPath, [CLI, 'serve'], {
     cwd: REPO,
     env: {
       PATH: process.env.PATH ?? '/usr/bin:/bin',
@@ -38,57 +63,57 @@ export async function startServiceProcess(
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';
-  child.stdout?.on('data', (chunk: Buffer) => {
-    out += chunk.toString();
-  });
-  child.stderr?.on('data', (chunk: Buffer) => {
-    out += chunk.toString();
-  });
-  let exitCode: number | null | undefined;
-  const exited = new Promise<number | null>((resolve) =>
+  const append = (chunk: Buffer) => {
+    out = (out + chunk.toString()).slice(-keep);
+  };
+  child.stdout?.on('data', append);
+  child.stderr?.on('data', append);
+  let exited = false;
+  const exit = new Promise<number | null>((resolve) =>
     child.on('exit', (code) => {
-      exitCode = code;
+      exited = true;
       resolve(code);
     }),
   );
   const url = `http://127.0.0.1:${port}`;
-  const deadline = Date.now() + 20_000;
-  for (;;) {
-    if (exitCode !== undefined) throw new Error(`serve exited with ${exitCode}:\n${out}`);
-    const up = await fetch(`${url}/healthz`).then(
-      (r) => r.ok,
-      () => false,
-    );
-    if (up) break;
-    if (Date.now() > deadline) {
-      child.kill('SIGKILL');
-      throw new Error(`serve did not answer /healthz within 20 s:\n${out}`);
-    }
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  return {
+  const service: ServiceProcess = {
     url,
+    port,
+    pid: child.pid ?? 0,
     client: signedClient(url, secret),
     output: () => out,
+    get exited() {
+      return exited;
+    },
+    exit,
+    async kill9() {
+      if (!exited) child.kill('SIGKILL');
+      await exit;
+    },
     async stop() {
-      if (exitCode === undefined) child.kill('SIGTERM');
-      const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);
-      const code = await exited;
+      if (!exited) child.kill('SIGTERM');
+      const timer = setTimeout(() => child.kill('SIGKILL'), stopGraceMs);
+      const code = await exit;
       clearTimeout(timer);
       return code;
     },
   };
-}
-
-/** Polls the service's `/readyz` until it says ready. */
-export async function waitReady(service: ServiceProcess, timeoutMs = 30_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  let last = '';
-  while (Date.now() < deadline) {
-    const res = await fetch(`${service.url}/readyz`).catch(() => undefined);
-    if (res?.ok) return;
-    last = res ? await res.text() : 'no answer';
-    await new Promise((r) => setTimeout(r, 100));
+  if (until === 'spawned') return service;
+  try {
+    await waitFor(
+      async () => {
+        if (exited) return 'exited';
+        const res = await fetch(`${url}/${until}`);
+        return res.ok ? 'up' : `${res.status} ${await res.text()}`;
+      },
+      startTimeoutMs,
+      `serve to answer /${until}`,
+      { ok: (state) => state === 'up' || state === 'exited', everyMs: 50 },
+    );
+  } catch (err) {
+    await service.kill9();
+    throw new Error(`${(err as Error).message}\n${out.slice(-4000)}`);
   }
-  throw new Error(`service not ready within ${timeoutMs} ms: ${last}\n${service.output().slice(-4000)}`);
+  if (exited) throw new Error(`serve exited with ${await exit}:\n${out.slice(-4000)}`);
+  return service;
 }

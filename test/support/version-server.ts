@@ -1,6 +1,7 @@
 import { createServer, request, type Server } from 'node:https';
 import type { LookupFunction } from 'node:net';
 import { testKeyPair } from './tls.js';
+import { waitFor } from './wait.js';
 
 /**
  * A stand-in for a vCluster API server: HTTPS on a loopback address, answering `GET /version` with a
@@ -128,20 +129,18 @@ export function getVersion(
   });
 }
 
-/** Polls `getVersion` until it reaches `identity` (or, with `null`, until nothing answers). */
-export async function eventuallyReaches(
+/** Polls `getVersion` until it reaches `identity` (or, with `null`, until nothing answers); the answer. */
+export function waitForIdentity(
   url: string,
   identity: string | null,
   options: { servername?: string; timeoutMs?: number } = {},
 ): Promise<VersionAnswer> {
-  const deadline = Date.now() + (options.timeoutMs ?? 15_000);
-  for (;;) {
-    const answer = await getVersion(url, {
-      ...(options.servername ? { servername: options.servername } : {}),
-      timeoutMs: 2000,
-    });
-    const ok = identity === null ? 'failed' in answer : 'identity' in answer && answer.identity === identity;
-    if (ok || Date.now() > deadline) return answer;
-    await new Promise((r) => setTimeout(r, 25));
-  }
+  const probe = () =>
+    getVersion(url, { ...(options.servername ? { servername: options.servername } : {}), timeoutMs: 2000 });
+  return waitFor(probe, options.timeoutMs ?? 15_000, `${url} to answer as ${identity ?? 'nobody'}`, {
+    ok: (answer) =>
+      identity === null ? 'failed' in answer : 'identity' in answer && answer.identity === identity,
+    // Often: the e2e suite measures how soon a change is routable.
+    everyMs: 25,
+  });
 }

@@ -19,6 +19,7 @@ import {
   startFakeDataplaneApi,
 } from '../support/fake-dataplaneapi.js';
 import { interpret, ownerTags, registry } from '../support/owner.js';
+import { waitFor } from '../support/wait.js';
 
 const silent = pino({ level: 'silent' });
 const hasShared = sharedFile('exchanges-v3.4.0.json') !== undefined;
@@ -188,12 +189,11 @@ describe.skipIf(!hasShared)(
 
     it('opens the next transaction ahead: the next change writes into it, a moved version drops it, close too', async () => {
       const provider = make(fake, { prepareTransactions: true });
-      const openAhead = async () => {
-        const deadline = Date.now() + 5_000;
-        while (fake.openTransactions().length !== 1 && Date.now() < deadline)
-          await new Promise((r) => setTimeout(r, 10));
-        return fake.openTransactions();
-      };
+      const openAhead = () =>
+        waitFor(() => fake.openTransactions(), 5_000, 'one transaction opened ahead', {
+          ok: (open) => open.length === 1,
+          everyMs: 10,
+        });
       await converge(provider, [claim('one')]);
       const [ahead] = await openAhead();
       fake.requests.length = 0;

@@ -1,6 +1,7 @@
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { main } from '../../src/cli/main.js';
@@ -9,6 +10,7 @@ import { MemoryProvider } from '../../src/providers/memory/memory-provider.js';
 import { type Service, startService } from '../../src/service.js';
 import { sign } from '../../src/webhook/auth.js';
 import { freeLoopbackPort } from '../support/ports.js';
+import { waitFor } from '../support/wait.js';
 import { signedClient } from '../support/webhook-client.js';
 
 const SECRET = 'service-test-secret-123';
@@ -59,8 +61,9 @@ describe('startService (composition root)', () => {
 
     const fresh = new MemoryProvider();
     const b = await start(fresh);
-    const deadline = Date.now() + 5000;
-    while (fresh.applies.length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    await waitFor(() => fresh.applies.length > 0, 5000, 'the new service to apply the stored clusters', {
+      everyMs: 20,
+    });
     expect(fresh.state.backends.map((x) => x.tags.cluster).sort()).toEqual(['one', 'two']);
     expect(
       fresh.state.backends.flatMap((x) => x.servers.map((s) => `${s.address}:${s.port}`)).sort(),
@@ -117,11 +120,14 @@ describe('startService (composition root)', () => {
     });
     provider.down = undefined;
     // The failed pass is tried again by itself: readiness follows without another call.
-    let ready = await fetch(`${service.url}/readyz`);
-    for (const deadline = Date.now() + 10_000; ready.status !== 200 && Date.now() < deadline; ) {
-      await new Promise((r) => setTimeout(r, 100));
-      ready = await fetch(`${service.url}/readyz`);
-    }
+    const ready = await waitFor(
+      () => fetch(`${service.url}/readyz`),
+      10_000,
+      'readiness once HAProxy answers',
+      {
+        ok: (r) => r.status === 200,
+      },
+    );
     expect(ready.status).toBe(200);
     expect(((await ready.json()) as { checks: unknown }).checks).toEqual({
       state: { ok: true },
@@ -196,9 +202,11 @@ describe('startService (composition root)', () => {
       release = resolve;
     });
     const inFlight = client.request('PUT', '/v1/clusters/late?wait=true', cluster('late.example.com', 31003));
-    while (service.store.get('late') === undefined) await new Promise((r) => setTimeout(r, 5));
+    await waitFor(() => service.store.get('late') !== undefined, 5_000, 'the change to be stored', {
+      everyMs: 5,
+    });
     const stopped = service.stop();
-    await new Promise((r) => setTimeout(r, 50));
+    await sleep(50);
     release();
     await stopped;
     expect((await inFlight).status).toBe(200);
@@ -212,7 +220,9 @@ describe('startService (composition root)', () => {
     await client.request('POST', '/v1/reconcile?wait=true');
     const inFlight = client.request('PUT', '/v1/clusters/late?wait=true', cluster('late.example.com', 31003));
     // Stop as soon as the change is on disk: the debounce has not even started its pass.
-    while (service.store.get('late') === undefined) await new Promise((r) => setImmediate(r));
+    await waitFor(() => service.store.get('late') !== undefined, 5_000, 'the change to be stored', {
+      everyMs: 0,
+    });
     await service.stop();
     expect((await inFlight).status).toBe(200);
     expect(provider.state.backends.map((b) => b.tags.cluster)).toEqual(['late']);

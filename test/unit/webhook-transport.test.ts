@@ -2,6 +2,7 @@ import { gzipSync } from 'node:zlib';
 import { afterEach, describe, expect, it } from 'vitest';
 import { sign } from '../../src/webhook/auth.js';
 import { rawRequest, within } from '../support/raw-http.js';
+import { waitFor } from '../support/wait.js';
 import {
   startWebhookApp,
   TEST_SECRET,
@@ -137,39 +138,42 @@ describe('webhook transport limits', () => {
       const holders = [1, 2].map(() =>
         rawRequest(port, head('PUT', '/v1/clusters/held', [...formOnly(), 'content-length: 1000']), '{'),
       );
-      // The holders' headers race the probes; poll until both slots are taken.
-      let busy: { status: number; body: unknown } | undefined;
-      const deadline = Date.now() + 10_000;
+      // The holders' headers race the probes; poll until both slots are taken: every answer before is 202.
       // Each probe differs (n), so that none is refused as a replay of the one before.
-      for (let n = 0; Date.now() < deadline; n++) {
-        const ts = now();
-        const raw = Buffer.from('{}');
-        const path = `/v1/reconcile?n=${n}`;
-        const res = await fetch(`http://127.0.0.1:${port}${path}`, {
-          method: 'POST',
-          body: raw,
-          headers: {
-            'x-kubebyon-timestamp': ts,
-            'x-kubebyon-signature': sign(TEST_SECRET, ts, 'POST', path, raw),
-          },
-        });
-        if (res.status === 503) {
-          expect(res.headers.get('retry-after')).toMatch(/^\d+$/);
-          busy = { status: res.status, body: await res.json() };
-          break;
-        }
-        expect(res.status).toBe(202);
-        await new Promise((r) => setTimeout(r, 20));
-      }
-      expect(busy).toEqual({ status: 503, body: expect.objectContaining({ error: 'busy' }) });
+      let n = 0;
+      const busy = await waitFor(
+        async () => {
+          const ts = now();
+          const raw = Buffer.from('{}');
+          const path = `/v1/reconcile?n=${n++}`;
+          const res = await fetch(`http://127.0.0.1:${port}${path}`, {
+            method: 'POST',
+            body: raw,
+            headers: {
+              'x-kubebyon-timestamp': ts,
+              'x-kubebyon-signature': sign(TEST_SECRET, ts, 'POST', path, raw),
+            },
+          });
+          if (res.status === 202) return { status: res.status };
+          return { status: res.status, retryAfter: res.headers.get('retry-after'), body: await res.json() };
+        },
+        10_000,
+        'both upload slots to be taken',
+        { ok: (answer) => answer.status !== 202, everyMs: 20 },
+      );
+      expect(busy.retryAfter).toMatch(/^\d+$/);
+      expect({ status: busy.status, body: busy.body }).toEqual({
+        status: 503,
+        body: expect.objectContaining({ error: 'busy' }),
+      });
       for (const h of holders) h.socket.destroy();
       await Promise.all(holders.map((h) => h.closed));
-      let status = 0;
-      const freed = Date.now() + 10_000;
-      for (let n = 0; status !== 202 && Date.now() < freed; n++) {
-        status = (await client.request('PUT', `/v1/clusters/after?n=${n}`, JSON.parse(cluster))).status;
-        if (status !== 202) await new Promise((r) => setTimeout(r, 20));
-      }
+      const status = await waitFor(
+        async () => (await client.request('PUT', `/v1/clusters/after?n=${n++}`, JSON.parse(cluster))).status,
+        10_000,
+        'a write once an upload slot is free',
+        { ok: (s) => s === 202, everyMs: 20 },
+      );
       expect(status).toBe(202);
     },
     LONG,
