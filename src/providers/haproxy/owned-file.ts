@@ -112,6 +112,11 @@ export function generationOf(state: RawState): number {
   return GENERATION_BASE + (digest.readUInt32BE(0) % GENERATION_BASE);
 }
 
+/** The frontend whose `id` carries the generation: the first by name, as `renderOwnedFile` writes them. */
+export function generationCarrier(state: RawState): string | null {
+  return [...state.frontends].sort(byName)[0]?.name ?? null;
+}
+
 function byName<T extends { name: string }>(a: T, b: T): number {
   return a.name < b.name ? -1 : a.name > b.name ? 1 : 0;
 }

@@ -1,0 +1,189 @@
+import type { RawBackend, RawState } from '../../haproxy/model.js';
+import type { Operation } from '../../plan/plan.js';
+import { errorText } from '../provider.js';
+import { sleep } from './master-cli.js';
+import { DYNAMIC_ALGORITHMS, runtime } from './runtime-text.js';
+import { type Session, writeOwnedFile } from './session.js';
+
+/** Runtime commands per master-CLI line: ~100 address changes stay well inside HAProxy's 16 kB buffer. */
+const MOVES_PER_LINE = 100;
+
+type Cmd = { command: string; ok: RegExp };
+type CreateServer = Extract<Operation, { kind: 'create_server' }>;
+type DeleteServer = Extract<Operation, { kind: 'delete_server' }>;
+type UpdateServer = Extract<Operation, { kind: 'update_server' }>;
+
+class RuntimeCommandError extends Error {
+  override readonly name = 'RuntimeCommandError';
+}
+
+/** Whether the runtime API can apply these operations without a reload. */
+export function runtimeOnly(operations: readonly Operation[], current: RawState): boolean {
+  const backends = new Map(current.backends.map((b) => [b.name, b]));
+  return operations.every((op) => {
+    const backend = 'backend' in op && typeof op.backend === 'string' ? backends.get(op.backend) : undefined;
+    if (op.kind === 'delete_server') return backend !== undefined;
+    if (op.kind === 'create_server') return backend !== undefined && DYNAMIC_ALGORITHMS.has(backend.balance);
+    if (op.kind === 'update_server') {
+      const server = backend?.servers.find((s) => s.name === op.server.name);
+      // Turning checks on or off is a reload: a server's check settings are fixed when it is created.
+      return server !== undefined && server.check === op.server.check;
+    }
+    return false;
+  });
+}
+
+/**
+ * Servers only: the file first (a crash after it leaves servers HAProxy does not run yet, which the next
+ * read sees and plans again), then the runtime API on the current worker. A command that fails undoes
+ * the ones before it, best effort, and the caller falls back to a reload of the same file.
+ */
+export async function applyAtRuntime(
+  s: Session,
+  operations: readonly Operation[],
+  current: RawState,
+  text: string,
+  signal: AbortSignal,
+): Promise<void> {
+  await writeOwnedFile(s, text);
+  const started = Date.now();
+  const change = new RuntimeChange(s, current, signal);
+  try {
+    for (const op of operations) await change.apply(op);
+    await change.flushMoves();
+  } catch (err) {
+    await change.undo();
+    throw err;
+  }
+  s.logger.info(
+    { operations: operations.length, ms: Date.now() - started },
+    'servers changed through the runtime API, no reload',
+  );
+}
+
+/** One apply's runtime commands, and what undoes those that ran. */
+class RuntimeChange {
+  private readonly backends: Map<string, RawBackend>;
+  /** Undoes of single commands, in the order they ran (undone in reverse). */
+  private readonly undos: Cmd[] = [];
+  /** Undoes of address changes, sent batched like the changes. */
+  private readonly undoMoves: Cmd[] = [];
+  /** Address changes not sent yet. */
+  private moves: Array<Cmd & { undo: Cmd | undefined }> = [];
+
+  constructor(
+    private readonly s: Session,
+    current: RawState,
+    private readonly signal: AbortSignal,
+  ) {
+    this.backends = new Map(current.backends.map((b) => [b.name, b]));
+  }
+
+  async apply(op: Operation): Promise<void> {
+    if (op.kind !== 'update_server') await this.flushMoves();
+    if (op.kind === 'update_server') await this.move(op);
+    else if (op.kind === 'create_server') await this.createServer(op);
+    else if (op.kind === 'delete_server') await this.deleteServer(op);
+  }
+
+  /**
+   * Address changes go many to a line (`;`-separated): a node move under thousands of clusters is a few
+   * dozen connections to the master instead of one each.
+   */
+  private async move(op: UpdateServer): Promise<void> {
+    const before = this.backends.get(op.backend)?.servers.find((s) => s.name === op.server.name);
+    this.moves.push({
+      ...runtime.setAddr(op.backend, op.server.name, op.server.address, op.server.port),
+      undo: before ? runtime.setAddr(op.backend, op.server.name, before.address, before.port) : undefined,
+    });
+    if (this.moves.length >= MOVES_PER_LINE) await this.flushMoves();
+  }
+
+  async flushMoves(): Promise<void> {
+    if (this.moves.length === 0) return;
+    const batch = this.moves;
+    this.moves = [];
+    try {
+      await runBatch(this.s, batch, this.signal);
+    } finally {
+      // Whatever part of the batch ran is undone with the rest on failure (setting an address is idempotent).
+      this.undoMoves.push(...batch.map((m) => m.undo).filter((u): u is Cmd => u !== undefined));
+    }
+  }
+
+  private async createServer(op: CreateServer): Promise<void> {
+    const { name, address, port, check } = op.server;
+    await run(this.s, runtime.add(op.backend, name, address, port, check), this.signal);
+    this.undos.push(runtime.del(op.backend, name), runtime.disable(op.backend, name));
+    // Dynamic servers start in maintenance, with their checks off.
+    await run(this.s, runtime.enable(op.backend, name), this.signal);
+    if (check) await run(this.s, runtime.enableHealth(op.backend, name), this.signal);
+  }
+
+  private async deleteServer(op: DeleteServer): Promise<void> {
+    const { name, address, port, check } = op.server;
+    await run(this.s, runtime.disable(op.backend, name), this.signal);
+    this.undos.push(runtime.enable(op.backend, name));
+    // The endpoint is gone from the topology: its sessions go too, or `del server` would wait for them.
+    await run(this.s, runtime.shutdownSessions(op.backend, name), this.signal);
+    await delServer(this.s, op.backend, name, this.signal);
+    this.undos.pop();
+    this.undos.push(
+      ...(check ? [runtime.enableHealth(op.backend, name)] : []),
+      runtime.enable(op.backend, name),
+      runtime.add(op.backend, name, address, port, check),
+    );
+  }
+
+  /** Best effort, each on its own timeout: the caller's signal may be what ended the change. */
+  async undo(): Promise<void> {
+    const { logger } = this.s;
+    if (this.undoMoves.length > 0)
+      await runBatch(this.s, this.undoMoves, AbortSignal.timeout(30_000)).catch((e) =>
+        logger.warn({ err: errorText(e) }, 'undoing runtime address changes failed'),
+      );
+    for (const cmd of this.undos.reverse()) {
+      await run(this.s, cmd, AbortSignal.timeout(5_000)).catch((e) =>
+        logger.warn({ err: errorText(e) }, 'undoing a runtime change failed'),
+      );
+    }
+  }
+}
+
+async function run(s: Session, cmd: Cmd, signal: AbortSignal): Promise<void> {
+  const answer = await s.cli.send(cmd.command, signal);
+  if (!cmd.ok.test(answer.trim()))
+    throw new RuntimeCommandError(`"${cmd.command}" answered ${JSON.stringify(answer.trim().slice(0, 300))}`);
+}
+
+/** Commands sent `;`-separated on one line; each answers one paragraph, which must say it worked. */
+async function runBatch(s: Session, cmds: readonly Cmd[], signal: AbortSignal): Promise<void> {
+  for (let i = 0; i < cmds.length; i += MOVES_PER_LINE) {
+    const chunk = cmds.slice(i, i + MOVES_PER_LINE);
+    const answer = await s.cli.send(chunk.map((c) => c.command).join(';'), signal);
+    const answers = answer
+      .split(/\n\s*\n/)
+      .map((a) => a.trim())
+      .filter((a) => a !== '');
+    chunk.forEach((c, k) => {
+      if (!c.ok.test(answers[k] ?? ''))
+        throw new RuntimeCommandError(
+          `"${c.command}" answered ${JSON.stringify((answers[k] ?? '(nothing)').slice(0, 300))}`,
+        );
+    });
+    if (answers.length !== chunk.length)
+      throw new RuntimeCommandError(`${chunk.length} commands answered ${answers.length} times`);
+  }
+}
+
+async function delServer(s: Session, backend: string, name: string, signal: AbortSignal): Promise<void> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await run(s, runtime.del(backend, name), signal);
+    } catch (err) {
+      // Sessions that were just shut down may take a moment to let go of the server.
+      if (attempt >= 10) throw err;
+      await sleep(100, signal);
+    }
+  }
+}
