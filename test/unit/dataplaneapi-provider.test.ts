@@ -256,6 +256,47 @@ describe.skipIf(!hasShared)(
       expect(fake.runtimeChanges).toBe(1);
     });
 
+    it('a runtime move failing halfway keeps the moves before it and sends none after; a fresh read and plan finish it', async () => {
+      const provider = make(fake);
+      const names = ['a', 'b', 'c'];
+      await converge(
+        provider,
+        names.map((n) => claim(n, 30001)),
+      );
+      const moved = names.map((n) => claim(n, 30002));
+      const planFor = (state: Awaited<ReturnType<typeof provider.readState>>) =>
+        plan(renderDesired(resolveRoutes(moved).routes, render), interpret(state));
+      const current = await provider.readState(signal());
+      const p = planFor(current);
+      const backends = p.operations.map((o) => (o.kind === 'update_server' ? o.backend : o.kind));
+      expect(p.operations.map((o) => o.kind)).toEqual(['update_server', 'update_server', 'update_server']);
+      const port = (backend: string | undefined) =>
+        Object.values(fake.config.backends.get(backend ?? '')?.servers as Record<string, { port: number }>)[0]
+          ?.port;
+      // The second server's PUT fails as an API whose runtime socket did not answer would.
+      fake.inject({
+        method: 'PUT',
+        path: new RegExp(`^/services/haproxy/configuration/backends/${backends[1]}/servers/[^/]+$`),
+        answer: { status: 500, headers: {}, body: { code: 500, message: 'runtime API did not answer' } },
+      });
+      fake.requests.length = 0;
+      const err = await provider.apply(p, current, signal()).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(Error);
+      expect(err).not.toBeInstanceOf(TerminalError);
+      expect(fake.requests.filter((r) => r.startsWith('PUT '))).toHaveLength(2);
+      expect(backends.map(port)).toEqual([30002, 30001, 30001]);
+      // What the provider hands back next is what the API holds: the first move, not the state before it.
+      const owned = new OwnedProvider(provider, registry);
+      const fresh = await owned.readState(signal());
+      const rest = planFor(fresh);
+      expect(rest.operations.map((o) => (o.kind === 'update_server' ? o.backend : o.kind))).toEqual(
+        backends.slice(1),
+      );
+      expect(await owned.apply(rest, fresh, signal())).toEqual({ reload: 'none', requests: 2 });
+      expect(backends.map(port)).toEqual([30002, 30002, 30002]);
+      expect(planFor(await owned.readState(signal())).operations).toEqual([]);
+    });
+
     it('a fan-out above the runtime threshold is one transaction, one request per backend', async () => {
       const provider = make(fake, { runtimeMaxServers: 2 });
       const names = ['a', 'b', 'c', 'd'];

@@ -1,0 +1,54 @@
+import type { Logger } from 'pino';
+import type { Owner } from '../../haproxy/model.js';
+import type { ApplyReport, ProviderTraffic } from '../provider.js';
+import type { ServerUpdate } from './writes.js';
+
+export interface DataplaneProviderOptions {
+  /** The API's root, e.g. `http://127.0.0.1:5555` (`/v3` is added). */
+  url: string;
+  username: string;
+  password: string;
+  /** Longest one request may take. */
+  timeoutMs: number;
+  /** Longest a reload may take (a `force_reload` commit, or following a `Reload-Id`). */
+  reloadTimeoutMs: number;
+  /** Most server address/port changes applied one by one without a reload; more go into one transaction. */
+  runtimeMaxServers: number;
+  /**
+   * Plans that need at least this many writes in a transaction are applied as one edited configuration file
+   * instead (`POST /configuration/raw`); more endpoint moves than `runtimeMaxServers` likewise, without a
+   * reload (`skip_reload` with the moves as runtime actions). 0 turns the file path off. Default 8.
+   */
+  rawMinWrites?: number;
+  /**
+   * `force_reload` (default): the commit reloads HAProxy before it answers, and a failed reload answers 400
+   * with the API's view restored. `follow`: commit into the API's reload batching and follow the `Reload-Id`.
+   */
+  commit?: 'force_reload' | 'follow';
+  /**
+   * After each apply, open the next transaction ahead at the version it left (default true): opening one
+   * costs what a parse of the whole file costs, off the path of the next change. One stays open while idle.
+   */
+  prepareTransactions?: boolean;
+  /** Where the ids of open transactions are kept across a crash; in memory only when absent. */
+  ledgerFile?: string;
+  /** Whose tags what is written carries (the registry's owner). */
+  owner: Owner;
+  logger: Logger;
+  /** Counts every request and its bytes (the service's provider metrics). */
+  traffic?: ProviderTraffic;
+}
+
+/** The requests one apply has sent so far, for its report. */
+export interface Counter {
+  requests: number;
+}
+
+/** How an apply ended, and the configuration version it left (when the API said) after how many writes. */
+export interface Applied {
+  reload: ApplyReport['reload'];
+  version: number | undefined;
+  writes: number;
+  /** Endpoint moves applied at runtime and written to the file (no reload). */
+  moves?: ServerUpdate[];
+}

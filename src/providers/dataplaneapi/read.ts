@@ -1,0 +1,72 @@
+import type { Owner, RawState } from '../../haproxy/model.js';
+import { ConcurrentChangeError } from '../provider.js';
+import { type DataplaneClient, versionOf } from './client.js';
+import { readState, type Snapshot } from './mapping.js';
+
+const READ_ATTEMPTS = 3;
+
+/**
+ * Reads, cached by configuration version: two `full_section` lists (frontends, backends), skipped while the
+ * version has not moved. Remembers the API's objects behind each state handed out, for the apply handed
+ * that state back.
+ */
+export class Reads {
+  private snapshot: Snapshot | undefined;
+  private state: RawState | undefined;
+  private readonly handedOut = new WeakMap<RawState, Snapshot>();
+
+  constructor(
+    private readonly client: DataplaneClient,
+    private readonly owner: Owner,
+  ) {}
+
+  /** The state as of now, a copy of its own for the caller. */
+  async handOut(signal: AbortSignal): Promise<RawState> {
+    const snapshot = await this.read(signal);
+    const raw = structuredClone(this.state ?? readState(snapshot, this.owner));
+    this.handedOut.set(raw, snapshot);
+    return raw;
+  }
+
+  /**
+   * The objects a state handed out was read from; a state this provider did not hand out is read again. A
+   * snapshot older than the API's version makes the writes fail on it and the pass plan again.
+   */
+  async snapshotOf(current: RawState, signal: AbortSignal): Promise<Snapshot> {
+    return this.handedOut.get(current) ?? (await this.read(signal));
+  }
+
+  /** The configuration as of now: the cached read while the version has not moved, else the two lists. */
+  async read(signal: AbortSignal): Promise<Snapshot> {
+    for (let attempt = 1; ; attempt++) {
+      const { data: version } = await this.client.GET('/services/haproxy/configuration/version', { signal });
+      if (this.snapshot && this.snapshot.version === version) return this.snapshot;
+      const query = { query: { full_section: true } };
+      const [frontends, backends] = await Promise.all([
+        this.client.GET('/services/haproxy/configuration/frontends', { params: query, signal }),
+        this.client.GET('/services/haproxy/configuration/backends', { params: query, signal }),
+      ]);
+      const vf = versionOf(frontends.headers);
+      const vb = versionOf(backends.headers);
+      // Both lists must come from one version, or the state read would be a mix of two configurations.
+      if (vf !== undefined && vf === vb) {
+        const snapshot = { version: vf, frontends: frontends.data, backends: backends.data };
+        this.keep(snapshot);
+        return snapshot;
+      }
+      if (attempt >= READ_ATTEMPTS)
+        throw new ConcurrentChangeError('the configuration kept changing while it was read');
+    }
+  }
+
+  /** What the API holds now, when known (our own writes applied to what was read); else nothing is kept. */
+  keep(snapshot: Snapshot | undefined): void {
+    this.snapshot = snapshot;
+    this.state = snapshot ? readState(snapshot, this.owner) : undefined;
+  }
+
+  /** What was read no longer tells what is there: the next read lists both sections again. */
+  forget(): void {
+    this.keep(undefined);
+  }
+}
