@@ -3,12 +3,13 @@ import { describe, expect, it } from 'vitest';
 import type { RawBackend, RawFrontend, RawState } from '../../src/haproxy/model.js';
 import {
   DEFAULTS_NAME,
+  defaultsNameFor,
   generationOf,
-  OwnedFileParseError,
-  parseOwnedFile,
   renderOwnedFile,
   UnsafeValueError,
 } from '../../src/providers/haproxy/owned-file.js';
+import { OwnedFileParseError, parseOwnedFile } from '../../src/providers/haproxy/owned-file-parse.js';
+import { Registry } from '../../src/registry/registry.js';
 import { ownerTags } from '../support/owner.js';
 
 const frontend = (over: Partial<RawFrontend> = {}): RawFrontend => ({

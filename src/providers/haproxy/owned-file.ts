@@ -29,7 +29,8 @@ export const DEFAULTS_NAME = 'kubebyon_adapter';
 export function defaultsNameFor(ownerId: string): string {
   return ownerId === DEFAULT_OWNER_ID ? DEFAULTS_NAME : `${DEFAULTS_NAME}.${ownerId}`;
 }
-const TAG_MARK = 'kubebyon';
+/** The first word of every tag comment the service writes (`# kubebyon owner=… cluster=…`). */
+export const TAG_MARK = 'kubebyon';
 
 /**
  * Timeouts for layer-4 passthrough of Kubernetes API traffic. Once `tcp-request content accept` has run, a
@@ -50,16 +51,12 @@ export const DEFAULTS_BODY = [
   'timeout server-fin 30s',
 ] as const;
 
-const HOST = /^[A-Za-z0-9.-]{1,253}$/;
-const BALANCE = new Set(['leastconn', 'roundrobin', 'source', 'static-rr', 'first']);
+export const HOST = /^[A-Za-z0-9.-]{1,253}$/;
+export const BALANCE = new Set(['leastconn', 'roundrobin', 'source', 'static-rr', 'first']);
 const GENERATION_BASE = 1_000_000_000;
 
 export class UnsafeValueError extends Error {
   override readonly name = 'UnsafeValueError';
-}
-
-export class OwnedFileParseError extends Error {
-  override readonly name = 'OwnedFileParseError';
 }
 
 function need(ok: boolean, what: string, value: unknown): void {
@@ -200,135 +197,4 @@ export function renderOwnedFile(state: RawState, defaultsName = DEFAULTS_NAME): 
     ...backends.map((b) => renderBackend(b, defaultsName)),
   ];
   return `${HEADER.join('\n')}\n\n${sections.map((s) => s.join('\n')).join('\n\n')}\n`;
-}
-
-export interface ParsedOwnedFile {
-  state: RawState;
-  /** The `id` the first frontend carries, if any (what the file says HAProxy should run). */
-  generation: number | null;
-}
-
-function parseTags(comment: string | undefined, lineNo: number): Tags {
-  if (comment === undefined) return {};
-  const words = comment.trim().split(/\s+/);
-  if (words[0] !== TAG_MARK) return {};
-  const tags: Record<string, string> = {};
-  for (const w of words.slice(1)) {
-    const eq = w.indexOf('=');
-    const k = w.slice(0, eq);
-    const v = w.slice(eq + 1);
-    if (eq < 1 || !TAG_KEY.test(k) || !TAG_VALUE.test(v))
-      throw new OwnedFileParseError(`line ${lineNo}: bad tag ${w}`);
-    tags[k] = v;
-  }
-  return tags;
-}
-
-function parseAddress(text: string): { address: string; port: number } | null {
-  const m = /^(?:\[([0-9A-Fa-f:.]+)\]|([0-9.]+|\*)):([0-9]{1,5})$/.exec(text);
-  if (!m) return null;
-  const a = m[1] ?? m[2] ?? '';
-  const p = Number(m[3]);
-  if (p < 1 || p > 65535 || (a !== '*' && isIP(a) === 0)) return null;
-  return { address: a, port: p };
-}
-
-/**
- * Reads back a file `renderOwnedFile` wrote. Anything it did not write is refused with its line number:
- * the service never guesses at configuration it does not understand.
- */
-export function parseOwnedFile(text: string, defaultsName = DEFAULTS_NAME): ParsedOwnedFile {
-  const frontends: RawFrontend[] = [];
-  const backends: RawBackend[] = [];
-  let generation: number | null = null;
-  let section:
-    | { kind: 'defaults' }
-    | { kind: 'frontend'; f: RawFrontend }
-    | { kind: 'backend'; b: RawBackend }
-    | null = null;
-  const lines = text.split('\n');
-  for (let i = 0; i < lines.length; i++) {
-    const lineNo = i + 1;
-    const raw = lines[i] ?? '';
-    const hash = raw.indexOf('#');
-    const body = (hash >= 0 ? raw.slice(0, hash) : raw).trim();
-    const comment = hash >= 0 ? raw.slice(hash + 1) : undefined;
-    if (body === '') continue;
-    const fail = (why: string): never => {
-      throw new OwnedFileParseError(`line ${lineNo}: ${why}: ${JSON.stringify(body)}`);
-    };
-    const words = body.split(/\s+/);
-    const [kw, arg] = words;
-    if (kw === 'defaults') {
-      if (arg !== defaultsName || words.length !== 2) fail('unexpected defaults section');
-      section = { kind: 'defaults' };
-    } else if (kw === 'frontend' || kw === 'backend') {
-      if (words.length !== 4 || words[2] !== 'from' || words[3] !== defaultsName || !isHaproxyName(arg ?? ''))
-        fail(`unexpected ${kw} line`);
-      const tags = parseTags(comment, lineNo);
-      if (kw === 'frontend') {
-        const f: RawFrontend = {
-          name: arg as string,
-          bind: null,
-          inspectDelayMs: null,
-          acceptsTlsHello: false,
-          defaultBackend: null,
-          rules: [],
-          tags,
-        };
-        frontends.push(f);
-        section = { kind: 'frontend', f };
-      } else {
-        const b: RawBackend = { name: arg as string, balance: '', servers: [], tags };
-        backends.push(b);
-        section = { kind: 'backend', b };
-      }
-    } else if (section === null) {
-      fail('directive outside a section');
-    } else if (section.kind === 'defaults') {
-      if (!(DEFAULTS_BODY as readonly string[]).includes(words.join(' ')))
-        fail('unexpected defaults directive');
-    } else if (body === 'mode tcp') {
-      // Every owned section is TCP.
-    } else if (section.kind === 'frontend') {
-      const f = section.f;
-      const delay = /^tcp-request inspect-delay ([0-9]+)ms$/.exec(body);
-      const use = /^use_backend (\S+) if \{ req\.ssl_sni -i (\S+) \}$/.exec(body);
-      if (kw === 'id' && /^[0-9]{1,10}$/.test(arg ?? '') && words.length === 2) {
-        if (frontends.length === 1) generation = Number(arg);
-      } else if (kw === 'bind' && words.length === 2) {
-        f.bind = parseAddress(arg ?? '') ?? fail('bad bind');
-      } else if (delay) {
-        f.inspectDelayMs = Number(delay[1]);
-      } else if (body === 'tcp-request content accept if { req.ssl_hello_type 1 }') {
-        f.acceptsTlsHello = true;
-      } else if (use) {
-        const rule: RawRule = { backend: use[1] ?? '', host: use[2] ?? '', tags: parseTags(comment, lineNo) };
-        if (!isHaproxyName(rule.backend) || !HOST.test(rule.host)) fail('bad switching rule');
-        f.rules.push(rule);
-      } else if (kw === 'default_backend' && words.length === 2 && isHaproxyName(arg ?? '')) {
-        f.defaultBackend = arg as string;
-      } else {
-        fail('unexpected frontend directive');
-      }
-    } else {
-      const b = section.b;
-      if (kw === 'balance' && words.length === 2 && BALANCE.has(arg ?? '')) {
-        b.balance = arg as string;
-      } else if (kw === 'server' && (words.length === 3 || (words.length === 4 && words[3] === 'check'))) {
-        const at = parseAddress(words[2] ?? '');
-        if (!isHaproxyName(arg ?? '') || !at || at.address === '*') fail('bad server');
-        b.servers.push({
-          name: arg as string,
-          address: (at as { address: string }).address,
-          port: (at as { port: number }).port,
-          check: words.length === 4,
-          tags: parseTags(comment, lineNo),
-        });
-      } else {
-        fail('unexpected backend directive');
-      }
-    }
-  }
-  return { state: { frontends, backends }, generation };
 }

@@ -1,13 +1,8 @@
 import { readFile } from 'node:fs/promises';
 import type { RawBackend, RawFrontend, RawState } from '../../haproxy/model.js';
 import { TerminalError } from '../provider.js';
-import {
-  generationCarrier,
-  generationOf,
-  OwnedFileParseError,
-  type ParsedOwnedFile,
-  parseOwnedFile,
-} from './owned-file.js';
+import { generationCarrier, generationOf } from './owned-file.js';
+import { OwnedFileParseError, type ParsedOwnedFile, parseOwnedFile } from './owned-file-parse.js';
 import {
   parseServersState,
   parseShowBackend,

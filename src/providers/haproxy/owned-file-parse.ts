@@ -1,0 +1,176 @@
+import { isIP } from 'node:net';
+import type { RawBackend, RawFrontend, RawRule, RawState, Tags } from '../../haproxy/model.js';
+import { isHaproxyName } from '../../naming/names.js';
+import { TAG_KEY, TAG_VALUE } from '../../registry/registry.js';
+import { BALANCE, DEFAULTS_BODY, DEFAULTS_NAME, HOST, TAG_MARK } from './owned-file.js';
+
+/**
+ * Reading back the owned file `renderOwnedFile` wrote (`owned-file.ts`). Pure. Anything it did not write is
+ * refused with its line number: the service never guesses at configuration it does not understand.
+ */
+export class OwnedFileParseError extends Error {
+  override readonly name = 'OwnedFileParseError';
+}
+
+export interface ParsedOwnedFile {
+  state: RawState;
+  /** The `id` the first frontend carries, if any (what the file says HAProxy should run). */
+  generation: number | null;
+}
+
+function parseTags(comment: string | undefined, lineNo: number): Tags {
+  if (comment === undefined) return {};
+  const words = comment.trim().split(/\s+/);
+  if (words[0] !== TAG_MARK) return {};
+  const tags: Record<string, string> = {};
+  for (const w of words.slice(1)) {
+    const eq = w.indexOf('=');
+    const k = w.slice(0, eq);
+    const v = w.slice(eq + 1);
+    if (eq < 1 || !TAG_KEY.test(k) || !TAG_VALUE.test(v))
+      throw new OwnedFileParseError(`line ${lineNo}: bad tag ${w}`);
+    tags[k] = v;
+  }
+  return tags;
+}
+
+function parseAddress(text: string): { address: string; port: number } | null {
+  const m = /^(?:\[([0-9A-Fa-f:.]+)\]|([0-9.]+|\*)):([0-9]{1,5})$/.exec(text);
+  if (!m) return null;
+  const a = m[1] ?? m[2] ?? '';
+  const p = Number(m[3]);
+  if (p < 1 || p > 65535 || (a !== '*' && isIP(a) === 0)) return null;
+  return { address: a, port: p };
+}
+
+type Section =
+  | { kind: 'defaults' }
+  | { kind: 'frontend'; f: RawFrontend }
+  | { kind: 'backend'; b: RawBackend }
+  | null;
+
+/** One line, split into its directive and its tag comment; `fail` names the line. */
+interface Line {
+  body: string;
+  words: string[];
+  comment: string | undefined;
+  lineNo: number;
+  fail(why: string): never;
+}
+
+/** Reads back a file `renderOwnedFile` wrote, with the `defaults` name of its owner. */
+export function parseOwnedFile(text: string, defaultsName = DEFAULTS_NAME): ParsedOwnedFile {
+  const state: RawState = { frontends: [], backends: [] };
+  let generation: number | null = null;
+  let section: Section = null;
+  const lines = text.split('\n');
+  for (let i = 0; i < lines.length; i++) {
+    const raw = lines[i] ?? '';
+    const hash = raw.indexOf('#');
+    const body = (hash >= 0 ? raw.slice(0, hash) : raw).trim();
+    if (body === '') continue;
+    const line: Line = {
+      body,
+      words: body.split(/\s+/),
+      comment: hash >= 0 ? raw.slice(hash + 1) : undefined,
+      lineNo: i + 1,
+      fail: (why) => {
+        throw new OwnedFileParseError(`line ${i + 1}: ${why}: ${JSON.stringify(body)}`);
+      },
+    };
+    const [kw] = line.words;
+    if (kw === 'defaults' || kw === 'frontend' || kw === 'backend') {
+      section = sectionLine(line, defaultsName, state);
+    } else if (section === null) {
+      line.fail('directive outside a section');
+    } else if (section.kind === 'defaults') {
+      if (!(DEFAULTS_BODY as readonly string[]).includes(line.words.join(' ')))
+        line.fail('unexpected defaults directive');
+    } else if (body === 'mode tcp') {
+      // Every owned section is TCP.
+    } else if (section.kind === 'frontend') {
+      const id = frontendLine(line, section.f);
+      if (id !== undefined && state.frontends.length === 1) generation = id;
+    } else {
+      backendLine(line, section.b);
+    }
+  }
+  return { state, generation };
+}
+
+function sectionLine(line: Line, defaultsName: string, state: RawState): Section {
+  const [kw, arg] = line.words;
+  if (kw === 'defaults') {
+    if (arg !== defaultsName || line.words.length !== 2) line.fail('unexpected defaults section');
+    return { kind: 'defaults' };
+  }
+  const w = line.words;
+  if (w.length !== 4 || w[2] !== 'from' || w[3] !== defaultsName || !isHaproxyName(arg ?? ''))
+    line.fail(`unexpected ${kw} line`);
+  const tags = parseTags(line.comment, line.lineNo);
+  if (kw === 'frontend') {
+    const f: RawFrontend = {
+      name: arg as string,
+      bind: null,
+      inspectDelayMs: null,
+      acceptsTlsHello: false,
+      defaultBackend: null,
+      rules: [],
+      tags,
+    };
+    state.frontends.push(f);
+    return { kind: 'frontend', f };
+  }
+  const b: RawBackend = { name: arg as string, balance: '', servers: [], tags };
+  state.backends.push(b);
+  return { kind: 'backend', b };
+}
+
+/** A frontend directive into `f`; the frontend's `id` (the file's generation) is returned. */
+function frontendLine(line: Line, f: RawFrontend): number | undefined {
+  const { body, words, fail } = line;
+  const [kw, arg] = words;
+  const delay = /^tcp-request inspect-delay ([0-9]+)ms$/.exec(body);
+  const use = /^use_backend (\S+) if \{ req\.ssl_sni -i (\S+) \}$/.exec(body);
+  if (kw === 'id' && /^[0-9]{1,10}$/.test(arg ?? '') && words.length === 2) return Number(arg);
+  if (kw === 'bind' && words.length === 2) {
+    f.bind = parseAddress(arg ?? '') ?? fail('bad bind');
+  } else if (delay) {
+    f.inspectDelayMs = Number(delay[1]);
+  } else if (body === 'tcp-request content accept if { req.ssl_hello_type 1 }') {
+    f.acceptsTlsHello = true;
+  } else if (use) {
+    const rule: RawRule = {
+      backend: use[1] ?? '',
+      host: use[2] ?? '',
+      tags: parseTags(line.comment, line.lineNo),
+    };
+    if (!isHaproxyName(rule.backend) || !HOST.test(rule.host)) fail('bad switching rule');
+    f.rules.push(rule);
+  } else if (kw === 'default_backend' && words.length === 2 && isHaproxyName(arg ?? '')) {
+    f.defaultBackend = arg as string;
+  } else {
+    fail('unexpected frontend directive');
+  }
+  return undefined;
+}
+
+function backendLine(line: Line, b: RawBackend): void {
+  const { words, fail } = line;
+  const [kw, arg] = words;
+  if (kw === 'balance' && words.length === 2 && BALANCE.has(arg ?? '')) {
+    b.balance = arg as string;
+  } else if (kw === 'server' && (words.length === 3 || (words.length === 4 && words[3] === 'check'))) {
+    const at = parseAddress(words[2] ?? '');
+    if (!isHaproxyName(arg ?? '') || !at || at.address === '*') return fail('bad server');
+    b.servers.push({
+      name: arg as string,
+      address: at.address,
+      port: at.port,
+      check: words.length === 4,
+      tags: parseTags(line.comment, line.lineNo),
+    });
+  } else {
+    fail('unexpected backend directive');
+  }
+}
