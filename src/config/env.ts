@@ -92,7 +92,7 @@ const BaseFields = z.object({
   KUBEBYON_WEBHOOK_BODY_LIMIT_BYTES: int(1024, 64 * 1024 * 1024),
   KUBEBYON_WAIT_TIMEOUT_MS: int(100, 600_000),
   KUBEBYON_SHUTDOWN_GRACE_MS: int(0, 600_000),
-  KUBEBYON_PROVIDER: z.enum(['dataplaneapi', 'haproxy']),
+  KUBEBYON_PROVIDER: z.enum(['dataplaneapi', 'haproxy', 'memory']),
   KUBEBYON_OWNER_ID: z
     .string()
     .regex(OWNER_ID, 'must be 1-63 of a-z 0-9 . _ -, starting and ending with a letter or digit'),
@@ -225,7 +225,10 @@ const StockHaproxyEnv = z
 // Each provider declares the settings it takes; the environment is mapped onto them here.
 type DataplaneProviderConfig = { kind: 'dataplaneapi' } & DataplaneConfig;
 type StockHaproxyProviderConfig = { kind: 'haproxy' } & StockHaproxyConfig;
-export type ProviderConfig = DataplaneProviderConfig | StockHaproxyProviderConfig;
+/** `KUBEBYON_PROVIDER=memory`: no HAProxy; the reference provider keeps the objects in memory (trying the API). */
+type MemoryProviderConfig = { kind: 'memory' };
+export type ProviderConfig = DataplaneProviderConfig | StockHaproxyProviderConfig | MemoryProviderConfig;
+const MemoryEnv = z.object({}).transform((): MemoryProviderConfig => ({ kind: 'memory' }));
 /** The whole configuration: inferred from the schemas above, never written beside them. */
 export type Config = z.output<typeof BaseEnv> & { provider: ProviderConfig };
 
@@ -265,8 +268,9 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
     merged[name] = value;
   }
   const base = BaseEnv.safeParse(merged);
-  const providerSchema = merged.KUBEBYON_PROVIDER === 'haproxy' ? StockHaproxyEnv : DataplaneEnv;
-  const provider = providerSchema.safeParse(merged);
+  const schemas = { haproxy: StockHaproxyEnv, memory: MemoryEnv, dataplaneapi: DataplaneEnv } as const;
+  const chosen = merged.KUBEBYON_PROVIDER as keyof typeof schemas;
+  const provider = (schemas[chosen] ?? DataplaneEnv).safeParse(merged);
   for (const result of [base, provider]) {
     if (result.success) continue;
     for (const issue of result.error.issues) {

@@ -12,5 +12,9 @@ export async function createProvider(config: ProviderConfig, deps: ProviderDeps)
       const { createStockHaproxyProvider } = await import('./haproxy/index.js');
       return createStockHaproxyProvider(config, deps);
     }
+    case 'memory': {
+      const { MemoryProvider } = await import('./memory/memory-provider.js');
+      return new MemoryProvider(undefined, deps.owner);
+    }
   }
 }

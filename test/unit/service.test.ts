@@ -48,6 +48,31 @@ describe('startService (composition root)', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
+  it('KUBEBYON_PROVIDER=memory runs the whole service with no HAProxy (to try the API)', async () => {
+    const config = loadConfig({
+      KUBEBYON_PROVIDER: 'memory',
+      KUBEBYON_OWNER_ID: 'try-out',
+      KUBEBYON_LISTEN_ADDR: `127.0.0.1:${await freeLoopbackPort()}`,
+      KUBEBYON_STATE_FILE: join(dir, 'clusters.json'),
+      KUBEBYON_WEBHOOK_SECRET: SECRET,
+      KUBEBYON_STATIC_NODE_ADDRESSES: '127.0.0.1',
+      KUBEBYON_RECONCILE_DEBOUNCE_MS: '10',
+    });
+    expect(config.provider).toEqual({ kind: 'memory' });
+    const service = await startService(config, { logger: pino({ level: 'silent' }) });
+    started.push(service);
+    const client = signedClient(service.url, SECRET);
+    const put = await client.request(
+      'PUT',
+      '/v1/clusters/demo?wait=true',
+      cluster('api.demo.example.com', 30443),
+    );
+    expect(put.status).toBe(200);
+    expect(put.body).toMatchObject({ state: 'applied' });
+    const plan = await client.request('GET', '/v1/plan');
+    expect(plan.body).toMatchObject({ operations: [] });
+  });
+
   it('after a restart, converges a fresh HAProxy to everything accepted before', async () => {
     const first = new MemoryProvider();
     const a = await start(first);
