@@ -1,4 +1,4 @@
-import type { Owner, RawRule, RawState } from '../haproxy/model.js';
+import type { Owner, RawBackend, RawFrontend, RawRule, RawState } from '../haproxy/model.js';
 import { ConcurrentChangeError } from '../providers/provider.js';
 import type { Operation } from './plan.js';
 
@@ -15,98 +15,118 @@ type Named = { name: string };
 export function applyOperations(state: RawState, operations: readonly Operation[], owner: Owner): RawState {
   const next = structuredClone(state);
   // By name, in listing order (a Map keeps insertion order): one lookup per operation, not one scan.
-  const frontends = new Map(next.frontends.map((f) => [f.name, f]));
-  const backends = new Map(next.backends.map((b) => [b.name, b]));
-  const find = <T extends Named>(items: Map<string, T> | T[], name: string, what: string): T => {
-    const item = items instanceof Map ? items.get(name) : items.find((x) => x.name === name);
-    if (!item) throw new ConcurrentChangeError(`${what} ${name} is not there any more`);
-    return item;
+  const w: Working = {
+    frontends: new Map(next.frontends.map((f) => [f.name, f])),
+    backends: new Map(next.backends.map((b) => [b.name, b])),
+    owner,
   };
-  const absent = (items: Map<string, unknown> | Named[], name: string, what: string) => {
-    const there = items instanceof Map ? items.has(name) : items.some((x) => x.name === name);
-    if (there) throw new ConcurrentChangeError(`${what} ${name} exists already`);
-  };
-  // Frontends and backends share HAProxy's one namespace of proxies.
-  const noProxy = (name: string) => {
-    absent(frontends, name, 'frontend');
-    absent(backends, name, 'backend');
-  };
+  for (const op of operations) apply(w, op);
+  return { frontends: [...w.frontends.values()], backends: [...w.backends.values()] };
+}
 
-  for (const op of operations) {
-    switch (op.kind) {
-      case 'create_frontend': {
-        noProxy(op.frontend.name);
-        const { name, bind, inspectDelayMs, defaultBackend } = op.frontend;
-        const tags = owner.tags();
-        frontends.set(name, {
-          name,
-          bind,
-          inspectDelayMs,
-          defaultBackend,
-          acceptsTlsHello: true,
-          rules: [],
-          tags,
-        });
-        break;
-      }
-      case 'update_frontend': {
-        const { bind, inspectDelayMs, defaultBackend } = op.frontend;
-        const f = find(frontends, op.frontend.name, 'frontend');
-        Object.assign(f, { bind, inspectDelayMs, defaultBackend, acceptsTlsHello: true });
-        break;
-      }
-      case 'delete_frontend':
-        find(frontends, op.name, 'frontend');
-        frontends.delete(op.name);
-        break;
-      case 'create_backend':
-        noProxy(op.backend.name);
-        backends.set(op.backend.name, {
-          name: op.backend.name,
-          balance: op.backend.balance,
-          servers: [],
-          tags: owner.tags(op.backend.cluster),
-        });
-        break;
-      case 'update_backend': {
-        const b = find(backends, op.backend.name, 'backend');
-        Object.assign(b, { balance: op.backend.balance, tags: owner.tags(op.backend.cluster) });
-        break;
-      }
-      case 'delete_backend':
-        find(backends, op.name, 'backend');
-        backends.delete(op.name);
-        break;
-      case 'create_server': {
-        const b = find(backends, op.backend, 'backend');
-        absent(b.servers, op.server.name, `server ${op.backend}/`);
-        const { name, address, port, check } = op.server;
-        b.servers.push({ name, address, port, check, tags: owner.tags() });
-        break;
-      }
-      case 'update_server': {
-        const s = find(
-          find(backends, op.backend, 'backend').servers,
-          op.server.name,
-          `server ${op.backend}/`,
-        );
-        Object.assign(s, { address: op.server.address, port: op.server.port, check: op.server.check });
-        break;
-      }
-      case 'delete_server': {
-        const b = find(backends, op.backend, 'backend');
-        find(b.servers, op.server.name, `server ${op.backend}/`);
-        b.servers = b.servers.filter((s) => s.name !== op.server.name);
-        break;
-      }
-      case 'set_switching_rules': {
-        const f = find(frontends, op.frontend, 'frontend');
-        f.rules = switchingRules(f.rules, op, owner);
-        break;
-      }
+interface Working {
+  frontends: Map<string, RawFrontend>;
+  backends: Map<string, RawBackend>;
+  owner: Owner;
+}
+
+function find<T extends Named>(items: Map<string, T> | T[], name: string, what: string): T {
+  const item = items instanceof Map ? items.get(name) : items.find((x) => x.name === name);
+  if (!item) throw new ConcurrentChangeError(`${what} ${name} is not there any more`);
+  return item;
+}
+
+function absent(items: Map<string, unknown> | Named[], name: string, what: string): void {
+  const there = items instanceof Map ? items.has(name) : items.some((x) => x.name === name);
+  if (there) throw new ConcurrentChangeError(`${what} ${name} exists already`);
+}
+
+// Frontends and backends share HAProxy's one namespace of proxies.
+function noProxy(w: Working, name: string): void {
+  absent(w.frontends, name, 'frontend');
+  absent(w.backends, name, 'backend');
+}
+
+function apply(w: Working, op: Operation): void {
+  switch (op.kind) {
+    case 'create_frontend': {
+      noProxy(w, op.frontend.name);
+      const { name, bind, inspectDelayMs, defaultBackend } = op.frontend;
+      const tags = w.owner.tags();
+      w.frontends.set(name, {
+        name,
+        bind,
+        inspectDelayMs,
+        defaultBackend,
+        acceptsTlsHello: true,
+        rules: [],
+        tags,
+      });
+      return;
+    }
+    case 'update_frontend': {
+      const { bind, inspectDelayMs, defaultBackend } = op.frontend;
+      const f = find(w.frontends, op.frontend.name, 'frontend');
+      Object.assign(f, { bind, inspectDelayMs, defaultBackend, acceptsTlsHello: true });
+      return;
+    }
+    case 'delete_frontend':
+      find(w.frontends, op.name, 'frontend');
+      w.frontends.delete(op.name);
+      return;
+    case 'set_switching_rules': {
+      const f = find(w.frontends, op.frontend, 'frontend');
+      f.rules = switchingRules(f.rules, op, w.owner);
+      return;
+    }
+    default:
+      applyToBackend(w, op);
+  }
+}
+
+function applyToBackend(w: Working, op: Operation): void {
+  switch (op.kind) {
+    case 'create_backend':
+      noProxy(w, op.backend.name);
+      w.backends.set(op.backend.name, {
+        name: op.backend.name,
+        balance: op.backend.balance,
+        servers: [],
+        tags: w.owner.tags(op.backend.cluster),
+      });
+      return;
+    case 'update_backend': {
+      const b = find(w.backends, op.backend.name, 'backend');
+      Object.assign(b, { balance: op.backend.balance, tags: w.owner.tags(op.backend.cluster) });
+      return;
+    }
+    case 'delete_backend':
+      find(w.backends, op.name, 'backend');
+      w.backends.delete(op.name);
+      return;
+    case 'create_server': {
+      const b = find(w.backends, op.backend, 'backend');
+      absent(b.servers, op.server.name, `server ${op.backend}/`);
+      const { name, address, port, check } = op.server;
+      b.servers.push({ name, address, port, check, tags: w.owner.tags() });
+      return;
+    }
+    case 'update_server': {
+      const s = find(
+        find(w.backends, op.backend, 'backend').servers,
+        op.server.name,
+        `server ${op.backend}/`,
+      );
+      Object.assign(s, { address: op.server.address, port: op.server.port, check: op.server.check });
+      return;
+    }
+    case 'delete_server': {
+      const b = find(w.backends, op.backend, 'backend');
+      find(b.servers, op.server.name, `server ${op.backend}/`);
+      b.servers = b.servers.filter((s) => s.name !== op.server.name);
+      return;
     }
   }
-  return { frontends: [...frontends.values()], backends: [...backends.values()] };
 }
 
 /** The rule list asked for: ours tagged anew, another owner's kept exactly as they were (the plan names them only to keep their place). */
