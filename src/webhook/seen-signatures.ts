@@ -4,6 +4,12 @@ import { removeTemporaries, writeFileAtomic } from '../store/atomic-file.js';
 const LINE = /^([0-9]{1,12}) (sha256=[0-9a-f]{64})$/;
 // Rewrite the file once it holds this many lines more than are still live.
 const COMPACT_SLACK = 1000;
+/**
+ * How much longer than the window a signature is kept. The window test and the claim share one clock
+ * reading, so this is not needed for that; it covers a clock stepped forward and back (an NTP correction),
+ * which would otherwise drop signatures a later reading finds inside the window again.
+ */
+export const RETENTION_MARGIN_SECONDS = 60;
 
 /**
  * Signatures of writes accepted within the replay window, with their timestamps, so that a captured write
@@ -24,7 +30,7 @@ export class SeenSignatures {
     private readonly file?: string,
   ) {}
 
-  /** Loads `file` (created if missing), keeping only entries still inside the window. */
+  /** Loads `file` (created if missing), keeping only entries still inside the window (and its margin). */
   static async open(file: string, windowSeconds: number, nowSeconds: number): Promise<SeenSignatures> {
     const s = new SeenSignatures(windowSeconds, file);
     let text = '';
@@ -76,7 +82,7 @@ export class SeenSignatures {
 
   private forgetExpired(nowSeconds: number): void {
     for (const [signature, sent] of this.seen) {
-      if (nowSeconds - sent > this.windowSeconds) this.seen.delete(signature);
+      if (nowSeconds - sent > this.windowSeconds + RETENTION_MARGIN_SECONDS) this.seen.delete(signature);
     }
   }
 
