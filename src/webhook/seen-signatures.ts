@@ -1,5 +1,5 @@
 import { open, readFile } from 'node:fs/promises';
-import { removeTemporaries, writeFileAtomic } from '../store/atomic-file.js';
+import { AtomicFile } from '../store/atomic-file.js';
 
 const LINE = /^([0-9]{1,12}) (sha256=[0-9a-f]{64})$/;
 // Rewrite the file once it holds this many lines more than are still live.
@@ -24,6 +24,7 @@ export class SeenSignatures {
   private waiters: Array<{ resolve(): void; reject(err: unknown): void }> = [];
   private flushing: Promise<void> | undefined;
   private writeError: string | undefined;
+  private disk: AtomicFile | undefined;
 
   constructor(
     private readonly windowSeconds: number,
@@ -45,7 +46,7 @@ export class SeenSignatures {
       if (m?.[1] && m[2]) s.seen.set(m[2], Number(m[1]));
     }
     s.forgetExpired(nowSeconds);
-    await removeTemporaries(file);
+    s.disk = await AtomicFile.open(file);
     await s.compact();
     return s;
   }
@@ -122,7 +123,7 @@ export class SeenSignatures {
 
   private async compact(): Promise<void> {
     const live = [...this.seen].map(([signature, sent]) => `${sent} ${signature}\n`);
-    await writeFileAtomic(this.file as string, live.join(''));
+    await this.disk?.write(live.join(''));
     this.lines = live.length;
   }
 }
