@@ -34,6 +34,7 @@ export interface AppOptions {
 export const DEFAULT_BODY_TIMEOUT_MS = 10_000;
 // As many full-size bodies as kubebyon-api could have in flight at once, with room to spare.
 export const PENDING_BODIES_OF_THE_LIMIT = 16;
+
 /** The webhook API, health endpoints and metrics. Every /v1 call is authenticated before it is acted on. */
 export function createApp(o: AppOptions): express.Express {
   const app = express();

@@ -14,7 +14,7 @@ export interface ServerTimes {
   requestTimeoutMs: number;
   /** Longest a kept-alive connection may stay idle between requests. */
   keepAliveTimeoutMs: number;
-  /** How often Node looks for connections past the first two: a slow client is closed this much late at most. */
+  /** How often Node looks for connections past either deadline: a slow client is closed this much late at most. */
   checkIntervalMs: number;
 }
 
