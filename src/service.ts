@@ -1,6 +1,4 @@
 import type { Server } from 'node:http';
-import { setTimeout as sleep } from 'node:timers/promises';
-import type { Express } from 'express';
 import type { Logger } from 'pino';
 import { type Config, renderOptionsOf } from './config/env.js';
 import { createMetrics, type Metrics } from './metrics/metrics.js';
@@ -8,9 +6,10 @@ import { errorText, type Provider } from './providers/provider.js';
 import { Reconciler } from './reconcile/reconciler.js';
 import { ClusterStore } from './store/cluster-store.js';
 import type { KubernetesTopology } from './topology/kubernetes.js';
-import { createApp, limitRequestTime } from './webhook/app.js';
+import { createApp, DEFAULT_BODY_TIMEOUT_MS } from './webhook/app.js';
 import { WebhookAuthenticator } from './webhook/auth.js';
 import type { Readiness } from './webhook/readiness.js';
+import { createWebhookServer, listen, serverTimes } from './webhook/server.js';
 import { createConfiguredProvider, createLogger, createTopology } from './wiring.js';
 
 export const VERSION = '0.1.0';
@@ -64,29 +63,6 @@ function readinessOf(
   };
 }
 
-async function listen(app: Express, host: string, port: number): Promise<Server> {
-  return new Promise((resolve, reject) => {
-    const s = app.listen(port, host, () => resolve(s));
-    s.once('error', reject);
-  });
-}
-
-/** Counts requests being answered, so that a graceful stop can wait for them. */
-function trackRequests(server: Server): { idle(deadline: number): Promise<void> } {
-  let active = 0;
-  server.on('request', (_req, res) => {
-    active++;
-    res.once('close', () => {
-      active--;
-    });
-  });
-  return {
-    async idle(deadline) {
-      while (active > 0 && Date.now() < deadline) await sleep(20);
-    },
-  };
-}
-
 /**
  * Stops taking calls, answers the calls in flight while the loop still runs (so that acknowledged changes
  * callers wait for get applied), then stops the loop within the grace period, the watches and the provider.
@@ -94,7 +70,8 @@ function trackRequests(server: Server): { idle(deadline: number): Promise<void> 
 async function gracefulStop(
   parts: {
     server: Server;
-    requests: ReturnType<typeof trackRequests>;
+    /** Requests received and not yet answered. */
+    unanswered(): number;
     loop: Reconciler;
     kube: KubernetesTopology | undefined;
     provider: Provider;
@@ -102,12 +79,12 @@ async function gracefulStop(
   },
   graceMs: number,
 ): Promise<void> {
-  const { server, requests, loop, kube, provider, logger } = parts;
+  const { server, unanswered, loop, kube, provider, logger } = parts;
   const deadline = Date.now() + graceMs;
   logger.info('stopping: no new calls; answering the calls in flight');
   const closed = new Promise<void>((resolve) => server.close(() => resolve()));
   server.closeIdleConnections();
-  await requests.idle(deadline);
+  while (unanswered() > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
   await loop.stop(Math.max(0, deadline - Date.now()));
   server.closeAllConnections();
   await kube?.stop();
@@ -163,9 +140,8 @@ export async function startService(config: Config, deps: ServiceDeps = {}): Prom
   });
 
   if (kube) await kube.start();
-  const server = await listen(app, config.listen.host, config.listen.port);
-  const requests = trackRequests(server);
-  limitRequestTime(server);
+  const { server, gate } = createWebhookServer(app, serverTimes(DEFAULT_BODY_TIMEOUT_MS));
+  await listen(server, config.listen.host, config.listen.port);
   const address = server.address();
   const port = address && typeof address !== 'string' ? address.port : config.listen.port;
   // HAProxy may be away at start: webhooks are still accepted and stored, and the loop converges later.
@@ -193,7 +169,10 @@ export async function startService(config: Config, deps: ServiceDeps = {}): Prom
     metrics,
     provider,
     stop() {
-      stopping ??= gracefulStop({ server, requests, loop, kube, provider, logger }, config.shutdownGraceMs);
+      stopping ??= gracefulStop(
+        { server, unanswered: gate.unanswered, loop, kube, provider, logger },
+        config.shutdownGraceMs,
+      );
       return stopping;
     },
   };

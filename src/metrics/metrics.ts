@@ -90,7 +90,7 @@ export function createMetrics() {
     }),
     webhookRequests: new Counter({
       name: `${NS}_webhook_requests_total`,
-      help: 'Webhook API requests by method, route template and status code.',
+      help: 'Webhook API requests by method (GET, HEAD, PUT, POST, DELETE or other), route template and status code.',
       labelNames: ['method', 'route', 'status'] as const,
       registers: [registry],
     }),
@@ -108,6 +108,14 @@ export function createMetrics() {
   for (const result of ['succeeded', 'failed']) metrics.reloads.inc({ result }, 0);
   for (const reason of AUTH_FAILURE_REASONS) metrics.webhookAuthFailures.inc({ reason }, 0);
   return metrics;
+}
+
+/** The methods the webhook API serves; any other counts as `other`, so that callers cannot add series. */
+const SERVED_METHODS = new Set(['GET', 'HEAD', 'PUT', 'POST', 'DELETE']);
+
+/** The `method` label of `webhook_requests_total` for a request's method. */
+export function methodLabel(method: string): string {
+  return SERVED_METHODS.has(method) ? method : 'other';
 }
 
 /** Why a webhook call got 401; the values of `webhook_auth_failures_total`'s `reason`. */

@@ -1,5 +1,5 @@
 import { open, readdir, rename, unlink } from 'node:fs/promises';
-import { basename, dirname, join } from 'node:path';
+import { basename, dirname, join, resolve } from 'node:path';
 
 /** A new content for a file, written and synced beside it, not yet in place. */
 export interface PreparedFile {
@@ -16,6 +16,8 @@ export interface PreparedFile {
  * before it replaces anything.
  */
 export async function prepareFileAtomic(path: string, content: string, mode = 0o600): Promise<PreparedFile> {
+  // A writer that did not open its file still gets it swept, before this process's first write to it.
+  await (swept.get(resolve(path)) ?? removeTemporaries(path));
   const dir = dirname(path);
   const tmpPath = join(dir, `${temporaryPrefix(path)}${process.pid}.${Date.now()}.tmp`);
   const handle = await open(tmpPath, 'w', mode);
@@ -60,11 +62,24 @@ export async function writeFileAtomic(path: string, content: string, mode = 0o60
 
 const temporaryPrefix = (path: string) => `.${basename(path)}.`;
 
+// Paths swept by this process: a write's own temporary must never be taken for a killed one's.
+const swept = new Map<string, Promise<unknown>>();
+
 /**
  * Removes the temporary files `prepareFileAtomic` left beside `path` when its process was killed between
- * writing one and renaming it. Call it only where no write to `path` can be under way (before the first).
+ * writing one and renaming it, and returns their names. Call it only where no write to `path` can be under
+ * way (before the first); `AtomicFile.open` does, and a first write does if nothing did.
  */
-export async function removeTemporaries(path: string): Promise<string[]> {
+export function removeTemporaries(path: string): Promise<string[]> {
+  const sweep = sweepTemporaries(path);
+  swept.set(
+    resolve(path),
+    sweep.catch(() => {}),
+  );
+  return sweep;
+}
+
+async function sweepTemporaries(path: string): Promise<string[]> {
   const prefix = temporaryPrefix(path);
   let names: string[];
   try {
@@ -77,4 +92,30 @@ export async function removeTemporaries(path: string): Promise<string[]> {
   );
   await Promise.all(stale.map((n) => unlink(join(dirname(path), n)).catch(() => {})));
   return stale;
+}
+
+/**
+ * A file only ever replaced whole. Every such file is opened this way once, at start, before its first
+ * write: the opening sweeps what a kill -9 mid-write left beside it (the store, the seen signatures, the
+ * Data Plane API ledger), so that no start leaves a temporary behind.
+ */
+export class AtomicFile {
+  private constructor(
+    readonly path: string,
+    /** The temporaries of killed writes that opening removed, for the caller to log. */
+    readonly removed: readonly string[],
+    private readonly mode: number,
+  ) {}
+
+  static async open(path: string, mode = 0o600): Promise<AtomicFile> {
+    return new AtomicFile(path, await removeTemporaries(path), mode);
+  }
+
+  write(content: string): Promise<void> {
+    return writeFileAtomic(this.path, content, this.mode);
+  }
+
+  prepare(content: string): Promise<PreparedFile> {
+    return prepareFileAtomic(this.path, content, this.mode);
+  }
 }

@@ -3,7 +3,7 @@ import { dirname } from 'node:path';
 import { z } from 'zod';
 import { ClusterRecord, type ClusterTarget } from '../model/cluster.js';
 import { compareStrings } from '../routes/route.js';
-import { removeTemporaries, writeFileAtomic } from './atomic-file.js';
+import { AtomicFile } from './atomic-file.js';
 
 const StoreFile = z.object({ version: z.literal(1), clusters: z.array(ClusterRecord) });
 
@@ -22,13 +22,15 @@ export class ClusterStore {
   private writing: Promise<void> | undefined;
   private writeError: string | undefined;
 
-  private constructor(private readonly path: string) {}
+  private constructor(
+    private readonly path: string,
+    private readonly disk: AtomicFile,
+  ) {}
 
   static async open(path: string): Promise<ClusterStore> {
-    const store = new ClusterStore(path);
     await mkdir(dirname(path), { recursive: true });
-    // A kill -9 between writing a new version and renaming it leaves the temporary file: nothing reads it.
-    await removeTemporaries(path);
+    // A kill -9 between writing a new version and renaming it leaves the temporary file: opening removes it.
+    const store = new ClusterStore(path, await AtomicFile.open(path));
     let text: string | undefined;
     try {
       text = await readFile(path, 'utf8');
@@ -131,7 +133,7 @@ export class ClusterStore {
       try {
         for (const change of batch) results.push(change.mutate(copy));
         const file = { version: 1 as const, clusters: [...copy.values()] };
-        await writeFileAtomic(this.path, `${JSON.stringify(file, null, 2)}\n`);
+        await this.disk.write(`${JSON.stringify(file, null, 2)}\n`);
       } catch (err) {
         this.writeError = err instanceof Error ? err.message : String(err);
         for (const change of batch) change.reject(err);

@@ -1,7 +1,6 @@
-import type { Server } from 'node:http';
 import express, { type RequestHandler } from 'express';
 import type { Logger } from 'pino';
-import type { Metrics } from '../metrics/metrics.js';
+import { type Metrics, methodLabel } from '../metrics/metrics.js';
 import type { Reconciler } from '../reconcile/reconciler.js';
 import type { ClusterStore } from '../store/cluster-store.js';
 import type { WebhookAuthenticator } from './auth.js';
@@ -22,25 +21,15 @@ export interface AppOptions {
   bodyLimitBytes: number;
   /** Longest a client may take to send a request body (408 after). */
   bodyTimeoutMs?: number;
-  /** Request bodies read at once before their signature is verified (503 beyond). */
-  maxPendingBodies?: number;
+  /** Bytes that request bodies not yet verified may hold together (by default 16 bodies of the limit). */
+  pendingBodyBytes?: number;
   readiness(): Promise<Readiness>;
   version: string;
 }
 
 export const DEFAULT_BODY_TIMEOUT_MS = 10_000;
-// Enough for kubebyon-api's calls, which are small and quick; bounds memory to this many bodies.
-export const DEFAULT_MAX_PENDING_BODIES = 16;
-const HEADERS_TIMEOUT_MS = 10_000;
-
-/**
- * Node's own bounds on receiving a request, behind the app's body time limit: slow headers, and a whole
- * request that takes far too long (Node checks these only every 30 s).
- */
-export function limitRequestTime(server: Server, bodyTimeoutMs = DEFAULT_BODY_TIMEOUT_MS): void {
-  server.headersTimeout = HEADERS_TIMEOUT_MS;
-  server.requestTimeout = HEADERS_TIMEOUT_MS + bodyTimeoutMs + 5_000;
-}
+// As many full-size bodies as kubebyon-api could have in flight at once, with room to spare.
+export const PENDING_BODIES_OF_THE_LIMIT = 16;
 
 /** The webhook API, health endpoints and metrics. Every /v1 call is authenticated before it is acted on. */
 export function createApp(o: AppOptions): express.Express {
@@ -55,7 +44,7 @@ export function createApp(o: AppOptions): express.Express {
     metrics: o.metrics,
     bodyLimitBytes: o.bodyLimitBytes,
     bodyTimeoutMs: o.bodyTimeoutMs ?? DEFAULT_BODY_TIMEOUT_MS,
-    maxPendingBodies: o.maxPendingBodies ?? DEFAULT_MAX_PENDING_BODIES,
+    pendingBodyBytes: o.pendingBodyBytes ?? PENDING_BODIES_OF_THE_LIMIT * o.bodyLimitBytes,
   });
   app.use('/v1', guard, clustersRouter(o));
   app.use(notFound);
@@ -69,7 +58,7 @@ function requestLog(metrics: Metrics, logger: Logger): RequestHandler {
     const started = process.hrtime.bigint();
     res.on('finish', () => {
       const route = req.route?.path ? `${req.baseUrl}${String(req.route.path)}` : 'unmatched';
-      metrics.webhookRequests.inc({ method: req.method, route, status: String(res.statusCode) });
+      metrics.webhookRequests.inc({ method: methodLabel(req.method), route, status: String(res.statusCode) });
       logger.info(
         {
           method: req.method,

@@ -84,6 +84,10 @@ export class WebhookAuthenticator {
    * the service buffer a body: the headers' form and the timestamp's age; in bearer mode the whole check.
    */
   precheck(req: RequestHead): AuthResult {
+    return this.judgeHead(req, this.now() / 1000);
+  }
+
+  private judgeHead(req: RequestHead, nowSeconds: number): AuthResult {
     if (this.options.mode === 'bearer') {
       const header = req.header('authorization');
       if (!header?.startsWith('Bearer ')) return { ok: false, reason: 'missing_credentials' };
@@ -96,17 +100,20 @@ export class WebhookAuthenticator {
     if (!timestamp || !signature) return { ok: false, reason: 'missing_credentials' };
     if (!SIGNATURE_FORM.test(signature)) return { ok: false, reason: 'bad_credentials' };
     const sent = TIMESTAMP_FORM.test(timestamp) ? Number(timestamp) : Number.NaN;
-    if (!(Math.abs(this.now() / 1000 - sent) <= this.options.replayWindowSeconds))
+    if (!(Math.abs(nowSeconds - sent) <= this.options.replayWindowSeconds))
       return { ok: false, reason: 'stale_timestamp' };
     return { ok: true };
   }
 
   /**
    * The full check, over the body: the precheck again (time has passed), the HMAC, then replay. An accepted
-   * write's signature is on disk (with a replay file) before this resolves.
+   * write's signature is on disk (with a replay file) before this resolves. One reading of the clock serves
+   * both the window and the claim: read twice, a copy whose HMAC ran across the window's edge passed the
+   * window by the first reading, while the second had already dropped its signature as expired.
    */
   async check(req: SignedRequest): Promise<AuthResult> {
-    const pre = this.precheck(req);
+    const nowSeconds = this.now() / 1000;
+    const pre = this.judgeHead(req, nowSeconds);
     if (!pre.ok || this.options.mode === 'bearer') return pre;
     const timestamp = req.header(TIMESTAMP_HEADER) ?? '';
     const signature = req.header(SIGNATURE_HEADER) ?? '';
@@ -114,7 +121,7 @@ export class WebhookAuthenticator {
     if (!constantTimeEqual(signature, expected)) return { ok: false, reason: 'bad_credentials' };
     // Reads may repeat within a second (a poller, the status command); only a replayed write does harm.
     if (SAFE_METHODS.has(req.method.toUpperCase())) return { ok: true };
-    const fresh = await this.seen.claim(signature, Number(timestamp), this.now() / 1000);
+    const fresh = await this.seen.claim(signature, Number(timestamp), nowSeconds);
     return fresh ? { ok: true } : { ok: false, reason: 'replayed' };
   }
 }

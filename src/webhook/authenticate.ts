@@ -3,6 +3,8 @@ import type { Logger } from 'pino';
 import type { Metrics } from '../metrics/metrics.js';
 import type { RequestHead, WebhookAuthenticator } from './auth.js';
 import { type BodyRefusal, decodeUtf8, hasBody, readBody, refuseFromHeaders } from './body.js';
+import { continueIfAsked } from './server.js';
+import { UploadBudget } from './upload-budget.js';
 
 export interface AuthenticateOptions {
   auth: WebhookAuthenticator;
@@ -11,17 +13,18 @@ export interface AuthenticateOptions {
   bodyLimitBytes: number;
   /** Longest a client may take to send a body. */
   bodyTimeoutMs: number;
-  /** Bodies read at once before their signature is verified; more get 503. */
-  maxPendingBodies: number;
+  /** Bytes that bodies not yet verified may hold together; beyond, the oldest of them get 503. */
+  pendingBodyBytes: number;
 }
 
 /**
  * Authenticates a /v1 call, then parses its body as JSON into req.body (undefined when empty).
  * Everything checkable from the headers is checked before the body is read, and reading unverified bodies
- * is bounded in number, size and time: a caller without the secret can hold neither memory nor connections.
+ * is bounded in size, time and the bytes they hold together: a caller without the secret can hold neither
+ * memory nor the room signed writes need.
  */
 export function authenticate(o: AuthenticateOptions): RequestHandler {
-  let pending = 0;
+  const budget = new UploadBudget(o.pendingBodyBytes);
   return async (req, res, next) => {
     const head: RequestHead = { method: req.method, url: req.originalUrl, header: (n) => req.get(n) };
     const pre = o.auth.precheck(head);
@@ -30,19 +33,13 @@ export function authenticate(o: AuthenticateOptions): RequestHandler {
     if (hasBody(req)) {
       const early = refuseFromHeaders(req, o.bodyLimitBytes);
       if (early) return refuseBody(req, res, o.logger, early);
-      if (pending >= o.maxPendingBodies) {
-        res.set('Retry-After', '1');
-        return refuse(req, res, o.logger, 503, {
-          error: 'busy',
-          detail: 'too many requests are sending their body; retry shortly',
-        });
-      }
-      pending++;
+      const upload = budget.enter();
+      continueIfAsked(res);
       let read: Awaited<ReturnType<typeof readBody>>;
       try {
-        read = await readBody(req, { limitBytes: o.bodyLimitBytes, timeoutMs: o.bodyTimeoutMs });
+        read = await readBody(req, { limitBytes: o.bodyLimitBytes, timeoutMs: o.bodyTimeoutMs, upload });
       } finally {
-        pending--;
+        upload.leave();
       }
       if (!read.ok) return refuseBody(req, res, o.logger, read.refusal);
       body = read.body;
@@ -93,6 +90,7 @@ function unauthorized(req: Request, res: Response, o: AuthenticateOptions, reaso
 
 function refuseBody(req: Request, res: Response, logger: Logger, r: BodyRefusal): void {
   const { status, ...answer } = r;
+  if (status === 503) res.set('Retry-After', '1');
   refuse(req, res, logger, status, answer);
 }
 

@@ -1,10 +1,11 @@
 import type { IncomingMessage } from 'node:http';
 import type { Transform } from 'node:stream';
 import { createBrotliDecompress, createGunzip, createInflate } from 'node:zlib';
+import type { Upload } from './upload-budget.js';
 
 /** A refusal to send as `{error, reason?, detail}` with `status`. */
 export interface BodyRefusal {
-  status: 400 | 408 | 413 | 415;
+  status: 400 | 408 | 413 | 415 | 503;
   error: string;
   reason?: string;
   detail: string;
@@ -16,6 +17,8 @@ export interface BodyLimits {
   limitBytes: number;
   /** Longest the client may take to send the whole body, from when reading starts. */
   timeoutMs: number;
+  /** Where the bytes held are counted against what all unverified bodies may hold. */
+  upload?: Pick<Upload, 'signal' | 'charge'>;
 }
 
 // The encodings body-parser accepted before; the signature covers the decoded body.
@@ -23,6 +26,13 @@ const DECODERS: Record<string, (() => Transform) | undefined> = {
   gzip: createGunzip,
   deflate: createInflate,
   br: createBrotliDecompress,
+};
+
+/** The answer to a body there is no room for now (with Retry-After). */
+export const BUSY: BodyRefusal = {
+  status: 503,
+  error: 'busy',
+  detail: 'too many bytes of unverified requests are being received; retry shortly',
 };
 
 const tooLarge = (limit: number): BodyRefusal => ({
@@ -100,6 +110,7 @@ export function readBody(req: IncomingMessage, limits: BodyLimits): Promise<Body
       if (settled) return;
       settled = true;
       clearTimeout(timer);
+      limits.upload?.signal.removeEventListener('abort', onEvicted);
       req.off('data', onRaw);
       req.off('close', onClose);
       source.off('data', onDecoded);
@@ -119,8 +130,11 @@ export function readBody(req: IncomingMessage, limits: BodyLimits): Promise<Body
     const onDecoded = (chunk: Buffer) => {
       decoded += chunk.length;
       if (decoded > limits.limitBytes) finish({ ok: false, refusal: tooLarge(limits.limitBytes) });
+      else if (limits.upload && !limits.upload.charge(chunk.length)) finish({ ok: false, refusal: BUSY });
       else chunks.push(chunk);
     };
+    // A newer upload needed the room this one held.
+    const onEvicted = () => finish({ ok: false, refusal: BUSY });
     const onEnd = () => finish({ ok: true, body: Buffer.concat(chunks) });
     // The client went away: nobody to answer, but the caller must still release what it holds.
     const onClose = () => {
@@ -143,6 +157,8 @@ export function readBody(req: IncomingMessage, limits: BodyLimits): Promise<Body
       limits.timeoutMs,
     );
 
+    if (limits.upload?.signal.aborted) return onEvicted();
+    limits.upload?.signal.addEventListener('abort', onEvicted);
     req.on('data', onRaw);
     req.on('close', onClose);
     source.on('data', onDecoded);

@@ -1,7 +1,7 @@
 import express, { type NextFunction, type Request, type Response } from 'express';
 import { type PassOutcome, type Reconciler, TopologyNotSyncedError } from '../reconcile/reconciler.js';
 import type { ClusterStore } from '../store/cluster-store.js';
-import { checkCluster, checkClusterSet } from './clusters.js';
+import { checkCluster, checkClusterSet, checkName } from './clusters.js';
 import { fieldError, zodError } from './errors.js';
 import type { Readiness } from './readiness.js';
 import { ClusterBody, ClusterSetBody } from './schemas.js';
@@ -81,6 +81,8 @@ export function clustersRouter(o: ClustersRouterOptions): express.Router {
 
   const remove: Handler = async (req, res) => {
     const name = String(req.params.name);
+    const badName = checkName(name);
+    if (badName) return fieldError(res, badName);
     const existed = await stored(res, () => o.store.delete(name));
     if (existed === undefined) return;
     await answer(req, res, o.reconciler.request('webhook'), () => ({ name, deleted: existed }));
@@ -103,6 +105,8 @@ export function clustersRouter(o: ClustersRouterOptions): express.Router {
   });
   router.put('/clusters', replaceAll);
   router.get('/clusters/:name', async (req, res) => {
+    const badName = checkName(String(req.params.name));
+    if (badName) return fieldError(res, badName);
     const s = status(String(req.params.name));
     if (!s) {
       res.status(404).json({ error: 'not_found', detail: `no cluster ${req.params.name}` });

@@ -23,13 +23,8 @@ export type CheckedCluster =
  * of the full set is named (`clusters.3.control_plane_host`). Pure.
  */
 export function checkCluster(name: string, body: ClusterBody, field = ''): CheckedCluster {
-  const nameCheck = validateClusterName(name);
-  if (!nameCheck.ok) {
-    return {
-      ok: false,
-      error: { status: 400, field: `${field}name`, reason: 'cluster_name_invalid', detail: nameCheck.detail },
-    };
-  }
+  const badName = checkName(name, field);
+  if (badName) return { ok: false, error: badName };
   if (body.public_access_mode !== ROUTED_MODE) return { ok: true, routed: false };
   const host = validateHost(body.control_plane_host);
   if (!host.ok) {
@@ -51,6 +46,16 @@ export function checkCluster(name: string, body: ClusterBody, field = ''): Check
   }
   const target: ClusterTarget = body.service ? { service: body.service } : { nodePort: body.node_port ?? 0 };
   return { ok: true, routed: true, input: { name, host: host.host, target } };
+}
+
+/**
+ * Why `name` cannot name a cluster, or undefined: the one rule for a name on every verb, so that a DELETE or
+ * GET of a name no PUT could store is refused alike (400), not answered as if it might exist. Pure.
+ */
+export function checkName(name: string, field = ''): FieldError | undefined {
+  const nameCheck = validateClusterName(name);
+  if (nameCheck.ok) return undefined;
+  return { status: 400, field: `${field}name`, reason: 'cluster_name_invalid', detail: nameCheck.detail };
 }
 
 export type CheckedClusterSet =

@@ -83,7 +83,7 @@ const bodyResponses = {
   },
   '503': {
     description:
-      'Too many bodies being received at once (busy; retry after the Retry-After header), or the call could not be recorded on disk (state_unavailable)',
+      'Unverified bodies being received hold all the room allowed and this one was the oldest (busy; retry after the Retry-After header), or the call could not be recorded on disk (state_unavailable)',
     content: { 'application/json': { schema: ErrorBody } },
   },
 };

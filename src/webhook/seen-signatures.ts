@@ -1,9 +1,15 @@
 import { open, readFile } from 'node:fs/promises';
-import { removeTemporaries, writeFileAtomic } from '../store/atomic-file.js';
+import { AtomicFile } from '../store/atomic-file.js';
 
 const LINE = /^([0-9]{1,12}) (sha256=[0-9a-f]{64})$/;
 // Rewrite the file once it holds this many lines more than are still live.
 const COMPACT_SLACK = 1000;
+/**
+ * How much longer than the window a signature is kept. The window test and the claim share one clock
+ * reading, so this is not needed for that; it covers a clock stepped forward and back (an NTP correction),
+ * which would otherwise drop signatures a later reading finds inside the window again.
+ */
+export const RETENTION_MARGIN_SECONDS = 60;
 
 /**
  * Signatures of writes accepted within the replay window, with their timestamps, so that a captured write
@@ -18,13 +24,14 @@ export class SeenSignatures {
   private waiters: Array<{ resolve(): void; reject(err: unknown): void }> = [];
   private flushing: Promise<void> | undefined;
   private writeError: string | undefined;
+  private disk: AtomicFile | undefined;
 
   constructor(
     private readonly windowSeconds: number,
     private readonly file?: string,
   ) {}
 
-  /** Loads `file` (created if missing), keeping only entries still inside the window. */
+  /** Loads `file` (created if missing), keeping only entries still inside the window (and its margin). */
   static async open(file: string, windowSeconds: number, nowSeconds: number): Promise<SeenSignatures> {
     const s = new SeenSignatures(windowSeconds, file);
     let text = '';
@@ -39,7 +46,7 @@ export class SeenSignatures {
       if (m?.[1] && m[2]) s.seen.set(m[2], Number(m[1]));
     }
     s.forgetExpired(nowSeconds);
-    await removeTemporaries(file);
+    s.disk = await AtomicFile.open(file);
     await s.compact();
     return s;
   }
@@ -76,7 +83,7 @@ export class SeenSignatures {
 
   private forgetExpired(nowSeconds: number): void {
     for (const [signature, sent] of this.seen) {
-      if (nowSeconds - sent > this.windowSeconds) this.seen.delete(signature);
+      if (nowSeconds - sent > this.windowSeconds + RETENTION_MARGIN_SECONDS) this.seen.delete(signature);
     }
   }
 
@@ -116,7 +123,7 @@ export class SeenSignatures {
 
   private async compact(): Promise<void> {
     const live = [...this.seen].map(([signature, sent]) => `${sent} ${signature}\n`);
-    await writeFileAtomic(this.file as string, live.join(''));
+    await this.disk?.write(live.join(''));
     this.lines = live.length;
   }
 }

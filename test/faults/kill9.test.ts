@@ -1,4 +1,5 @@
 import { readdirSync } from 'node:fs';
+import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { haproxyVersionUnderTest } from '../support/haproxy-testbed.js';
@@ -189,14 +190,18 @@ describeFault(
       const afterStop = { open: await bed.openTransactions(), ledger: bed.ledger() };
       expect(afterStop).toEqual({ open: [], ledger: [] });
       // A kill during a write leaves no half-written file behind (state, ledger, owned file).
-      const leftovers = bed.writeDirs.flatMap((d) => readdirSync(d).filter((f) => f.endsWith('.tmp')));
+      const leftovers = bed.writeDirs.flatMap((d) =>
+        readdirSync(d)
+          .filter((f) => f.endsWith('.tmp'))
+          .map((f) => join(d, f)),
+      );
       console.log(
         `[measure] kill -9 (${provider}): seed ${seed}, ${kills} kills, ${CHANGES} changes, ${acknowledged} acknowledged, ${inFlightAtKill} unanswered (in flight at a kill), ${refusedWhileUp} refused, ${expected.size} routes at the end, ${leftovers.length} temporary files left${provider === 'haproxy' ? '' : `, ${openAtKills.size} transactions seen open right after the kills, all dropped (${open.open.length} open at the end, in the ledger; 0 after a graceful stop)`}`,
       );
       expect(kills).toBeGreaterThanOrEqual(3);
       expect(acknowledged).toBeGreaterThan(CHANGES / 2);
       expect(refusedWhileUp).toBe(0);
-      expect(leftovers).toEqual([]);
+      expect(leftovers, `temporary files left: ${leftovers.join(', ')}`).toEqual([]);
     });
   },
 );

@@ -11,16 +11,18 @@ import { Reconciler } from '../../src/reconcile/reconciler.js';
 import { OwnedProvider } from '../../src/registry/owned-provider.js';
 import { ClusterStore } from '../../src/store/cluster-store.js';
 import { StaticTopology, type Topology } from '../../src/topology/topology.js';
-import { type AppOptions, createApp } from '../../src/webhook/app.js';
+import { type AppOptions, createApp, DEFAULT_BODY_TIMEOUT_MS } from '../../src/webhook/app.js';
 import { type AuthMode, WebhookAuthenticator } from '../../src/webhook/auth.js';
+import type { ConnectionGate, GateLimits } from '../../src/webhook/connection-gate.js';
 import type { Readiness } from '../../src/webhook/readiness.js';
+import { createWebhookServer, listen, type ServerTimes, serverTimes } from '../../src/webhook/server.js';
 import { registry } from './owner.js';
 import { type SignedClient, signedClient } from './webhook-client.js';
 
 export const TEST_SECRET = 'test-secret-0123456789';
 
 export interface WebhookAppOptions
-  extends Partial<Pick<AppOptions, 'bodyLimitBytes' | 'bodyTimeoutMs' | 'maxPendingBodies'>> {
+  extends Partial<Pick<AppOptions, 'bodyLimitBytes' | 'bodyTimeoutMs' | 'pendingBodyBytes'>> {
   authMode?: AuthMode;
   topology?: Topology;
   /** The provider behind the loop (a fresh MemoryProvider by default). */
@@ -29,10 +31,17 @@ export interface WebhookAppOptions
   replayFile?: boolean;
   /** Use this folder (and keep it on stop) instead of a fresh temporary one: for restarts. */
   dir?: string;
+  /** The HTTP server's bounds on slow clients, instead of the service's. */
+  times?: Partial<ServerTimes>;
+  /** The bounds on pipelined requests, instead of the service's. */
+  gate?: GateLimits;
 }
 
 export interface WebhookApp {
   base: string;
+  server: Server;
+  /** Unanswered requests, and connections closed for what they had waiting. */
+  gate: ConnectionGate;
   port: number;
   dir: string;
   store: ClusterStore;
@@ -97,18 +106,24 @@ export async function startWebhookApp(o: WebhookAppOptions = {}): Promise<Webhoo
     waitTimeoutMs: 5000,
     bodyLimitBytes: o.bodyLimitBytes ?? 64 * 1024,
     ...(o.bodyTimeoutMs === undefined ? {} : { bodyTimeoutMs: o.bodyTimeoutMs }),
-    ...(o.maxPendingBodies === undefined ? {} : { maxPendingBodies: o.maxPendingBodies }),
+    ...(o.pendingBodyBytes === undefined ? {} : { pendingBodyBytes: o.pendingBodyBytes }),
     readiness: () => handle.readiness(),
     version: 'test',
   });
-  const server: Server = await new Promise((resolve) => {
-    const s = app.listen(0, '127.0.0.1', () => resolve(s));
-  });
+  // The server the service runs, with its bounds on slow and pipelining clients.
+  const { server, gate } = createWebhookServer(
+    app,
+    { ...serverTimes(o.bodyTimeoutMs ?? DEFAULT_BODY_TIMEOUT_MS), ...o.times },
+    o.gate,
+  );
+  await listen(server, '127.0.0.1', 0);
   const address = server.address();
   if (!address || typeof address === 'string') throw new Error('no address');
   const base = `http://127.0.0.1:${address.port}`;
   return Object.assign(handle, {
     base,
+    server,
+    gate,
     port: address.port,
     dir,
     store,

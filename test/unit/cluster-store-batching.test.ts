@@ -2,26 +2,17 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { AtomicFile } from '../../src/store/atomic-file.js';
 import { ClusterStore } from '../../src/store/cluster-store.js';
 
 // Counts the store's file writes while keeping the real atomic write.
-const writes = vi.hoisted(() => ({ count: 0 }));
-vi.mock('../../src/store/atomic-file.js', async (importOriginal) => {
-  const real = await importOriginal<typeof import('../../src/store/atomic-file.js')>();
-  return {
-    ...real,
-    writeFileAtomic: async (path: string, content: string) => {
-      writes.count++;
-      await real.writeFileAtomic(path, content);
-    },
-  };
-});
+const writes = vi.spyOn(AtomicFile.prototype, 'write');
 
 describe('ClusterStore group commit', () => {
   let dir: string;
   beforeEach(() => {
     dir = mkdtempSync(join(tmpdir(), 'kubebyon-store-batch-'));
-    writes.count = 0;
+    writes.mockClear();
   });
   afterEach(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -35,7 +26,7 @@ describe('ClusterStore group commit', () => {
     );
     expect(results.map((r) => r.name)).toEqual(Array.from({ length: 100 }, (_, i) => `c${i}`));
     // The first change starts a write at once; the other 99 wait for it and share the next one.
-    expect(writes.count).toBe(2);
+    expect(writes).toHaveBeenCalledTimes(2);
     expect((await ClusterStore.open(path)).list()).toHaveLength(100);
   });
 

@@ -557,7 +557,6 @@ describe('hostile input to the webhook', () => {
       provider,
       topology: new StaticTopology(NODES),
       bodyLimitBytes: 1024 * 1024,
-      maxPendingBodies: 64,
     });
   });
   afterAll(async () => {

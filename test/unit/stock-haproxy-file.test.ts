@@ -175,3 +175,17 @@ describe('owned file', () => {
     expect(g).toBeLessThan(2_000_000_000);
   });
 });
+
+describe('one owned file per owner', () => {
+  it('names its defaults after the owner id, keeping the old name for the default owner', () => {
+    const staging = new Registry('staging');
+    expect(defaultsNameFor(new Registry().id)).toBe(DEFAULTS_NAME);
+    expect(defaultsNameFor(staging.id)).toBe('kubebyon_adapter.staging');
+    const text = renderOwnedFile(state(), defaultsNameFor(staging.id));
+    expect(text).toMatch(/^defaults kubebyon_adapter\.staging$/m);
+    expect(text).toMatch(/^frontend kubebyon_sni from kubebyon_adapter\.staging /m);
+    expect(parseOwnedFile(text, defaultsNameFor(staging.id)).state.frontends).toHaveLength(1);
+    // Another owner's file is not this owner's to read, let alone rewrite.
+    expect(() => parseOwnedFile(text, DEFAULTS_NAME)).toThrow(OwnedFileParseError);
+  });
+});

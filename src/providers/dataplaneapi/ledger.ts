@@ -1,5 +1,5 @@
 import { readFile } from 'node:fs/promises';
-import { writeFileAtomic } from '../../store/atomic-file.js';
+import { AtomicFile } from '../../store/atomic-file.js';
 
 /**
  * The ids of the transactions this service has open, on disk, so that a crash (kill -9) between opening one
@@ -8,7 +8,7 @@ import { writeFileAtomic } from '../../store/atomic-file.js';
  */
 export class TransactionLedger {
   private ids = new Set<string>();
-  private loaded = false;
+  private loading: Promise<AtomicFile | undefined> | undefined;
 
   constructor(
     private readonly file: string | undefined,
@@ -34,11 +34,20 @@ export class TransactionLedger {
     await this.save();
   }
 
-  private async load(): Promise<void> {
-    if (this.loaded || !this.file) {
-      this.loaded = true;
-      return;
-    }
+  // Once, before anything is written: every use awaits it, so no write of this run can be under way when it
+  // sweeps what a killed run left beside the file.
+  private load(): Promise<AtomicFile | undefined> {
+    // A failed read (the folder unreadable) is tried again by the next use.
+    this.loading ??= this.read().catch((err) => {
+      this.loading = undefined;
+      throw err;
+    });
+    return this.loading;
+  }
+
+  private async read(): Promise<AtomicFile | undefined> {
+    if (!this.file) return undefined;
+    const disk = await AtomicFile.open(this.file);
     try {
       const parsed = JSON.parse(await readFile(this.file, 'utf8')) as { open?: unknown };
       if (Array.isArray(parsed.open))
@@ -47,17 +56,15 @@ export class TransactionLedger {
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
     }
-    this.loaded = true;
+    return disk;
   }
 
   // One write at a time (a transaction opened ahead is recorded while another is removed), each writing the
   // ids as they are when it runs.
   private saving: Promise<void> = Promise.resolve();
   private save(): Promise<void> {
-    const file = this.file;
-    if (!file) return Promise.resolve();
-    const next = this.saving.then(() =>
-      writeFileAtomic(file, `${JSON.stringify({ api: this.api, open: [...this.ids] })}\n`),
+    const next = this.saving.then(async () =>
+      (await this.load())?.write(`${JSON.stringify({ api: this.api, open: [...this.ids] })}\n`),
     );
     this.saving = next.catch(() => {});
     return next;

@@ -162,11 +162,11 @@ function backendLine(line: Line, b: RawBackend): void {
     b.balance = arg as string;
   } else if (kw === 'server' && (words.length === 3 || (words.length === 4 && words[3] === 'check'))) {
     const at = parseAddress(words[2] ?? '');
-    if (!isHaproxyName(arg ?? '') || !at || at.address === '*') return fail('bad server');
+    if (!isHaproxyName(arg ?? '') || !at || at.address === '*') fail('bad server');
     b.servers.push({
       name: arg as string,
-      address: at.address,
-      port: at.port,
+      address: (at as { address: string }).address,
+      port: (at as { port: number }).port,
       check: words.length === 4,
       tags: parseTags(line.comment, line.lineNo),
     });

@@ -1,14 +1,6 @@
 import { createHash } from 'node:crypto';
 import { isIP } from 'node:net';
-import type {
-  Bind,
-  RawBackend,
-  RawFrontend,
-  RawRule,
-  RawServer,
-  RawState,
-  Tags,
-} from '../../haproxy/model.js';
+import type { Bind, RawBackend, RawFrontend, RawServer, RawState, Tags } from '../../haproxy/model.js';
 import { isHaproxyName } from '../../naming/names.js';
 import { DEFAULT_OWNER_ID, TAG_KEY, TAG_VALUE } from '../../registry/registry.js';
 
