@@ -1,20 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import type { RawBackend, RawFrontend, RawState } from '../../src/haproxy/model.js';
+import type { RawBackend, RawState } from '../../src/haproxy/model.js';
 import { applyOperations } from '../../src/plan/apply.js';
 import { ConcurrentChangeError } from '../../src/providers/provider.js';
 import { Registry } from '../../src/registry/registry.js';
-import { ownerTags, registry } from '../support/owner.js';
+import { ownFrontend as frontend, ownerTags, registry } from '../support/owner.js';
 
-const frontend = (over: Partial<RawFrontend> = {}): RawFrontend => ({
-  name: 'kubebyon_sni',
-  bind: { address: '*', port: 443 },
-  inspectDelayMs: 5000,
-  acceptsTlsHello: true,
-  defaultBackend: null,
-  rules: [{ backend: 'kubebyon_a_0123456789ab', host: 'a.example.com', tags: ownerTags() }],
-  tags: ownerTags(),
-  ...over,
-});
 const backend: RawBackend = {
   name: 'kubebyon_a_0123456789ab',
   balance: 'leastconn',

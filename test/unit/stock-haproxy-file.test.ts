@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import type { RawBackend, RawFrontend, RawState } from '../../src/haproxy/model.js';
+import type { RawBackend, RawState } from '../../src/haproxy/model.js';
 import {
   DEFAULTS_NAME,
   defaultsNameFor,
@@ -10,18 +10,8 @@ import {
 } from '../../src/providers/haproxy/owned-file.js';
 import { OwnedFileParseError, parseOwnedFile } from '../../src/providers/haproxy/owned-file-parse.js';
 import { Registry } from '../../src/registry/registry.js';
-import { ownerTags } from '../support/owner.js';
+import { ownFrontend as frontend, ownerTags } from '../support/owner.js';
 
-const frontend = (over: Partial<RawFrontend> = {}): RawFrontend => ({
-  name: 'kubebyon_sni',
-  bind: { address: '*', port: 443 },
-  inspectDelayMs: 5000,
-  acceptsTlsHello: true,
-  defaultBackend: null,
-  rules: [{ backend: 'kubebyon_a_0123456789ab', host: 'a.example.com', tags: ownerTags() }],
-  tags: ownerTags(),
-  ...over,
-});
 const backend = (over: Partial<RawBackend> = {}): RawBackend => ({
   name: 'kubebyon_a_0123456789ab',
   balance: 'leastconn',
