@@ -9,6 +9,7 @@ import { readFileSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
 import { cpus } from 'node:os';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 
 const FLOOD_MS = 10_000;
 const PROBE_EVERY_MS = 250;
@@ -17,8 +18,6 @@ const SCENARIOS = [
   { connections: 1, requests: 5000 },
   { connections: 20, requests: 5000 },
 ];
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 function rssMiB(pid: number, field: 'VmRSS' | 'VmHWM'): number {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8');

@@ -1,4 +1,5 @@
 import type { Server } from 'node:http';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { type Config, renderOptionsOf } from './config/env.js';
 import { createMetrics, type Metrics } from './metrics/metrics.js';
@@ -84,7 +85,7 @@ async function gracefulStop(
   logger.info('stopping: no new calls; answering the calls in flight');
   const closed = new Promise<void>((resolve) => server.close(() => resolve()));
   server.closeIdleConnections();
-  while (unanswered() > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+  while (unanswered() > 0 && Date.now() < deadline) await sleep(20);
   await loop.stop(Math.max(0, deadline - Date.now()));
   server.closeAllConnections();
   await kube?.stop();

@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, describe, expect, it } from 'vitest';
 import { sign } from '../../src/webhook/auth.js';
 import { UploadBudget } from '../../src/webhook/upload-budget.js';
@@ -13,7 +14,6 @@ const cluster = Buffer.from(
     node_port: 30443,
   }),
 );
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** A connection with well-formed fake credentials that declares `length` bytes and sends `sent` of them. */
 function holder(port: number, length: number, sent: number): RawExchange {

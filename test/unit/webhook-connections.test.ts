@@ -2,6 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import pino from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config/env.js';
@@ -60,7 +61,7 @@ describe('connections that pipeline requests', () => {
       app = await startWebhookApp();
       const flood = watch(app.port, true);
       flood.socket.write('GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n'.repeat(5000));
-      await new Promise((r) => setTimeout(r, 300));
+      await sleep(300);
       const healthz = await healthzMs(app.base);
       expect(healthz).toBeLessThan(2000);
       // A paused socket does not notice the close: read to find it.
