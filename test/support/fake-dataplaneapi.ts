@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { join } from 'node:path';
-import { findSharedSpec } from '../../scripts/generate-dataplaneapi.js';
+import { readSpec } from '../../scripts/generate-dataplaneapi.js';
 import { OpenApiRequestValidator } from './openapi-validator.js';
 
 /**
@@ -27,15 +27,11 @@ interface Tx {
   config: Config;
 }
 
-export function sharedFile(name: string): string | undefined {
-  const spec = findSharedSpec();
-  return spec ? join(spec, '..', name) : undefined;
-}
+/** Recorded on a real API, beside what was observed of each version (`versions.md` there). */
+export const FIXTURES = join(import.meta.dirname, '..', 'fixtures', 'dataplaneapi');
 
 export function loadExchanges(): Exchange[] {
-  const file = sharedFile('exchanges-v3.4.0.json');
-  if (!file) throw new Error('no shared exchanges-v3.4.0.json');
-  return JSON.parse(readFileSync(file, 'utf8')) as Exchange[];
+  return JSON.parse(readFileSync(join(FIXTURES, 'exchanges-v3.4.0.json'), 'utf8')) as Exchange[];
 }
 
 export interface Injection {
@@ -75,10 +71,7 @@ const copyConfig = (c: Config): Config => ({ frontends: clone(c.frontends), back
 export async function startFakeDataplaneApi(
   options: { spec?: Record<string, unknown>; maxOpenTransactions?: number } = {},
 ): Promise<FakeDataplaneApi> {
-  const specFile = findSharedSpec();
-  if (!specFile && !options.spec) throw new Error('no shared openapi-v3.4.json');
-  const spec =
-    options.spec ?? (JSON.parse(readFileSync(specFile as string, 'utf8')) as Record<string, unknown>);
+  const spec = options.spec ?? readSpec('3.4');
   const validator = new OpenApiRequestValidator(spec as never);
   const username = 'admin';
   const password = 'fake-password';
