@@ -4,14 +4,16 @@ import type { ApplyReport, Provider, ProviderInfo } from '../provider.js';
 import { createClient, type DataplaneClient } from './client.js';
 import { translate } from './errors.js';
 import type { Snapshot } from './mapping.js';
+import type { WritePlan } from './objects.js';
 import type { Applied, Counter, DataplaneProviderOptions } from './options.js';
 import { RawFile } from './raw-file.js';
 import { Reads } from './read.js';
 import { Reloads } from './reload.js';
 import { applyRuntime } from './runtime.js';
 import { Session } from './session.js';
+import { snapshotAfter } from './snapshot-after.js';
 import { Transactions } from './transaction.js';
-import { planWrites, snapshotAfter, type WritePlan } from './writes.js';
+import { planWrites } from './writes.js';
 
 export { DataplaneUnreachableError } from './client.js';
 export { MissingCapabilityError, TooManyTransactionsError } from './errors.js';

@@ -2,10 +2,10 @@ import type { Plan } from '../../plan/plan.js';
 import { ConcurrentChangeError } from '../provider.js';
 import { type DataplaneClient, versionOf } from './client.js';
 import { readState, type Snapshot } from './mapping.js';
+import type { ServerUpdate, WritePlan } from './objects.js';
 import type { Applied, Counter, DataplaneProviderOptions } from './options.js';
 import { editConfigText, RawEditUnsupported, textVersion } from './raw-text.js';
 import type { Reloads } from './reload.js';
-import type { ServerUpdate, WritePlan } from './writes.js';
 
 const DEFAULT_RAW_MIN_WRITES = 8;
 /** Runtime actions per push: the API's headers are bounded (1 MiB by default). */

@@ -19,7 +19,7 @@ import {
   metadataToTags,
   tagsToMetadata,
 } from './mapping.js';
-import { BIND_NAME, RefusedOperationError } from './writes.js';
+import { BIND_NAME, RefusedOperationError } from './objects.js';
 
 /**
  * The whole configuration file as the Data Plane API stores it (`GET /configuration/raw`), edited as text for
