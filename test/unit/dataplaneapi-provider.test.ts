@@ -520,14 +520,16 @@ describe.skipIf(!hasShared)(
 );
 
 describe.skipIf(!hasShared)('dataplaneapi provider start', () => {
-  it('refuses an API whose document has no metadata, naming what is missing', async () => {
+  it('refuses an API whose document has neither metadata nor descriptions, naming what is missing', async () => {
     const spec = (await startFakeDataplaneApi().then(async (f) => {
       await f.close();
       return f.spec;
     })) as { components: { schemas: Record<string, { properties?: Record<string, unknown> }> } };
     const old = structuredClone(spec);
-    for (const name of ['frontend_base', 'backend_base'])
+    for (const name of ['frontend_base', 'backend_base']) {
       delete old.components.schemas[name]?.properties?.metadata;
+      delete old.components.schemas[name]?.properties?.description;
+    }
     const fake = await startFakeDataplaneApi({ spec: old });
     try {
       await expect(
@@ -543,7 +545,7 @@ describe.skipIf(!hasShared)('dataplaneapi provider start', () => {
           },
           { logger: silent, owner: registry },
         ),
-      ).rejects.toThrow(/`metadata` on frontends, backends .*v3\.2/);
+      ).rejects.toThrow(/`metadata` on frontends, backends .*v3\.2.*`description` on frontends and backends/);
     } finally {
       await fake.close();
     }

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { RawState } from '../../src/haproxy/model.js';
 import type { Operation } from '../../src/plan/plan.js';
+import type { TagStore } from '../../src/providers/dataplaneapi/capability.js';
 import {
   editConfigText,
   RawEditUnsupported,
@@ -91,8 +92,9 @@ const BEFORE: RawState = {
     },
   ],
 };
+const METADATA: TagStore = { ownership: 'metadata', serverTags: true };
 const edit = (text: string, operations: Operation[], before: RawState = BEFORE) =>
-  editConfigText(text, before, operations, registry);
+  editConfigText(text, before, operations, registry, METADATA);
 
 const foreignLines = (text: string) => {
   const out: string[] = [];
@@ -182,7 +184,8 @@ describe('editConfigText', () => {
         `frontend kubebyon_sni ${OWN}`,
         '  mode tcp',
         `  bind *:443 name kubebyon ${OWN}`,
-        `  tcp-request inspect-delay 5000ms ${OWN}`,
+        // Never tagged: v3.2.15 doubles a comment on this line at every write of the file.
+        '  tcp-request inspect-delay 5000ms',
         `  tcp-request content accept if { req.ssl_hello_type 1 } ${OWN}`,
         `  use_backend kubebyon_two_0123456789ab if { req.ssl_sni -i two.example.com } ${OWN}`,
         '  default_backend console_tls',

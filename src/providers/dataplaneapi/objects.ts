@@ -1,4 +1,4 @@
-import type { Owner, Tags } from '../../haproxy/model.js';
+import type { Owner } from '../../haproxy/model.js';
 import { TerminalError } from '../provider.js';
 import {
   type ApiBackend,
@@ -7,16 +7,15 @@ import {
   type ApiRule,
   type ApiServer,
   type ApiTcpRule,
+  BIND_NAME,
   checkedBindAddress,
   checkedHost,
   checkedName,
   checkedPort,
   checkedServerAddress,
-  checkedTags,
   HELLO_TEST,
-  type Metadata,
-  tagsToMetadata,
 } from './mapping.js';
+import type { TagWriter } from './tags.js';
 
 /**
  * What one write sends, and the API objects the service builds for its own parts (pure). Every value is
@@ -43,9 +42,6 @@ export type WritePlan =
   /** `moves`: the plan only moves server endpoints, too many for one request each. */
   | { kind: 'transaction'; writes: Write[]; moves?: ServerUpdate[] };
 
-/** The name of the bind the service gives its frontend. */
-export const BIND_NAME = 'kubebyon';
-
 export class RefusedOperationError extends TerminalError {
   override name = 'RefusedOperationError';
 }
@@ -64,49 +60,58 @@ export function absentOrRefuse(items: Map<string, unknown>, name: string, what: 
     throw new RefusedOperationError(`refusing to create ${what} ${name}: it exists already`);
 }
 
-export function ownerMetadata(existing: unknown, tags: Tags): Metadata {
-  // Our keys replace their old values; keys another tool put there stay.
-  const kept = existing && typeof existing === 'object' ? (existing as Metadata) : {};
-  return { ...clone(kept), ...tagsToMetadata(checkedTags(tags)) };
+/** Whose tags the objects built carry, and where the API version keeps them. */
+export interface Tagging {
+  owner: Owner;
+  writer: TagWriter;
 }
 
 export function newServer(
   s: { name: string; address: string; port: number; check: boolean },
-  owner: Owner,
+  t: Tagging,
 ): ApiServer {
   return {
     name: checkedName(s.name, 'server'),
     address: checkedServerAddress(s.address),
     port: checkedPort(s.port, 'server'),
     ...(s.check ? { check: 'enabled' as const } : {}),
-    metadata: tagsToMetadata(owner.tags()),
+    ...t.writer.server(t.owner.tags()),
   };
 }
 
-export function ownRule(backend: string, host: string, owner: Owner): ApiRule {
+export function ownRule(backend: string, host: string, t: Tagging): ApiRule {
   return {
     name: checkedName(backend, 'backend'),
     cond: 'if',
     cond_test: `{ req.ssl_sni -i ${checkedHost(host)} }`,
-    metadata: tagsToMetadata(owner.tags()),
+    ...t.writer.child(t.owner.tags()),
   };
 }
 
-export function ownTcpRules(inspectDelayMs: number, owner: Owner): ApiTcpRule[] {
+/**
+ * The inspect delay and the ClientHello accept. The delay carries no tags in any version (it is known by its
+ * type): v3.2.15 doubles a comment on `tcp-request inspect-delay` each time it writes the file.
+ */
+export function ownTcpRules(inspectDelayMs: number, t: Tagging): ApiTcpRule[] {
   if (!Number.isInteger(inspectDelayMs) || inspectDelayMs < 0)
     throw new RefusedOperationError('bad inspect delay');
-  const metadata = tagsToMetadata(owner.tags());
   return [
-    { type: 'inspect-delay', timeout: inspectDelayMs, metadata },
-    { type: 'content', action: 'accept', cond: 'if', cond_test: HELLO_TEST, metadata },
+    { type: 'inspect-delay', timeout: inspectDelayMs },
+    {
+      type: 'content',
+      action: 'accept',
+      cond: 'if',
+      cond_test: HELLO_TEST,
+      ...t.writer.child(t.owner.tags()),
+    },
   ];
 }
 
-export function ownBind(bind: { address: string; port: number }, owner: Owner): ApiBind {
+export function ownBind(bind: { address: string; port: number }, t: Tagging): ApiBind {
   return {
     name: BIND_NAME,
     address: checkedBindAddress(bind.address),
     port: checkedPort(bind.port, 'bind'),
-    metadata: tagsToMetadata(owner.tags()),
+    ...t.writer.child(t.owner.tags()),
   };
 }

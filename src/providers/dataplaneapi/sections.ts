@@ -1,31 +1,30 @@
-import type { Owner } from '../../haproxy/model.js';
+import type { Tags } from '../../haproxy/model.js';
 import type { BackendSettings, Operation } from '../../plan/plan.js';
 import {
   type ApiBackend,
   type ApiFrontend,
   type ApiRule,
   type ApiServer,
+  BIND_NAME,
+  type ChildTags,
   checkedName,
   checkedPort,
   checkedServerAddress,
-  checkedTags,
+  childTags,
   isHelloAccept,
-  metadataToTags,
   ruleHost,
   ruleKey,
-  tagsToMetadata,
 } from './mapping.js';
 import {
   absentOrRefuse,
-  BIND_NAME,
   clone,
   existing,
   newServer,
   ownBind,
-  ownerMetadata,
   ownRule,
   ownTcpRules,
   RefusedOperationError,
+  type Tagging,
   type Write,
 } from './objects.js';
 
@@ -49,20 +48,26 @@ export interface FrontendWork {
   rules?: Extract<Operation, { kind: 'set_switching_rules' }>;
 }
 
+/** What the sections are written with: the tagging, and the tags of each backend as read (rules by shape). */
+export interface SectionContext extends Tagging {
+  backendTags: (name: string) => Tags;
+}
+
 /** The rule list a set_switching_rules asks for: ours built, foreign ones exactly as read. */
 function rulesFor(
   op: Extract<Operation, { kind: 'set_switching_rules' }>,
   current: ApiRule[],
-  owner: Owner,
+  children: ChildTags | undefined,
+  t: Tagging,
 ): ApiRule[] {
   const foreign = new Map<string, ApiRule[]>();
   for (const r of current) {
-    if (owner.owns(metadataToTags(r.metadata))) continue;
+    if (children && t.owner.owns(children.rule(r))) continue;
     const key = ruleKey(r.name, ruleHost(r));
     foreign.set(key, [...(foreign.get(key) ?? []), r]);
   }
   return op.rules.map((r) => {
-    if (r.owned) return ownRule(r.backend, r.host, owner);
+    if (r.owned) return ownRule(r.backend, r.host, t);
     const kept = foreign.get(ruleKey(r.backend, r.host))?.shift();
     if (!kept)
       throw new RefusedOperationError(
@@ -76,7 +81,7 @@ export function backendWrite(
   name: string,
   w: BackendWork,
   backends: Map<string, ApiBackend>,
-  owner: Owner,
+  t: Tagging,
 ): Write {
   if (w.create) {
     absentOrRefuse(backends, name, 'backend');
@@ -85,21 +90,23 @@ export function backendWrite(
     const servers: Record<string, ApiServer> = {};
     for (const op of w.creates) {
       if (servers[op.server.name]) throw new RefusedOperationError(`server ${name}/${op.server.name} twice`);
-      servers[op.server.name] = newServer(op.server, owner);
+      servers[op.server.name] = newServer(op.server, t);
     }
-    const body: ApiBackend = {
-      name: checkedName(name, 'backend'),
-      mode: 'tcp',
-      balance: { algorithm: w.create.balance as NonNullable<ApiBackend['balance']>['algorithm'] },
-      metadata: tagsToMetadata(checkedTags(owner.tags(w.create.cluster))),
-      servers,
-    };
+    const body = t.writer.section<ApiBackend>(
+      {
+        name: checkedName(name, 'backend'),
+        mode: 'tcp',
+        balance: { algorithm: w.create.balance as NonNullable<ApiBackend['balance']>['algorithm'] },
+        servers,
+      },
+      t.owner.tags(w.create.cluster),
+    );
     return { kind: 'create_backend', body };
   }
   const body = clone(existing(backends, name, 'backend'));
   if (w.update) {
     body.balance = { algorithm: w.update.balance as NonNullable<ApiBackend['balance']>['algorithm'] };
-    body.metadata = ownerMetadata(body.metadata, owner.tags(w.update.cluster));
+    t.writer.section(body, t.owner.tags(w.update.cluster));
   }
   const servers = new Map(Object.entries(body.servers ?? {}));
   const byName = new Map([...servers.values()].map((s) => [s.name, s]));
@@ -120,7 +127,7 @@ export function backendWrite(
       throw new RefusedOperationError(
         `refusing to create server ${name}/${op.server.name}: it exists already`,
       );
-    servers.set(op.server.name, newServer(op.server, owner));
+    servers.set(op.server.name, newServer(op.server, t));
   }
   body.servers = Object.fromEntries(servers);
   return { kind: 'replace_backend', name, body };
@@ -130,48 +137,58 @@ export function frontendWrite(
   name: string,
   w: FrontendWork,
   frontends: Map<string, ApiFrontend>,
-  owner: Owner,
+  c: SectionContext,
 ): Write {
   if (w.create) {
     absentOrRefuse(frontends, name, 'frontend');
     const f = w.create.frontend;
-    const body: ApiFrontend = {
-      name: checkedName(name, 'frontend'),
-      mode: 'tcp',
-      metadata: tagsToMetadata(owner.tags()),
-      ...(f.defaultBackend !== null ? { default_backend: checkedName(f.defaultBackend, 'backend') } : {}),
-      binds: { [BIND_NAME]: ownBind(f.bind, owner) },
-      tcp_request_rule_list: ownTcpRules(f.inspectDelayMs, owner),
-      backend_switching_rule_list: w.rules ? rulesFor(w.rules, [], owner) : [],
-    };
+    const body = c.writer.section<ApiFrontend>(
+      {
+        name: checkedName(name, 'frontend'),
+        mode: 'tcp',
+        ...(f.defaultBackend !== null ? { default_backend: checkedName(f.defaultBackend, 'backend') } : {}),
+        binds: { [BIND_NAME]: ownBind(f.bind, c) },
+        tcp_request_rule_list: ownTcpRules(f.inspectDelayMs, c),
+        backend_switching_rule_list: w.rules ? rulesFor(w.rules, [], undefined, c) : [],
+      },
+      c.owner.tags(),
+    );
     return { kind: 'create_frontend', body };
   }
   const current = existing(frontends, name, 'frontend');
+  const children = childTags(current, c.backendTags);
+  const rulesOf = (op: NonNullable<FrontendWork['rules']>) =>
+    rulesFor(op, current.backend_switching_rule_list ?? [], children, c);
   if (!w.update) {
-    // Only the rules change: one replace-all of the list.
     if (!w.rules) throw new Error(`nothing to write for frontend ${name}`);
-    return {
-      kind: 'replace_rules',
-      frontend: name,
-      body: rulesFor(w.rules, current.backend_switching_rule_list ?? [], owner),
-    };
+    // Only the rules change: one replace-all of the list, unless the inspect delay carries a comment an
+    // earlier build wrote (v3.2.15 doubles it at every write): then the frontend, without it.
+    const tcp = current.tcp_request_rule_list ?? [];
+    if (!tcp.some((r) => r.type === 'inspect-delay' && r.metadata !== undefined))
+      return { kind: 'replace_rules', frontend: name, body: rulesOf(w.rules) };
+    const body = clone(current);
+    body.tcp_request_rule_list = tcp.map((r) => {
+      if (r.type !== 'inspect-delay') return r;
+      const { metadata: _doubled, ...delay } = r;
+      return delay;
+    });
+    body.backend_switching_rule_list = rulesOf(w.rules);
+    return { kind: 'replace_frontend', name, body };
   }
   const f = w.update.frontend;
-  const body = clone(current);
+  const body = c.writer.section(clone(current), c.owner.tags());
   body.mode = 'tcp';
-  body.metadata = ownerMetadata(body.metadata, owner.tags());
   if (f.defaultBackend !== null) body.default_backend = checkedName(f.defaultBackend, 'backend');
   else delete body.default_backend;
   // Our bind replaces our old one; binds another tool added stay.
-  const binds = Object.entries(body.binds ?? {}).filter(([, b]) => !owner.owns(metadataToTags(b.metadata)));
+  const binds = Object.entries(body.binds ?? {}).filter(([, b]) => !c.owner.owns(children.bind(b)));
   const bindName = binds.some(([key]) => key === BIND_NAME) ? `${BIND_NAME}_sni` : BIND_NAME;
-  body.binds = Object.fromEntries([...binds, [bindName, { ...ownBind(f.bind, owner), name: bindName }]]);
+  body.binds = Object.fromEntries([...binds, [bindName, { ...ownBind(f.bind, c), name: bindName }]]);
   // The inspect delay and the ClientHello accept are ours in our frontend; other tcp rules stay after them.
   const otherTcp = (body.tcp_request_rule_list ?? []).filter(
-    (r) => !owner.owns(metadataToTags(r.metadata)) && r.type !== 'inspect-delay' && !isHelloAccept(r),
+    (r) => !c.owner.owns(children.tcpRule(r)) && r.type !== 'inspect-delay' && !isHelloAccept(r),
   );
-  body.tcp_request_rule_list = [...ownTcpRules(f.inspectDelayMs, owner), ...otherTcp];
-  if (w.rules)
-    body.backend_switching_rule_list = rulesFor(w.rules, current.backend_switching_rule_list ?? [], owner);
+  body.tcp_request_rule_list = [...ownTcpRules(f.inspectDelayMs, c), ...otherTcp];
+  if (w.rules) body.backend_switching_rule_list = rulesOf(w.rules);
   return { kind: 'replace_frontend', name, body };
 }

@@ -1,8 +1,22 @@
 import type { Owner } from '../../haproxy/model.js';
 import type { Plan } from '../../plan/plan.js';
-import { type ApiBackend, checkedPort, checkedServerAddress, type Snapshot } from './mapping.js';
+import type { TagStore } from './capability.js';
+import {
+  type ApiBackend,
+  backendTagsOf,
+  checkedPort,
+  checkedServerAddress,
+  type Snapshot,
+} from './mapping.js';
 import { clone, existing, type ServerUpdate, type Write, type WritePlan } from './objects.js';
-import { type BackendWork, backendWrite, type FrontendWork, frontendWrite } from './sections.js';
+import {
+  type BackendWork,
+  backendWrite,
+  type FrontendWork,
+  frontendWrite,
+  type SectionContext,
+} from './sections.js';
+import { tagWriter } from './tags.js';
 
 /**
  * Turns a plan into the fewest Data Plane API writes, from the objects of the last read (pure, no I/O):
@@ -18,6 +32,8 @@ export interface WriteOptions {
   runtimeMaxServers: number;
   /** Whose tags what is written carries, and which parts of our frontend (bind, tcp rules) are ours. */
   owner: Owner;
+  /** Where the API version keeps tags (`capability.ts`). */
+  tags: TagStore;
 }
 
 /** A plan of server address/port changes only, each to a server of ours as read: the runtime path's case. */
@@ -48,7 +64,11 @@ export function planWrites(plan: Plan, snapshot: Snapshot, options: WriteOptions
   const backends = new Map(snapshot.backends.map((b) => [b.name, b]));
   const frontends = new Map(snapshot.frontends.map((f) => [f.name, f]));
 
-  const { owner } = options;
+  const context: SectionContext = {
+    owner: options.owner,
+    writer: tagWriter(options.tags),
+    backendTags: backendTagsOf(snapshot.backends),
+  };
   const runtime = runtimeUpdates(plan, backends);
   if (runtime && runtime.length <= options.runtimeMaxServers) return { kind: 'runtime', updates: runtime };
 
@@ -110,8 +130,8 @@ export function planWrites(plan: Plan, snapshot: Snapshot, options: WriteOptions
 
   const writes: Write[] = [];
   // Backends first: the rules written next point at them.
-  for (const [name, w] of perBackend) writes.push(backendWrite(name, w, backends, owner));
-  for (const [name, w] of frontendOps) writes.push(frontendWrite(name, w, frontends, owner));
+  for (const [name, w] of perBackend) writes.push(backendWrite(name, w, backends, context));
+  for (const [name, w] of frontendOps) writes.push(frontendWrite(name, w, frontends, context));
   for (const name of deleteFrontends) {
     existing(frontends, name, 'frontend');
     writes.push({ kind: 'delete_frontend', name });
