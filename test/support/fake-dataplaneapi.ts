@@ -2,14 +2,20 @@ import { readFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { join } from 'node:path';
 import { readSpec } from '../../scripts/generate-dataplaneapi.js';
+import { pruneToSchema } from './openapi-prune.js';
 import { OpenApiRequestValidator } from './openapi-validator.js';
 
 /**
  * A small stand-in for the Data Plane API v3 on 127.0.0.1, for unit tests of the provider: a model of the
  * behaviour the shared notes record (versions, transactions, outdated commits, full_section, metadata, the
- * runtime path), every request checked against the API's OpenAPI document, and error answers replayed
- * verbatim from the recorded exchanges (`exchanges-v3.4.0.json`).
+ * runtime path), every request checked against the OpenAPI document of the version it stands in for, and
+ * error answers replayed verbatim from the recorded exchanges (`exchanges-v3.4.0.json`). It behaves as that
+ * version did when observed (`test/fixtures/dataplaneapi/versions.md`): it keeps only what the version's
+ * document declares (v3.0.23 drops `metadata` from frontends, backends, binds and rules), and v3.2.15 doubles
+ * the comment of a tagged `tcp-request inspect-delay` at every write of the file.
  */
+export const FAKE_VERSIONS = ['3.0.23', '3.2.15', '3.4'] as const;
+export type FakeVersion = (typeof FAKE_VERSIONS)[number];
 export interface Exchange {
   note: string;
   request: { method: string; path: string; body: unknown };
@@ -69,10 +75,25 @@ const clone = <T>(v: T): T => structuredClone(v);
 const copyConfig = (c: Config): Config => ({ frontends: clone(c.frontends), backends: clone(c.backends) });
 
 export async function startFakeDataplaneApi(
-  options: { spec?: Record<string, unknown>; maxOpenTransactions?: number } = {},
+  options: { version?: FakeVersion; spec?: Record<string, unknown>; maxOpenTransactions?: number } = {},
 ): Promise<FakeDataplaneApi> {
-  const spec = options.spec ?? readSpec('3.4');
+  const apiVersion = options.version ?? '3.4';
+  const spec = options.spec ?? readSpec(apiVersion);
   const validator = new OpenApiRequestValidator(spec as never);
+  const schemas = (spec as { components: { schemas: Record<string, object> } }).components.schemas;
+  /** What the API keeps of a body: what its document declares. */
+  const kept = <T>(body: T, schema: string): T => pruneToSchema(clone(body), { $ref: schema }, schemas) as T;
+  /** The file written again: v3.2.15 doubles the comment of a tagged inspect delay each time. */
+  const rewritten = (c: Config) => {
+    if (apiVersion !== '3.2.15') return;
+    for (const f of c.frontends.values())
+      for (const r of (f.tcp_request_rule_list ?? []) as Array<Record<string, unknown>>) {
+        if (r.type !== 'inspect-delay' || r.metadata === undefined) continue;
+        const m = r.metadata as { comment?: unknown };
+        const text = typeof m.comment === 'string' ? m.comment : JSON.stringify(m);
+        r.metadata = { comment: `${text} # ${text}` };
+      }
+  };
   const username = 'admin';
   const password = 'fake-password';
   let version = 1;
@@ -161,13 +182,17 @@ export async function startFakeDataplaneApi(
       const v = q.get('version');
       if (v !== null && Number(v) !== version) throw Object.assign(new Error('version'), { status: 409 });
       version++;
+      rewritten(fake.config);
     };
     const m = (re: RegExp) => re.exec(path);
     let match: RegExpExecArray | null;
     try {
       if (method === 'GET' && path === '/specification_openapiv3') return send(res, 200, spec);
       if (method === 'GET' && path === '/info')
-        return send(res, 200, { api: { version: 'v3.4.0 fake' }, system: {} });
+        return send(res, 200, {
+          api: { version: `v${apiVersion === '3.4' ? '3.4.0' : apiVersion} fake` },
+          system: {},
+        });
       if (method === 'GET' && path === '/health') return send(res, 200, { haproxy: 'up' });
       if (method === 'GET' && path === '/services/haproxy/runtime/info')
         return send(res, 200, { info: { pid } });
@@ -225,6 +250,7 @@ export async function startFakeDataplaneApi(
           t.status = 'success';
           transactions.delete(id);
           version++;
+          rewritten(fake.config);
           if (replay) return send(res, replay.status, replay.body, withoutVersion(replay.headers));
           pid++;
           fake.reloads++;
@@ -248,8 +274,9 @@ export async function startFakeDataplaneApi(
         const kind = match[1] as 'frontends' | 'backends';
         const name = match[2];
         const items = target[kind];
+        const schema = kind === 'frontends' ? 'frontend' : 'backend';
         if (method === 'POST' && !name) {
-          const o = body as Obj;
+          const o = kept(body as Obj, schema);
           if (items.has(o.name))
             return error(res, 409, `object already exists: ${kind.slice(0, -1)} ${o.name} already exists`);
           bumpOutside();
@@ -260,8 +287,9 @@ export async function startFakeDataplaneApi(
         if (method === 'GET') return send(res, 200, clone(items.get(name)));
         if (method === 'PUT') {
           bumpOutside();
-          items.set(name, clone(body as Obj));
-          return send(res, tx ? 202 : 200, body);
+          const o = kept(body as Obj, schema);
+          items.set(name, clone(o));
+          return send(res, tx ? 202 : 200, o);
         }
         if (method === 'DELETE') {
           bumpOutside();
@@ -277,8 +305,9 @@ export async function startFakeDataplaneApi(
         const f = target.frontends.get(match[1] as string);
         if (!f) return error(res, 404, 'missing object: frontend');
         bumpOutside();
-        f.backend_switching_rule_list = clone(body);
-        return send(res, tx ? 202 : 200, body);
+        const rules = kept(body, 'backend_switching_rules');
+        f.backend_switching_rule_list = clone(rules);
+        return send(res, tx ? 202 : 200, rules);
       }
       if (
         method === 'PUT' &&
@@ -290,10 +319,11 @@ export async function startFakeDataplaneApi(
         const key = Object.keys(servers).find((k) => servers[k]?.name === match?.[2]);
         if (!b || !key) return error(res, 404, 'missing object: server');
         bumpOutside();
-        servers[key] = clone(body as Obj);
-        if (tx) return send(res, 202, body);
+        const server = kept(body as Obj, 'server');
+        servers[key] = clone(server);
+        if (tx) return send(res, 202, server);
         fake.runtimeChanges++;
-        return send(res, 200, body);
+        return send(res, 200, server);
       }
       return error(res, 404, `the fake does not serve ${method} ${path}`);
     } catch (err) {
