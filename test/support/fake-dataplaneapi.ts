@@ -83,6 +83,11 @@ export async function startFakeDataplaneApi(
   const schemas = (spec as { components: { schemas: Record<string, object> } }).components.schemas;
   /** What the API keeps of a body: what its document declares. */
   const kept = <T>(body: T, schema: string): T => pruneToSchema(clone(body), { $ref: schema }, schemas) as T;
+  /** v3.0.23 repeats a wrong password in its answer; later versions say `unauthorized`. */
+  const unauthorized = (auth: string) => {
+    const given = Buffer.from(auth.replace(/^Basic /, ''), 'base64').toString().split(':').slice(1).join(':');
+    return apiVersion === '3.0.23' ? `invalid password: ${given}` : 'unauthorized';
+  };
   /** The file written again: v3.2.15 doubles the comment of a tagged inspect delay each time. */
   const rewritten = (c: Config) => {
     if (apiVersion !== '3.2.15') return;
@@ -152,7 +157,7 @@ export async function startFakeDataplaneApi(
       return send(
         res,
         401,
-        { code: 401, message: auth ? 'unauthorized' : 'missing or invalid authorization' },
+        { code: 401, message: auth ? unauthorized(auth) : 'missing or invalid authorization' },
         {
           'Www-Authenticate': 'Basic realm="API"',
         },

@@ -38,8 +38,8 @@ const foreign = {
 };
 type Obj = Record<string, unknown> & { name: string };
 
-function make(fake: FakeDataplaneApi, owner: Registry = registry) {
-  return new DataplaneProvider({
+function options(fake: FakeDataplaneApi, owner: Registry = registry) {
+  return {
     url: fake.url,
     username: fake.username,
     password: fake.password,
@@ -50,7 +50,11 @@ function make(fake: FakeDataplaneApi, owner: Registry = registry) {
     prepareTransactions: false,
     owner,
     logger: silent,
-  });
+  };
+}
+
+function make(fake: FakeDataplaneApi, owner: Registry = registry) {
+  return new DataplaneProvider(options(fake, owner));
 }
 
 const claim = (cluster: string, port = 30001) => ({
@@ -159,6 +163,18 @@ describe('on Data Plane API v3.0.23 (no metadata on frontends, backends, binds o
     expect(res.status).toBe(201);
     expect(fake.config.frontends.get('tagged')).toEqual({ name: 'tagged', mode: 'tcp' });
     expect(fake.violations.splice(0)).toEqual([expect.stringMatching(/unevaluatedProperty.*metadata/)]);
+  });
+
+  it('a wrong password: terminal, naming the variables, never repeating the password v3.0.23 echoes', async () => {
+    const secret = 'not-the-password-4711';
+    const provider = new DataplaneProvider({ ...options(fake), password: secret });
+    const err = await provider.ping(signal()).catch((e: unknown) => e);
+    expect(String(err)).toMatch(/refused the credentials \(401\).*KUBEBYON_DATAPLANE_PASSWORD/);
+    // Nothing the provider keeps or logs carries it: the error, its cause, the open-ahead path.
+    expect(JSON.stringify({ err, message: String(err) })).not.toContain(secret);
+    const ahead = new DataplaneProvider({ ...options(fake), password: secret, prepareTransactions: true });
+    await expect(ahead.readState(signal())).rejects.not.toThrow(secret);
+    await ahead.close();
   });
 
   it('keeps the tags of frontends and backends in their description, of servers in their metadata', async () => {

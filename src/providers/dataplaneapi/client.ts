@@ -206,7 +206,10 @@ export function createClient(options: ClientOptions): DataplaneClient {
     if (res.status >= 200 && res.status < 300) {
       return { status: res.status, data: res.status === 204 ? undefined : res.data, headers };
     }
-    throw new DataplaneHttpError(res.status, messageOf(res.data), headers, method, path);
+    // v3.0.23 answers a wrong password with `invalid password: <the password>`: such words are not kept.
+    const refused = res.status === 401 || res.status === 403;
+    const message = refused ? 'the credentials were refused' : messageOf(res.data);
+    throw new DataplaneHttpError(res.status, message, headers, method, path);
   }
 
   return {

@@ -30,7 +30,7 @@ export function translate(err: unknown, url: string, distrust: (why: string) => 
     case 401:
     case 403:
       return new TerminalError(
-        `the Data Plane API at ${url} refused the credentials (${err.status} ${err.apiMessage}): check KUBEBYON_DATAPLANE_USERNAME and KUBEBYON_DATAPLANE_PASSWORD`,
+        `the Data Plane API at ${url} refused the credentials (${err.status}): check KUBEBYON_DATAPLANE_USERNAME and KUBEBYON_DATAPLANE_PASSWORD`,
       );
     case 404:
     case 406:
