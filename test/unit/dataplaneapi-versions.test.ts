@@ -325,3 +325,33 @@ describe('on Data Plane API v3.2.15 (doubles a comment on `tcp-request inspect-d
     expect(fake.violations).toEqual([]);
   });
 });
+
+describe('an API upgraded from v3.0 to a version with metadata', () => {
+  it('keeps owning what was written into descriptions, and tags what it writes next with metadata', async () => {
+    const old = await startFakeDataplaneApi({ version: '3.0.23' });
+    const upgraded = await startFakeDataplaneApi({ version: '3.4' });
+    try {
+      old.reset(foreign);
+      await converge(make(old), [claim('one'), claim('two')]);
+      // The same configuration file, now read by the newer API.
+      upgraded.reset({
+        frontends: [...old.config.frontends.values()],
+        backends: [...old.config.backends.values()],
+      });
+      expect((await converge(make(upgraded), [claim('one'), claim('two')])).operations).toEqual([]);
+      const p = await converge(make(upgraded), [claim('one'), claim('three')]);
+      expect(p.conflicts).toEqual([]);
+      const three = [...upgraded.config.backends.values()].find((b) => b.name.includes('three')) as Obj;
+      expect(three.metadata).toEqual({
+        owner: { value: 'kubebyon-haproxy-adapter' },
+        cluster: { value: 'three' },
+      });
+      expect([...upgraded.config.backends.keys()].some((n) => n.includes('two'))).toBe(false);
+      expect((await converge(make(upgraded), [claim('one'), claim('three')])).operations).toEqual([]);
+      expect(upgraded.violations).toEqual([]);
+    } finally {
+      await old.close();
+      await upgraded.close();
+    }
+  });
+});

@@ -2,7 +2,7 @@ import { haproxyMessage } from '../../haproxy/alerts.js';
 import { ConcurrentChangeError, ReloadFailedError, TerminalError } from '../provider.js';
 import { DataplaneHttpError } from './client.js';
 
-/** The API lacks something this service needs (e.g. `metadata`, v3.2+): retrying cannot help. */
+/** The API lacks something this service needs (a place for ownership tags, an endpoint): retrying cannot help. */
 export class MissingCapabilityError extends TerminalError {
   override name = 'MissingCapabilityError';
 }
