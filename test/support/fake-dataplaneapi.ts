@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { join } from 'node:path';
 import { readSpec } from '../../scripts/generate-dataplaneapi.js';
-import { pruneToSchema } from './openapi-prune.js';
+import { type FakeVersion, versionBehaviour } from './fake-dataplaneapi-versions.js';
 import { OpenApiRequestValidator } from './openapi-validator.js';
 
 /**
@@ -14,8 +14,8 @@ import { OpenApiRequestValidator } from './openapi-validator.js';
  * document declares (v3.0.23 drops `metadata` from frontends, backends, binds and rules), and v3.2.15 doubles
  * the comment of a tagged `tcp-request inspect-delay` at every write of the file.
  */
-export const FAKE_VERSIONS = ['3.0.23', '3.2.15', '3.4'] as const;
-export type FakeVersion = (typeof FAKE_VERSIONS)[number];
+export { FAKE_VERSIONS, type FakeVersion } from './fake-dataplaneapi-versions.js';
+
 export interface Exchange {
   note: string;
   request: { method: string; path: string; body: unknown };
@@ -80,25 +80,7 @@ export async function startFakeDataplaneApi(
   const apiVersion = options.version ?? '3.4';
   const spec = options.spec ?? readSpec(apiVersion);
   const validator = new OpenApiRequestValidator(spec as never);
-  const schemas = (spec as { components: { schemas: Record<string, object> } }).components.schemas;
-  /** What the API keeps of a body: what its document declares. */
-  const kept = <T>(body: T, schema: string): T => pruneToSchema(clone(body), { $ref: schema }, schemas) as T;
-  /** v3.0.23 repeats a wrong password in its answer; later versions say `unauthorized`. */
-  const unauthorized = (auth: string) => {
-    const given = Buffer.from(auth.replace(/^Basic /, ''), 'base64').toString().split(':').slice(1).join(':');
-    return apiVersion === '3.0.23' ? `invalid password: ${given}` : 'unauthorized';
-  };
-  /** The file written again: v3.2.15 doubles the comment of a tagged inspect delay each time. */
-  const rewritten = (c: Config) => {
-    if (apiVersion !== '3.2.15') return;
-    for (const f of c.frontends.values())
-      for (const r of (f.tcp_request_rule_list ?? []) as Array<Record<string, unknown>>) {
-        if (r.type !== 'inspect-delay' || r.metadata === undefined) continue;
-        const m = r.metadata as { comment?: unknown };
-        const text = typeof m.comment === 'string' ? m.comment : JSON.stringify(m);
-        r.metadata = { comment: `${text} # ${text}` };
-      }
-  };
+  const { info, kept, unauthorized, rewritten } = versionBehaviour(apiVersion, spec);
   const username = 'admin';
   const password = 'fake-password';
   let version = 1;
@@ -187,17 +169,13 @@ export async function startFakeDataplaneApi(
       const v = q.get('version');
       if (v !== null && Number(v) !== version) throw Object.assign(new Error('version'), { status: 409 });
       version++;
-      rewritten(fake.config);
+      rewritten(fake.config.frontends.values());
     };
     const m = (re: RegExp) => re.exec(path);
     let match: RegExpExecArray | null;
     try {
       if (method === 'GET' && path === '/specification_openapiv3') return send(res, 200, spec);
-      if (method === 'GET' && path === '/info')
-        return send(res, 200, {
-          api: { version: `v${apiVersion === '3.4' ? '3.4.0' : apiVersion} fake` },
-          system: {},
-        });
+      if (method === 'GET' && path === '/info') return send(res, 200, { api: { version: info }, system: {} });
       if (method === 'GET' && path === '/health') return send(res, 200, { haproxy: 'up' });
       if (method === 'GET' && path === '/services/haproxy/runtime/info')
         return send(res, 200, { info: { pid } });
@@ -255,7 +233,7 @@ export async function startFakeDataplaneApi(
           t.status = 'success';
           transactions.delete(id);
           version++;
-          rewritten(fake.config);
+          rewritten(fake.config.frontends.values());
           if (replay) return send(res, replay.status, replay.body, withoutVersion(replay.headers));
           pid++;
           fake.reloads++;
