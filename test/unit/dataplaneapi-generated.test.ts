@@ -1,7 +1,8 @@
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { basename } from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, expectTypeOf, it } from 'vitest';
 import { GENERATED_DIR, generateTypes, specFiles } from '../../scripts/generate-dataplaneapi.js';
+import type { Schemas, SchemasV3_0, SchemasV3_2 } from '../../src/providers/dataplaneapi/client.js';
 
 const files = specFiles();
 
@@ -22,4 +23,24 @@ describe('generated Data Plane API types', () => {
       expect(same, `${f.generated} differs from a generation of ${source}`).toBe(true);
     }, 60_000);
   }
+
+  it('say what capability.ts reads off the documents: where each version can keep tags', () => {
+    // Checked by the compiler (tsc), so a regenerated document that disagrees stops the build of the tests.
+    expectTypeOf<SchemasV3_0['frontend_base']>().not.toHaveProperty('metadata');
+    expectTypeOf<SchemasV3_0['backend_base']>().not.toHaveProperty('metadata');
+    expectTypeOf<SchemasV3_0['bind']>().not.toHaveProperty('metadata');
+    expectTypeOf<SchemasV3_0['backend_switching_rule']>().not.toHaveProperty('metadata');
+    expectTypeOf<SchemasV3_0['tcp_request_rule']>().not.toHaveProperty('metadata');
+    expectTypeOf<SchemasV3_0['server']>().toHaveProperty('metadata');
+    expectTypeOf<SchemasV3_0['frontend_base']>().toHaveProperty('description');
+    expectTypeOf<SchemasV3_0['backend_base']>().toHaveProperty('description');
+    for (const s of [{} as SchemasV3_2, {} as Schemas]) {
+      expectTypeOf(s.frontend_base).toHaveProperty('metadata');
+      expectTypeOf(s.backend_base).toHaveProperty('metadata');
+      expectTypeOf(s.bind).toHaveProperty('metadata');
+      expectTypeOf(s.backend_switching_rule).toHaveProperty('metadata');
+      expectTypeOf(s.tcp_request_rule).toHaveProperty('metadata');
+      expectTypeOf(s.server).toHaveProperty('metadata');
+    }
+  });
 });

@@ -2,7 +2,7 @@ import type { Tags } from '../../haproxy/model.js';
 import { OWNER_TAG, TAG_KEY, TAG_VALUE } from '../../registry/registry.js';
 import { TerminalError } from '../provider.js';
 import type { TagStore } from './capability.js';
-import type { Schemas } from './client.js';
+import type { Schemas, SchemasV3_0 } from './client.js';
 
 /**
  * Where the service's ownership tags live in the Data Plane API's objects, and how they are written (pure).
@@ -17,6 +17,9 @@ import type { Schemas } from './client.js';
  *   (`mapping.ts`).
  */
 export type Metadata = NonNullable<Schemas['backend_base']['metadata']>;
+/** Where v3.0's document lets frontends and backends hold text of ours. */
+type Description = NonNullable<SchemasV3_0['frontend_base']['description']> &
+  NonNullable<SchemasV3_0['backend_base']['description']>;
 
 /** The first word of a description that holds tags. */
 export const DESCRIPTION_WORD = 'kubebyon';
@@ -51,7 +54,7 @@ export function metadataToTags(metadata: unknown): Tags {
 }
 
 /** `kubebyon owner=<id> cluster=<c>`: the owner first, then the other keys in order. */
-export function tagsToDescription(tags: Tags): string {
+export function tagsToDescription(tags: Tags): Description {
   const entries = Object.entries(checkedTags(tags)).sort(([a], [b]) =>
     a === OWNER_TAG ? -1 : b === OWNER_TAG ? 1 : a < b ? -1 : a > b ? 1 : 0,
   );
