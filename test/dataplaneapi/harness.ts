@@ -6,6 +6,7 @@ import {
   DataplaneProvider,
   type DataplaneProviderOptions,
 } from '../../src/providers/dataplaneapi/provider.js';
+import { sectionTags } from '../../src/providers/dataplaneapi/tags.js';
 import type { Provider } from '../../src/providers/provider.js';
 import { type PassReport, runPass } from '../../src/reconcile/pass.js';
 import { OwnedProvider } from '../../src/registry/owned-provider.js';
@@ -126,23 +127,11 @@ export function pass(
 export async function resetToForeign(tb: DataplaneTestbed): Promise<void> {
   const api = tb.api;
   const version = (await api.get('/services/haproxy/configuration/version')).data as number;
-  const fronts = (await api.get('/services/haproxy/configuration/frontends')).data as Array<{
-    name: string;
-    metadata?: unknown;
-  }>;
-  const backs = (await api.get('/services/haproxy/configuration/backends')).data as Array<{
-    name: string;
-    metadata?: unknown;
-  }>;
-  const ours = (o: { metadata?: unknown }) =>
-    isOwned(
-      Object.fromEntries(
-        Object.entries((o.metadata ?? {}) as Record<string, { value?: string }>).map(([k, v]) => [
-          k,
-          String(v?.value),
-        ]),
-      ),
-    );
+  type Section = { name: string; metadata?: unknown; description?: unknown };
+  const fronts = (await api.get('/services/haproxy/configuration/frontends')).data as Section[];
+  const backs = (await api.get('/services/haproxy/configuration/backends')).data as Section[];
+  // Ours as the provider reads it: tags in metadata (v3.2+) or in the description (v3.0).
+  const ours = (o: Section) => isOwned(sectionTags(o));
   const f = fronts.filter(ours);
   const b = backs.filter(ours);
   if (f.length === 0 && b.length === 0) return;

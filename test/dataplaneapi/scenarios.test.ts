@@ -1,9 +1,13 @@
 import { createServer, type Server } from 'node:net';
+import { Writable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
+import pino from 'pino';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { createDataplaneProvider } from '../../src/providers/dataplaneapi/index.js';
 import type { DataplaneProvider } from '../../src/providers/dataplaneapi/provider.js';
 import { backoffMs } from '../../src/reconcile/requeue.js';
 import { OwnedProvider } from '../../src/registry/owned-provider.js';
+import { DPAPI_USER } from '../support/dataplaneapi-testbed.js';
 import { startProxy } from '../support/http-proxy.js';
 import { registry } from '../support/owner.js';
 import { freeLoopbackPort } from '../support/ports.js';
@@ -350,13 +354,68 @@ describe.skipIf(!source)(`Data Plane API provider on HAProxy ${versionUnderTest(
     });
   }
 
-  it('refuses an API without metadata, names the credentials on 401', async () => {
+  it('names the credentials on 401, and the version on a ping', async () => {
     const wrong = h.provider({ password: 'wrong' });
     await expect(wrong.ping(AbortSignal.timeout(10_000))).rejects.toThrow(
       /KUBEBYON_DATAPLANE_USERNAME and KUBEBYON_DATAPLANE_PASSWORD/,
     );
     const info = await provider.ping(AbortSignal.timeout(10_000));
     expect(info.version).toMatch(/^Data Plane API v?3\./);
+  });
+
+  it('keeps its tags where this version can, says which at start, and never tags the inspect delay', async () => {
+    const logged: string[] = [];
+    const logger = pino(
+      { level: 'info' },
+      new Writable({
+        write(chunk, _enc, done) {
+          logged.push(JSON.parse(String(chunk)).msg);
+          done();
+        },
+      }),
+    );
+    const started = await createDataplaneProvider(
+      {
+        url: h.tb.url,
+        username: DPAPI_USER,
+        password: h.tb.password,
+        timeoutMs: 30_000,
+        reloadTimeoutMs: 8_000,
+        runtimeMaxServers: 10,
+        rawMinWrites: 0,
+      },
+      { logger, owner: registry },
+    );
+    await started.close?.();
+    const line = logged.find((l) => l.startsWith('Data Plane API ')) ?? '';
+    // v3.0 and v3.1 have no metadata on frontends, backends, binds or rules.
+    const [, major, minor] = /^Data Plane API v(\d+)\.(\d+)\./.exec(line) ?? [];
+    expect(major, line).toBe('3');
+    const described = Number(minor) < 2;
+    expect(line).toMatch(
+      described ? /`description` of frontends and backends/ : /`metadata` on every object/,
+    );
+    console.log(`start log against the API under test: ${line}`);
+
+    for (const port of [h.alpha.port, h.beta.port, h.alpha.port])
+      expect((await pass(h, provider, [record('alpha', 'alpha.example.com', port)])).result.ok).toBe(true);
+    const text = sections(await rawConfig(h.tb));
+    const frontend = text.get(`frontend ${h.render.frontendName}`) ?? '';
+    const [backend = ''] = [...text]
+      .filter(([k]) => k.startsWith('backend kubebyon_alpha'))
+      .map(([, v]) => v);
+    const tag = '# {"owner":{"value":"kubebyon-haproxy-adapter"}}';
+    if (described) {
+      expect(frontend).toMatch(/^ {2}description kubebyon owner=kubebyon-haproxy-adapter$/m);
+      expect(frontend).not.toContain('# {');
+      expect(backend).toMatch(/^ {2}description kubebyon owner=kubebyon-haproxy-adapter cluster=alpha$/m);
+    } else {
+      expect(frontend.split('\n')[0]).toContain(tag);
+      expect(frontend).toMatch(/use_backend .* # \{"owner"/);
+    }
+    expect(backend).toMatch(new RegExp(`server srv1 127\\.0\\.0\\.1:${h.alpha.port}.* # \\{"owner"`));
+    // v3.2.15 doubles a comment on this line at every write of the file: it carries none.
+    expect(frontend).toMatch(/^ {2}tcp-request inspect-delay \S+$/m);
   });
 
   it('leaves no transaction of its own open after a failed apply', async () => {

@@ -240,10 +240,23 @@ export async function startDataplaneTestbed(
       (res) => res.status === 200,
       () => false,
     );
-  const startApi = async () => {
+  // Whether the API's process (its pid kept in the mounted folder) still runs; no pid yet: starting.
+  const apiRuns = () =>
+    run('docker', [
+      'exec',
+      started.getId(),
+      '/bin/sh',
+      '-c',
+      'f=/etc/kubebyon/dataplaneapi.pid; [ ! -s $f ] || /bin/busybox kill -0 "$(cat $f)"',
+    ]).then(
+      () => true,
+      () => false,
+    );
+  const spawnApi = () => {
+    rmSync(join(dir, 'dataplaneapi.pid'), { force: true });
     // A second process in the same container; its parent is the runtime, not HAProxy's master. Its pid is
     // kept in the mounted folder, so that a fault test can signal exactly this process.
-    await run('docker', [
+    return run('docker', [
       'exec',
       '-d',
       started.getId(),
@@ -251,11 +264,25 @@ export async function startDataplaneTestbed(
       '-c',
       'echo $$ >/etc/kubebyon/dataplaneapi.pid; exec /usr/local/bin/dataplaneapi -f /etc/kubebyon/dataplaneapi.yaml >>/etc/kubebyon/dataplaneapi.log 2>&1',
     ]);
-    await waitFor(answers, 30_000, `the Data Plane API to answer at ${url}`, { everyMs: 200 }).catch(
-      (err: Error) => {
+  };
+  const startApi = async () => {
+    // Seen with v3.0.23 and v3.2.15: the first start with a new configuration file may exit 1 without a
+    // word, and the next one works. An API that exits before it answers is started again, up to 3 times.
+    for (let attempt = 1; ; attempt++) {
+      await spawnApi();
+      const outcome = await waitFor(
+        async () => ((await answers()) ? 'answers' : (await apiRuns()) ? undefined : 'exited'),
+        30_000,
+        `the Data Plane API to answer at ${url}`,
+        { everyMs: 200, ok: (o) => o !== undefined },
+      ).catch((err: Error) => {
         throw new Error(`${err.message}: ${readLog(dir, 'dataplaneapi.log')}`);
-      },
-    );
+      });
+      if (outcome === 'answers') return;
+      console.warn(`the Data Plane API exited before it answered (start ${attempt}); starting it again`);
+      if (attempt >= 3)
+        throw new Error(`the Data Plane API exited ${attempt} times: ${readLog(dir, 'dataplaneapi.log')}`);
+    }
   };
   try {
     await waitFor(() => loadCount() >= 1, 10_000, 'the first "Loading success"', { everyMs: 25 });

@@ -1,15 +1,21 @@
 import { readFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { join } from 'node:path';
-import { findSharedSpec } from '../../scripts/generate-dataplaneapi.js';
+import { readSpec } from '../../scripts/generate-dataplaneapi.js';
+import { type FakeVersion, versionBehaviour } from './fake-dataplaneapi-versions.js';
 import { OpenApiRequestValidator } from './openapi-validator.js';
 
 /**
  * A small stand-in for the Data Plane API v3 on 127.0.0.1, for unit tests of the provider: a model of the
  * behaviour the shared notes record (versions, transactions, outdated commits, full_section, metadata, the
- * runtime path), every request checked against the API's OpenAPI document, and error answers replayed
- * verbatim from the recorded exchanges (`exchanges-v3.4.0.json`).
+ * runtime path), every request checked against the OpenAPI document of the version it stands in for, and
+ * error answers replayed verbatim from the recorded exchanges (`exchanges-v3.4.0.json`). It behaves as that
+ * version did when observed (`test/fixtures/dataplaneapi/versions.md`): it keeps only what the version's
+ * document declares (v3.0.23 drops `metadata` from frontends, backends, binds and rules), and v3.2.15 doubles
+ * the comment of a tagged `tcp-request inspect-delay` at every write of the file.
  */
+export { FAKE_VERSIONS, type FakeVersion } from './fake-dataplaneapi-versions.js';
+
 export interface Exchange {
   note: string;
   request: { method: string; path: string; body: unknown };
@@ -27,15 +33,11 @@ interface Tx {
   config: Config;
 }
 
-export function sharedFile(name: string): string | undefined {
-  const spec = findSharedSpec();
-  return spec ? join(spec, '..', name) : undefined;
-}
+/** Recorded on a real API, beside what was observed of each version (`versions.md` there). */
+export const FIXTURES = join(import.meta.dirname, '..', 'fixtures', 'dataplaneapi');
 
 export function loadExchanges(): Exchange[] {
-  const file = sharedFile('exchanges-v3.4.0.json');
-  if (!file) throw new Error('no shared exchanges-v3.4.0.json');
-  return JSON.parse(readFileSync(file, 'utf8')) as Exchange[];
+  return JSON.parse(readFileSync(join(FIXTURES, 'exchanges-v3.4.0.json'), 'utf8')) as Exchange[];
 }
 
 export interface Injection {
@@ -73,13 +75,12 @@ const clone = <T>(v: T): T => structuredClone(v);
 const copyConfig = (c: Config): Config => ({ frontends: clone(c.frontends), backends: clone(c.backends) });
 
 export async function startFakeDataplaneApi(
-  options: { spec?: Record<string, unknown>; maxOpenTransactions?: number } = {},
+  options: { version?: FakeVersion; spec?: Record<string, unknown>; maxOpenTransactions?: number } = {},
 ): Promise<FakeDataplaneApi> {
-  const specFile = findSharedSpec();
-  if (!specFile && !options.spec) throw new Error('no shared openapi-v3.4.json');
-  const spec =
-    options.spec ?? (JSON.parse(readFileSync(specFile as string, 'utf8')) as Record<string, unknown>);
+  const apiVersion = options.version ?? '3.4';
+  const spec = options.spec ?? readSpec(apiVersion);
   const validator = new OpenApiRequestValidator(spec as never);
+  const { info, kept, unauthorized, rewritten } = versionBehaviour(apiVersion, spec);
   const username = 'admin';
   const password = 'fake-password';
   let version = 1;
@@ -138,7 +139,7 @@ export async function startFakeDataplaneApi(
       return send(
         res,
         401,
-        { code: 401, message: auth ? 'unauthorized' : 'missing or invalid authorization' },
+        { code: 401, message: auth ? unauthorized(auth) : 'missing or invalid authorization' },
         {
           'Www-Authenticate': 'Basic realm="API"',
         },
@@ -168,13 +169,13 @@ export async function startFakeDataplaneApi(
       const v = q.get('version');
       if (v !== null && Number(v) !== version) throw Object.assign(new Error('version'), { status: 409 });
       version++;
+      rewritten(fake.config.frontends.values());
     };
     const m = (re: RegExp) => re.exec(path);
     let match: RegExpExecArray | null;
     try {
       if (method === 'GET' && path === '/specification_openapiv3') return send(res, 200, spec);
-      if (method === 'GET' && path === '/info')
-        return send(res, 200, { api: { version: 'v3.4.0 fake' }, system: {} });
+      if (method === 'GET' && path === '/info') return send(res, 200, { api: { version: info }, system: {} });
       if (method === 'GET' && path === '/health') return send(res, 200, { haproxy: 'up' });
       if (method === 'GET' && path === '/services/haproxy/runtime/info')
         return send(res, 200, { info: { pid } });
@@ -232,6 +233,7 @@ export async function startFakeDataplaneApi(
           t.status = 'success';
           transactions.delete(id);
           version++;
+          rewritten(fake.config.frontends.values());
           if (replay) return send(res, replay.status, replay.body, withoutVersion(replay.headers));
           pid++;
           fake.reloads++;
@@ -255,8 +257,9 @@ export async function startFakeDataplaneApi(
         const kind = match[1] as 'frontends' | 'backends';
         const name = match[2];
         const items = target[kind];
+        const schema = kind === 'frontends' ? 'frontend' : 'backend';
         if (method === 'POST' && !name) {
-          const o = body as Obj;
+          const o = kept(body as Obj, schema);
           if (items.has(o.name))
             return error(res, 409, `object already exists: ${kind.slice(0, -1)} ${o.name} already exists`);
           bumpOutside();
@@ -267,8 +270,9 @@ export async function startFakeDataplaneApi(
         if (method === 'GET') return send(res, 200, clone(items.get(name)));
         if (method === 'PUT') {
           bumpOutside();
-          items.set(name, clone(body as Obj));
-          return send(res, tx ? 202 : 200, body);
+          const o = kept(body as Obj, schema);
+          items.set(name, clone(o));
+          return send(res, tx ? 202 : 200, o);
         }
         if (method === 'DELETE') {
           bumpOutside();
@@ -284,8 +288,9 @@ export async function startFakeDataplaneApi(
         const f = target.frontends.get(match[1] as string);
         if (!f) return error(res, 404, 'missing object: frontend');
         bumpOutside();
-        f.backend_switching_rule_list = clone(body);
-        return send(res, tx ? 202 : 200, body);
+        const rules = kept(body, 'backend_switching_rules');
+        f.backend_switching_rule_list = clone(rules);
+        return send(res, tx ? 202 : 200, rules);
       }
       if (
         method === 'PUT' &&
@@ -297,10 +302,11 @@ export async function startFakeDataplaneApi(
         const key = Object.keys(servers).find((k) => servers[k]?.name === match?.[2]);
         if (!b || !key) return error(res, 404, 'missing object: server');
         bumpOutside();
-        servers[key] = clone(body as Obj);
-        if (tx) return send(res, 202, body);
+        const server = kept(body as Obj, 'server');
+        servers[key] = clone(server);
+        if (tx) return send(res, 202, server);
         fake.runtimeChanges++;
-        return send(res, 200, body);
+        return send(res, 200, server);
       }
       return error(res, 404, `the fake does not serve ${method} ${path}`);
     } catch (err) {

@@ -12,8 +12,9 @@ import addFormats from 'ajv-formats';
  * object, so parts are opened and the composed object closed.
  */
 type Schema = Record<string, unknown>;
+type Parameter = { name: string; in: string; required?: boolean; schema?: Schema; $ref?: string };
 type Operation = {
-  parameters?: Array<{ name: string; in: string; required?: boolean; schema?: Schema }>;
+  parameters?: Parameter[];
   requestBody?: { required?: boolean; content?: Record<string, { schema?: Schema }> };
 };
 
@@ -69,7 +70,7 @@ export class OpenApiRequestValidator {
   constructor(
     private readonly spec: {
       paths: Record<string, Record<string, Operation>>;
-      components: { schemas: Record<string, Schema> };
+      components: { schemas: Record<string, Schema>; parameters?: Record<string, Parameter> };
     },
   ) {
     this.ajv = new Ajv2019({ strict: false, allErrors: true, validateFormats: true, discriminator: false });
@@ -101,7 +102,11 @@ export class OpenApiRequestValidator {
     const op = route.item[req.method.toLowerCase()];
     if (!op) return [`${where}: ${route.template} has no ${req.method.toUpperCase()}`];
     const problems: string[] = [];
-    const declared = new Map((op.parameters ?? []).filter((p) => p.in === 'query').map((p) => [p.name, p]));
+    // Older documents (v3.0, v3.2) share parameters by reference.
+    const parameters = (op.parameters ?? []).map(
+      (p) => (p.$ref ? this.spec.components.parameters?.[p.$ref.split('/').pop() ?? ''] : p) ?? p,
+    );
+    const declared = new Map(parameters.filter((p) => p.in === 'query').map((p) => [p.name, p]));
     for (const [name, value] of url.searchParams) {
       const param = declared.get(name);
       if (!param) {
@@ -114,7 +119,7 @@ export class OpenApiRequestValidator {
       if (type === 'boolean' && value !== 'true' && value !== 'false')
         problems.push(`${where}: ${name} is not a boolean`);
     }
-    for (const p of op.parameters ?? []) {
+    for (const p of parameters) {
       if (p.in === 'query' && p.required && !url.searchParams.has(p.name))
         problems.push(`${where}: required query parameter ${p.name} is missing`);
     }

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { RawState } from '../../src/haproxy/model.js';
 import type { Operation } from '../../src/plan/plan.js';
+import type { TagStore } from '../../src/providers/dataplaneapi/capability.js';
 import {
   editConfigText,
   RawEditUnsupported,
@@ -91,8 +92,9 @@ const BEFORE: RawState = {
     },
   ],
 };
+const METADATA: TagStore = { ownership: 'metadata', serverTags: true };
 const edit = (text: string, operations: Operation[], before: RawState = BEFORE) =>
-  editConfigText(text, before, operations, registry);
+  editConfigText(text, before, operations, registry, METADATA);
 
 const foreignLines = (text: string) => {
   const out: string[] = [];
@@ -182,7 +184,8 @@ describe('editConfigText', () => {
         `frontend kubebyon_sni ${OWN}`,
         '  mode tcp',
         `  bind *:443 name kubebyon ${OWN}`,
-        `  tcp-request inspect-delay 5000ms ${OWN}`,
+        // Never tagged: v3.2.15 doubles a comment on this line at every write of the file.
+        '  tcp-request inspect-delay 5000ms',
         `  tcp-request content accept if { req.ssl_hello_type 1 } ${OWN}`,
         `  use_backend kubebyon_two_0123456789ab if { req.ssl_sni -i two.example.com } ${OWN}`,
         '  default_backend console_tls',
@@ -260,5 +263,95 @@ describe('editConfigText', () => {
   it('reads the version the API wrote into the head', () => {
     expect(textVersion(FILE)).toBe(7);
     expect(textVersion('global\n')).toBeUndefined();
+  });
+});
+
+// The same configuration as Data Plane API v3.0.23 stores it (seen on a real API): tags of frontends and
+// backends in a `description` line first in the section, servers' in a metadata comment, none on the rest.
+const DESCRIBED = FILE.replace(/ # \{"owner":\{"value":"kubebyon-haproxy-adapter"\}\}/g, '')
+  .replace(
+    'frontend kubebyon_sni\n',
+    'frontend kubebyon_sni\n  description kubebyon owner=kubebyon-haproxy-adapter\n',
+  )
+  .replace(
+    /backend kubebyon_one_7692c3ad3540 # .*\n/,
+    'backend kubebyon_one_7692c3ad3540\n  description kubebyon owner=kubebyon-haproxy-adapter cluster=one\n',
+  )
+  .replace(/(server srv\d \S+ check)\n/g, `$1 ${OWN}\n`);
+
+/** The sections another owner holds, text as is: ours name our owner id in their description. */
+const foreignSections = (text: string) =>
+  text
+    .slice(text.indexOf('global'))
+    .split(/\n(?=\S)/)
+    .filter((s) => !/^\s+description kubebyon owner=kubebyon-haproxy-adapter\b/m.test(s))
+    .join('\n');
+
+describe('editConfigText where tags live in descriptions (v3.0)', () => {
+  const store: TagStore = { ownership: 'description', serverTags: true };
+  const editDescribed = (text: string, operations: Operation[], before: RawState = BEFORE, s = store) =>
+    editConfigText(text, before, operations, registry, s);
+
+  it('reads as the fixture says: tags only in descriptions and on servers', () => {
+    expect(DESCRIBED).toContain(
+      '  use_backend kubebyon_one_7692c3ad3540 if { req.ssl_sni -i one.example.com }\n',
+    );
+    expect(DESCRIBED).toContain(`  server srv1 127.0.0.2:20001 check ${OWN}\n`);
+    expect(DESCRIBED.match(/kubebyon-haproxy-adapter/g)).toHaveLength(4);
+  });
+
+  it('adds a cluster with a description line and untagged rules, every foreign line byte for byte', () => {
+    const out = editDescribed(DESCRIBED, newCluster);
+    expect(foreignSections(out)).toBe(foreignSections(DESCRIBED));
+    expect(foreignSections(out)).toContain('backend console_tls from base');
+    expect(out).toContain(
+      `backend kubebyon_two_0123456789ab\n  description kubebyon owner=kubebyon-haproxy-adapter cluster=two\n  mode tcp\n  balance leastconn\n  server srv1 127.0.0.3:20003 ${OWN}\n`,
+    );
+    expect(out).toContain(
+      '  use_backend kubebyon_one_7692c3ad3540 if { req.ssl_sni -i one.example.com }\n  use_backend kubebyon_two_0123456789ab if { req.ssl_sni -i two.example.com }\n  default_backend console_tls\n',
+    );
+    // Servers carry no tags where the version has no metadata on servers either.
+    const bare = editDescribed(DESCRIBED, newCluster, BEFORE, {
+      ownership: 'description',
+      serverTags: false,
+    });
+    expect(bare).toContain('  server srv1 127.0.0.3:20003\n');
+  });
+
+  it('creates the frontend with its description first, nothing on its bind and rules', () => {
+    const empty = DESCRIBED.slice(0, DESCRIBED.indexOf('frontend kubebyon_sni'));
+    const out = editDescribed(
+      `${empty}backend console_tls from base\n  mode tcp\n`,
+      [
+        {
+          kind: 'create_frontend',
+          frontend: {
+            name: 'kubebyon_sni',
+            bind: { address: '*', port: 443 },
+            inspectDelayMs: 5000,
+            defaultBackend: null,
+          },
+        },
+      ],
+      { frontends: [console_], backends: [consoleTls] },
+    );
+    expect(out).toContain(
+      [
+        'frontend kubebyon_sni',
+        '  description kubebyon owner=kubebyon-haproxy-adapter',
+        '  mode tcp',
+        '  bind *:443 name kubebyon',
+        '  tcp-request inspect-delay 5000ms',
+        '  tcp-request content accept if { req.ssl_hello_type 1 }',
+      ].join('\n'),
+    );
+  });
+
+  it('a rule line in its frontend is its backend’s: one to a foreign backend leaves the edit to a transaction', () => {
+    const withForeignRule = DESCRIBED.replace(
+      '  default_backend console_tls',
+      '  use_backend console_tls if { req.ssl_sni -i console.example.com }\n  default_backend console_tls',
+    );
+    expect(() => editDescribed(withForeignRule, newCluster)).toThrow(RawEditUnsupported);
   });
 });

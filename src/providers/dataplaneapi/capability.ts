@@ -1,9 +1,35 @@
 /**
- * Whether a Data Plane API can store the ownership tags this service relies on, read off the API's own
- * OpenAPI document (a locally built API reports its version as `dev`, so the version number proves nothing).
- * Pure: takes the document, names what is missing.
+ * What a Data Plane API can do for this service, read off the API's own OpenAPI document (a locally built API
+ * reports its version as `dev`, so the version number proves nothing). Pure: takes the document, says where
+ * ownership tags can be kept and which write paths exist, or names what is missing.
+ *
+ * | document        | frontends, backends | servers            | binds, rules          |
+ * | --------------- | ------------------- | ------------------ | --------------------- |
+ * | v3.2, v3.4      | `metadata`          | `metadata`         | `metadata`            |
+ * | v3.0 (v3.0.23)  | `description`       | `metadata`         | none: known by shape  |
+ * | without either  | refused             |                    |                       |
  */
-const NEEDS_METADATA: Array<[schema: string, what: string]> = [
+
+/** Where frontends and backends keep their tags (see `tags.ts`). */
+export type Ownership = 'metadata' | 'description';
+
+export interface TagStore {
+  ownership: Ownership;
+  /** Servers carry tags of their own (`metadata`); else a server is read as its backend's. */
+  serverTags: boolean;
+}
+
+export interface Capabilities extends TagStore {
+  /** The document's `info.version`, e.g. `3.0`. */
+  document: string;
+  /** `POST /configuration/raw` takes `skip_reload` and `X-Runtime-Actions`: large plans as one edited file. */
+  rawFile: boolean;
+}
+
+export type CapabilityCheck = { ok: true; capabilities: Capabilities } | { ok: false; missing: string[] };
+
+/** The schemas whose objects this service tags, and what they are called in messages. */
+const TAGGED: Array<[schema: string, what: string]> = [
   ['frontend_base', 'frontends'],
   ['backend_base', 'backends'],
   ['server', 'servers'],
@@ -12,7 +38,24 @@ const NEEDS_METADATA: Array<[schema: string, what: string]> = [
   ['tcp_request_rule', 'tcp-request rules'],
 ];
 
+const ENDPOINTS = [
+  '/services/haproxy/transactions',
+  '/services/haproxy/transactions/{id}',
+  '/services/haproxy/configuration/version',
+  '/services/haproxy/configuration/frontends',
+  '/services/haproxy/configuration/backends',
+  '/services/haproxy/configuration/frontends/{parent_name}/backend_switching_rules',
+  '/services/haproxy/configuration/backends/{parent_name}/servers/{name}',
+  '/services/haproxy/reloads/{id}',
+];
+
 type SchemaMap = Record<string, { properties?: Record<string, unknown>; allOf?: unknown[] } | undefined>;
+type Parameter = { name?: string; $ref?: string };
+type Doc = {
+  info?: { version?: string };
+  paths?: Record<string, Record<string, { parameters?: Parameter[] }> | undefined>;
+  components?: { schemas?: SchemaMap; parameters?: Record<string, Parameter> };
+};
 
 function hasProperty(schemas: SchemaMap, name: string, property: string, depth = 0): boolean {
   const schema = schemas[name];
@@ -27,27 +70,40 @@ function hasProperty(schemas: SchemaMap, name: string, property: string, depth =
   return false;
 }
 
-/** What the API lacks for this service, in words; empty when it has everything. */
-export function missingCapabilities(spec: unknown): string[] {
-  const doc = (spec ?? {}) as {
-    paths?: Record<string, unknown>;
-    components?: { schemas?: SchemaMap };
-  };
+/** The names of an operation's parameters, `$ref`s resolved. */
+function parameterNames(doc: Doc, path: string, method: string): Set<string> {
+  const params = doc.paths?.[path]?.[method]?.parameters ?? [];
+  return new Set(
+    params.map((p) => p.name ?? doc.components?.parameters?.[p.$ref?.split('/').pop() ?? '']?.name ?? ''),
+  );
+}
+
+/** What the API can do for this service, or what it lacks, in words. */
+export function readCapabilities(spec: unknown): CapabilityCheck {
+  const doc = (spec ?? {}) as Doc;
   const schemas = doc.components?.schemas ?? {};
   const missing: string[] = [];
-  const noMetadata = NEEDS_METADATA.filter(([schema]) => !hasProperty(schemas, schema, 'metadata')).map(
+  const noMetadata = TAGGED.filter(([schema]) => !hasProperty(schemas, schema, 'metadata')).map(
     ([, what]) => what,
   );
-  if (noMetadata.length > 0)
-    missing.push(`\`metadata\` on ${noMetadata.join(', ')} (ownership tags; Data Plane API v3.2 or newer)`);
-  const paths = doc.paths ?? {};
-  for (const path of [
-    '/services/haproxy/transactions',
-    '/services/haproxy/configuration/backends',
-    '/services/haproxy/configuration/frontends/{parent_name}/backend_switching_rules',
-    '/services/haproxy/reloads/{id}',
-  ]) {
-    if (!(path in paths)) missing.push(`the endpoint ${path}`);
-  }
-  return missing;
+  const described = ['frontend_base', 'backend_base'].every((s) => hasProperty(schemas, s, 'description'));
+  if (noMetadata.length > 0 && !described)
+    missing.push(
+      `a place for ownership tags: \`metadata\` on ${noMetadata.join(', ')} (v3.2 or newer), or \`description\` on frontends and backends (v3.0)`,
+    );
+  for (const path of ENDPOINTS) if (!doc.paths?.[path]) missing.push(`the endpoint ${path}`);
+  if (missing.length > 0) return { ok: false, missing };
+  const raw = parameterNames(doc, '/services/haproxy/configuration/raw', 'post');
+  return {
+    ok: true,
+    capabilities: {
+      document: doc.info?.version ?? 'unknown',
+      ownership: noMetadata.length === 0 ? 'metadata' : 'description',
+      serverTags: hasProperty(schemas, 'server', 'metadata'),
+      rawFile:
+        doc.paths?.['/services/haproxy/configuration/raw']?.get !== undefined &&
+        raw.has('skip_reload') &&
+        raw.has('X-Runtime-Actions'),
+    },
+  };
 }

@@ -1,15 +1,23 @@
 import { Agent as HttpAgent } from 'node:http';
 import { Agent as HttpsAgent } from 'node:https';
 import axios, { type AxiosInstance, type AxiosResponse, isAxiosError } from 'axios';
-import type { components, paths } from '../../../generated/dataplaneapi.js';
+import type * as v3_0 from '../../../generated/dataplaneapi-v3.0.23.js';
+import type * as v3_2 from '../../../generated/dataplaneapi-v3.2.15.js';
+import type * as v3_4 from '../../../generated/dataplaneapi-v3.4.js';
 
 /**
  * A small typed client over axios in the style of openapi-fetch: the path, its parameters, the request body
- * and the response body all come from the types generated from the Data Plane API's own OpenAPI document
- * (`npm run generate`). Nothing here restates an API type by hand.
+ * and the response body all come from the types generated from the Data Plane API's own OpenAPI documents
+ * (`npm run generate`, one per supported version). Nothing here restates an API type by hand.
  */
 
-export type Schemas = components['schemas'];
+/** The paths every supported version serves, typed as the newest has them: a path v3.0 lacks does not compile. */
+type paths = Pick<v3_4.paths, keyof v3_4.paths & keyof v3_2.paths & keyof v3_0.paths>;
+/** Objects as the newest supported version describes them (older ones hold a subset: see `tags.ts`). */
+export type Schemas = v3_4.components['schemas'];
+/** Each supported version's own objects, for what differs between them. */
+export type SchemasV3_0 = v3_0.components['schemas'];
+export type SchemasV3_2 = v3_2.components['schemas'];
 type Method = 'get' | 'put' | 'post' | 'delete';
 
 /** Paths that have method M. */
@@ -198,7 +206,10 @@ export function createClient(options: ClientOptions): DataplaneClient {
     if (res.status >= 200 && res.status < 300) {
       return { status: res.status, data: res.status === 204 ? undefined : res.data, headers };
     }
-    throw new DataplaneHttpError(res.status, messageOf(res.data), headers, method, path);
+    // v3.0.23 answers a wrong password with `invalid password: <the password>`: such words are not kept.
+    const refused = res.status === 401 || res.status === 403;
+    const message = refused ? 'the credentials were refused' : messageOf(res.data);
+    throw new DataplaneHttpError(res.status, message, headers, method, path);
   }
 
   return {

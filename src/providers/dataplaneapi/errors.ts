@@ -2,7 +2,7 @@ import { haproxyMessage } from '../../haproxy/alerts.js';
 import { ConcurrentChangeError, ReloadFailedError, TerminalError } from '../provider.js';
 import { DataplaneHttpError } from './client.js';
 
-/** The API lacks something this service needs (e.g. `metadata`, v3.2+): retrying cannot help. */
+/** The API lacks something this service needs (a place for ownership tags, an endpoint): retrying cannot help. */
 export class MissingCapabilityError extends TerminalError {
   override name = 'MissingCapabilityError';
 }
@@ -30,7 +30,7 @@ export function translate(err: unknown, url: string, distrust: (why: string) => 
     case 401:
     case 403:
       return new TerminalError(
-        `the Data Plane API at ${url} refused the credentials (${err.status} ${err.apiMessage}): check KUBEBYON_DATAPLANE_USERNAME and KUBEBYON_DATAPLANE_PASSWORD`,
+        `the Data Plane API at ${url} refused the credentials (${err.status}): check KUBEBYON_DATAPLANE_USERNAME and KUBEBYON_DATAPLANE_PASSWORD`,
       );
     case 404:
     case 406:

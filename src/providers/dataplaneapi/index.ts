@@ -9,9 +9,10 @@ export { DataplaneProvider, MissingCapabilityError } from './provider.js';
 export const LEDGER_FILE = 'dataplaneapi-transactions.json';
 
 /**
- * The Data Plane API provider. Refuses to start against an API that lacks what the service needs (metadata
- * for ownership tags, v3.2+). An API that cannot be reached yet, or refuses the credentials, does not stop
- * the start: webhooks are still accepted, readiness says why, and the loop converges once the API answers.
+ * The Data Plane API provider (v3.0 and newer). Refuses to start against an API that lacks what the service
+ * needs (a place for ownership tags: `metadata`, or descriptions on v3.0/v3.1; see `capability.ts`). An API
+ * that cannot be reached yet, or refuses the credentials, does not stop the start: webhooks are still
+ * accepted, readiness says why, and the loop converges once the API answers.
  */
 export async function createDataplaneProvider(
   config: DataplaneConfig,

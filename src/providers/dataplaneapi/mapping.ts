@@ -9,10 +9,11 @@ import type {
   Tags,
 } from '../../haproxy/model.js';
 import { isHaproxyName } from '../../naming/names.js';
-import { TAG_KEY, TAG_VALUE } from '../../registry/registry.js';
 import { validateHost } from '../../routes/host.js';
 import { TerminalError } from '../provider.js';
+import type { TagStore } from './capability.js';
 import type { Schemas } from './client.js';
+import { ownTags, sectionTags, taggedByDescription } from './tags.js';
 
 /**
  * Pure translation between the Data Plane API's objects (as its generated types describe them) and the raw
@@ -24,7 +25,6 @@ export type ApiServer = Schemas['server'];
 export type ApiBind = Schemas['bind'];
 export type ApiRule = Schemas['backend_switching_rule'];
 export type ApiTcpRule = Schemas['tcp_request_rule'];
-export type Metadata = NonNullable<Schemas['backend_base']['metadata']>;
 
 /** What one read of the API returned, keyed by the configuration version it was read at. */
 export interface Snapshot {
@@ -35,24 +35,8 @@ export interface Snapshot {
 
 export const HELLO_TEST = '{ req.ssl_hello_type 1 }';
 const SNI_TEST = /^\{\s*req\.ssl_sni\s+-i\s+(\S+)\s*\}$/;
-
-/** Tags as API metadata: `{"owner": {"value": "..."}}`. */
-export function tagsToMetadata(tags: Tags): Metadata {
-  const out: Metadata = {};
-  for (const [key, value] of Object.entries(tags)) out[key] = { value };
-  return out;
-}
-
-/** API metadata as tags: entries shaped `{value: "<string>"}` only; anything else is not a tag of ours. */
-export function metadataToTags(metadata: unknown): Tags {
-  const tags: Record<string, string> = {};
-  if (!metadata || typeof metadata !== 'object') return tags;
-  for (const [key, entry] of Object.entries(metadata as Record<string, unknown>)) {
-    const value = entry && typeof entry === 'object' ? (entry as { value?: unknown }).value : undefined;
-    if (typeof value === 'string') tags[key] = value;
-  }
-  return tags;
-}
+/** The name of the bind the service gives its frontend. */
+export const BIND_NAME = 'kubebyon';
 
 function byName<T extends { name?: string }>(a: T, b: T): number {
   const x = a.name ?? '';
@@ -82,11 +66,41 @@ export function isHelloAccept(rule: ApiTcpRule): boolean {
   );
 }
 
+/**
+ * The tags of a frontend's children. A child carrying its own tags has those. In a frontend whose tags are in
+ * its description (v3.0/v3.1 carry none on children) the service's parts are known by shape instead: the bind
+ * named `kubebyon`, the inspect delay and the ClientHello accept carry the frontend's tags, and a switching
+ * rule the tags of the backend it routes to (so a rule another tool adds there, pointing at one of our
+ * backends, reads as ours: the price of a version without metadata on rules).
+ */
+export interface ChildTags {
+  bind(b: ApiBind): Tags;
+  tcpRule(r: ApiTcpRule): Tags;
+  rule(r: ApiRule): Tags;
+}
+
+export function childTags(f: ApiFrontend, backendTags: (name: string) => Tags): ChildTags {
+  const byShape = taggedByDescription(f);
+  const parent = sectionTags(f);
+  const none: Tags = {};
+  return {
+    bind: (b) => ownTags(b.metadata) ?? (byShape && b.name === BIND_NAME ? parent : none),
+    tcpRule: (r) =>
+      ownTags(r.metadata) ?? (byShape && (r.type === 'inspect-delay' || isHelloAccept(r)) ? parent : none),
+    rule: (r) => ownTags(r.metadata) ?? (byShape ? backendTags(r.name) : none),
+  };
+}
+
+/** The tags of each backend as read, by name (none for a backend that is not there). */
+export function backendTagsOf(backends: readonly ApiBackend[]): (name: string) => Tags {
+  const tags = new Map(backends.map((b) => [b.name, sectionTags(b)]));
+  return (name) => tags.get(name) ?? {};
+}
+
 /** A frontend as raw state; its bind is the one `owner` tagged (another tool may have added more), else the first. */
-export function readFrontend(f: ApiFrontend, owner: Owner): RawFrontend {
-  const tags = metadataToTags(f.metadata);
+export function readFrontend(f: ApiFrontend, owner: Owner, children: ChildTags): RawFrontend {
   const binds = Object.values(f.binds ?? {}).sort(byName);
-  const bind = binds.find((b) => owner.owns(metadataToTags(b.metadata))) ?? binds[0];
+  const bind = binds.find((b) => owner.owns(children.bind(b))) ?? binds[0];
   const tcp = f.tcp_request_rule_list ?? [];
   const delay = tcp.find((r) => r.type === 'inspect-delay');
   return {
@@ -96,13 +110,16 @@ export function readFrontend(f: ApiFrontend, owner: Owner): RawFrontend {
     acceptsTlsHello: tcp.some(isHelloAccept),
     defaultBackend: f.default_backend ?? null,
     rules: (f.backend_switching_rule_list ?? []).map(
-      (r): RawRule => ({ backend: r.name, host: ruleHost(r), tags: metadataToTags(r.metadata) }),
+      (r): RawRule => ({ backend: r.name, host: ruleHost(r), tags: children.rule(r) }),
     ),
-    tags,
+    tags: sectionTags(f),
   };
 }
 
-export function readBackend(b: ApiBackend): RawBackend {
+/** A backend as raw state; a server without tags of its own is its backend's where the API has none on servers. */
+export function readBackend(b: ApiBackend, store: TagStore): RawBackend {
+  const tags = sectionTags(b);
+  const inherited = store.serverTags ? {} : tags;
   const servers = Object.values(b.servers ?? {})
     .sort(byName)
     .map(
@@ -111,16 +128,17 @@ export function readBackend(b: ApiBackend): RawBackend {
         address: s.address,
         port: s.port ?? 0,
         check: s.check === 'enabled',
-        tags: metadataToTags(s.metadata),
+        tags: ownTags(s.metadata) ?? inherited,
       }),
     );
-  return { name: b.name, balance: b.balance?.algorithm ?? '', servers, tags: metadataToTags(b.metadata) };
+  return { name: b.name, balance: b.balance?.algorithm ?? '', servers, tags };
 }
 
-export function readState(snapshot: Snapshot, owner: Owner): RawState {
+export function readState(snapshot: Snapshot, owner: Owner, store: TagStore): RawState {
+  const backendTags = backendTagsOf(snapshot.backends);
   return {
-    frontends: snapshot.frontends.map((f) => readFrontend(f, owner)),
-    backends: snapshot.backends.map(readBackend),
+    frontends: snapshot.frontends.map((f) => readFrontend(f, owner, childTags(f, backendTags))),
+    backends: snapshot.backends.map((b) => readBackend(b, store)),
   };
 }
 
@@ -154,11 +172,4 @@ export function checkedServerAddress(address: string): string {
 export function checkedBindAddress(address: string): string {
   if (address !== '*' && isIP(address) === 0) refuse(`bind address ${JSON.stringify(address)}`);
   return address;
-}
-
-export function checkedTags(tags: Tags): Tags {
-  for (const [k, v] of Object.entries(tags)) {
-    if (!TAG_KEY.test(k) || !TAG_VALUE.test(v)) refuse(`tag ${k}=${JSON.stringify(v)}`);
-  }
-  return tags;
 }

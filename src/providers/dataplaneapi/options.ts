@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import type { Owner } from '../../haproxy/model.js';
 import type { ApplyReport, ProviderTraffic } from '../provider.js';
-import type { ServerUpdate } from './writes.js';
+import type { ServerUpdate } from './objects.js';
 
 export interface DataplaneProviderOptions {
   /** The API's root, e.g. `http://127.0.0.1:5555` (`/v3` is added). */

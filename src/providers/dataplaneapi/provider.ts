@@ -4,21 +4,24 @@ import type { ApplyReport, Provider, ProviderInfo } from '../provider.js';
 import { createClient, type DataplaneClient } from './client.js';
 import { translate } from './errors.js';
 import type { Snapshot } from './mapping.js';
+import type { WritePlan } from './objects.js';
 import type { Applied, Counter, DataplaneProviderOptions } from './options.js';
 import { RawFile } from './raw-file.js';
 import { Reads } from './read.js';
 import { Reloads } from './reload.js';
 import { applyRuntime } from './runtime.js';
 import { Session } from './session.js';
+import { snapshotAfter } from './snapshot-after.js';
 import { Transactions } from './transaction.js';
-import { planWrites, snapshotAfter, type WritePlan } from './writes.js';
+import { planWrites } from './writes.js';
 
 export { DataplaneUnreachableError } from './client.js';
 export { MissingCapabilityError, TooManyTransactionsError } from './errors.js';
 export type { DataplaneProviderOptions } from './options.js';
 
 /**
- * The default provider: HAProxy's Data Plane API v3 (metadata needs v3.2+). Reads are two `full_section`
+ * The default provider: HAProxy's Data Plane API v3 (v3.0 and newer; where ownership tags are kept depends on
+ * the version, read off its OpenAPI document: `capability.ts`, `tags.ts`). Reads are two `full_section`
  * lists (frontends, backends), skipped while the configuration version has not moved (`read.ts`); a plan is
  * applied as one transaction committed with one reload (`transaction.ts`), as one edited file when it is
  * large (`raw-file.ts`), or, when it only moves server endpoints, through the runtime path without a reload
@@ -48,14 +51,15 @@ export class DataplaneProvider implements Provider {
         : {}),
     });
     this.reloads = new Reloads(this.client, o);
-    this.reads = new Reads(this.client, o.owner);
+    const capabilities = () => this.session.capabilities;
+    this.reads = new Reads(this.client, o.owner, capabilities);
     this.transactions = new Transactions(this.client, this.reloads, o);
-    this.rawFile = new RawFile(this.client, this.reloads, o);
-    this.session = new Session(this.client, {
-      transactions: this.transactions,
-      reloads: this.reloads,
-      reads: this.reads,
-    });
+    this.rawFile = new RawFile(this.client, this.reloads, { ...o, capabilities });
+    this.session = new Session(
+      this.client,
+      { transactions: this.transactions, reloads: this.reloads, reads: this.reads },
+      o.logger,
+    );
   }
 
   /**
@@ -99,6 +103,7 @@ export class DataplaneProvider implements Provider {
       const work = planWrites(plan, snapshot, {
         runtimeMaxServers: this.o.runtimeMaxServers,
         owner: this.o.owner,
+        tags: this.session.capabilities,
       });
       signal.throwIfAborted();
       if (work.kind === 'none') return { reload: 'none', requests: 0 };

@@ -1,11 +1,12 @@
 import type { Plan } from '../../plan/plan.js';
 import { ConcurrentChangeError } from '../provider.js';
+import type { Capabilities } from './capability.js';
 import { type DataplaneClient, versionOf } from './client.js';
 import { readState, type Snapshot } from './mapping.js';
+import type { ServerUpdate, WritePlan } from './objects.js';
 import type { Applied, Counter, DataplaneProviderOptions } from './options.js';
 import { editConfigText, RawEditUnsupported, textVersion } from './raw-text.js';
 import type { Reloads } from './reload.js';
-import type { ServerUpdate, WritePlan } from './writes.js';
 
 const DEFAULT_RAW_MIN_WRITES = 8;
 /** Runtime actions per push: the API's headers are bounded (1 MiB by default). */
@@ -14,7 +15,7 @@ const RUNTIME_ACTIONS_BYTES = 256 * 1024;
 type RawFileOptions = Pick<
   DataplaneProviderOptions,
   'timeoutMs' | 'reloadTimeoutMs' | 'rawMinWrites' | 'owner' | 'logger'
->;
+> & { capabilities: () => Capabilities };
 
 /**
  * Large plans as one edited configuration file instead of one request per object: the file as the API
@@ -41,6 +42,7 @@ export class RawFile {
   ): Promise<Applied | undefined> {
     const min = this.o.rawMinWrites ?? DEFAULT_RAW_MIN_WRITES;
     if (min <= 0 || (!work.moves && work.writes.length < min)) return undefined;
+    if (!this.o.capabilities().rawFile) return undefined;
     const text = await this.fileAt(snapshot.version, signal, counter);
     const edited = this.edit(text, snapshot, plan);
     if (edited === undefined) return undefined;
@@ -64,7 +66,14 @@ export class RawFile {
 
   private edit(text: string, snapshot: Snapshot, plan: Plan): string | undefined {
     try {
-      return editConfigText(text, readState(snapshot, this.o.owner), plan.operations, this.o.owner);
+      const tags = this.o.capabilities();
+      return editConfigText(
+        text,
+        readState(snapshot, this.o.owner, tags),
+        plan.operations,
+        this.o.owner,
+        tags,
+      );
     } catch (err) {
       if (!(err instanceof RawEditUnsupported)) throw err;
       this.o.logger.debug(

@@ -1,126 +1,34 @@
-import type {
-  Owner,
-  RawBackend,
-  RawFrontend,
-  RawRule,
-  RawServer,
-  RawState,
-  Tags,
-} from '../../haproxy/model.js';
+import type { Owner, RawBackend, RawFrontend, RawState, Tags } from '../../haproxy/model.js';
 import { applyOperations } from '../../plan/apply.js';
 import type { Operation } from '../../plan/plan.js';
+import type { TagStore } from './capability.js';
 import {
-  checkedBindAddress,
-  checkedHost,
-  checkedName,
-  checkedPort,
-  checkedServerAddress,
-  checkedTags,
-  metadataToTags,
-  tagsToMetadata,
-} from './mapping.js';
-import { BIND_NAME, RefusedOperationError } from './writes.js';
+  backendLines,
+  type ConfigText,
+  frontendLines,
+  hostPort,
+  type LineTags,
+  lineTags,
+  lineTagsFor,
+  META,
+  parse,
+  render,
+  ruleLine,
+  type Section,
+  sectionTagsOf,
+  serverLine,
+} from './raw-lines.js';
 
 /**
  * The whole configuration file as the Data Plane API stores it (`GET /configuration/raw`), edited as text for
  * plans too large for one request per object: a new frontend or backend is rendered in the API's own form
- * (metadata as a JSON comment on the line, as the API writes it), the service's objects are changed line by
- * line, and every other line, foreign sections included, is sent back byte for byte. Pure. Anything it
- * cannot do by text is refused with `RawEditUnsupported`, and the caller uses a transaction instead.
+ * (tags as the API version keeps them, `tags.ts`: a JSON comment on the line, or a `description` line), the
+ * service's objects are changed line by line, and every other line, foreign sections included, is sent back
+ * byte for byte. Pure. Anything it cannot do by text is refused with `RawEditUnsupported`, and the caller uses
+ * a transaction instead.
  */
 export class RawEditUnsupported extends Error {
   override readonly name = 'RawEditUnsupported';
-}
-
-interface Section {
-  kind: string;
-  name: string | undefined;
-  /** The header line first, then the body, blank lines after it included. */
-  lines: string[];
-}
-
-interface ConfigText {
-  head: string[];
-  sections: Section[];
-}
-
-/** Lines the API writes at the top of the file for itself; it writes them again on every push. */
-const API_HEAD = /^# (_md5hash=|_version=|Dataplaneapi managed File|changing file directly)/;
-const META = / # (\{.*\})\s*$/;
-
-function parse(text: string): ConfigText {
-  const head: string[] = [];
-  const sections: Section[] = [];
-  for (const line of text.replace(/\n$/, '').split('\n')) {
-    if (/^[^\s#]/.test(line)) {
-      const words = line.replace(META, '').trim().split(/\s+/);
-      sections.push({ kind: words[0] ?? '', name: words[1], lines: [line] });
-    } else if (sections.length > 0) {
-      (sections[sections.length - 1] as Section).lines.push(line);
-    } else if (!API_HEAD.test(line)) {
-      head.push(line);
-    }
-  }
-  return { head, sections };
-}
-
-function render(c: ConfigText): string {
-  return `${[...c.head, ...c.sections.flatMap((s) => s.lines)].join('\n').replace(/\n+$/, '')}\n`;
-}
-
-/** Tags from a line's metadata comment; none when it has no comment the API wrote. */
-function lineTags(line: string): Tags {
-  const m = META.exec(line);
-  if (!m?.[1]) return {};
-  try {
-    return metadataToTags(JSON.parse(m[1]));
-  } catch {
-    return {};
-  }
-}
-
-function comment(tags: Tags): string {
-  const meta = tagsToMetadata(checkedTags(tags));
-  const sorted = Object.fromEntries(Object.entries(meta).sort(([a], [b]) => (a < b ? -1 : 1)));
-  return ` # ${JSON.stringify(sorted)}`;
-}
-
-function hostPort(address: string, port: number): string {
-  const a = checkedServerAddress(address);
-  return `${a.includes(':') ? `[${a}]` : a}:${checkedPort(port, 'server')}`;
-}
-
-function serverLine(s: RawServer): string {
-  return `  server ${checkedName(s.name, 'server')} ${hostPort(s.address, s.port)}${s.check ? ' check' : ''}${comment(s.tags)}`;
-}
-
-function ruleLine(r: RawRule): string {
-  return `  use_backend ${checkedName(r.backend, 'backend')} if { req.ssl_sni -i ${checkedHost(r.host)} }${comment(r.tags)}`;
-}
-
-function frontendLines(f: RawFrontend): string[] {
-  const delay = f.inspectDelayMs;
-  if (f.bind === null || delay === null || !Number.isInteger(delay) || delay < 0)
-    throw new RefusedOperationError(`frontend ${f.name} without a bind or a valid inspect delay`);
-  const own = comment(f.tags);
-  return [
-    `frontend ${checkedName(f.name, 'frontend')}${own}`,
-    '  mode tcp',
-    `  bind ${checkedBindAddress(f.bind.address)}:${checkedPort(f.bind.port, 'bind')} name ${BIND_NAME}${own}`,
-    `  tcp-request inspect-delay ${delay}ms${own}`,
-    `  tcp-request content accept if { req.ssl_hello_type 1 }${own}`,
-    ...f.rules.map(ruleLine),
-    ...(f.defaultBackend !== null ? [`  default_backend ${checkedName(f.defaultBackend, 'backend')}`] : []),
-  ];
-}
-
-function backendLines(b: RawBackend): string[] {
-  return [
-    `backend ${checkedName(b.name, 'backend')}${comment(b.tags)}`,
-    '  mode tcp',
-    `  balance ${checkedName(b.balance, 'balance algorithm')}`,
-    ...b.servers.map(serverLine),
-  ];
 }
 
 /** The body of a section without its trailing blank lines, and those blank lines. */
@@ -171,16 +79,20 @@ function touched(operations: readonly Operation[]) {
  * `text`, which holds `before`, edited to hold what `operations` make of it (`applyOperations` says what that
  * is; this only writes it down). New sections are appended in the API's own form; in an existing backend
  * only the server lines named change, and their other options stay; a frontend's rules are rewritten only
- * when every rule in it, before and after, is `owner`'s.
+ * when every rule in it, before and after, is `owner`'s (a rule line without tags in a frontend tagged by its
+ * description is its backend's, as `mapping.ts` reads it).
  */
 export function editConfigText(
   text: string,
   before: RawState,
   operations: readonly Operation[],
   owner: Owner,
+  store: TagStore,
 ): string {
   const t = touched(operations);
   const after = applyOperations(before, operations, owner);
+  const lines = lineTagsFor(store);
+  const backendTags = new Map(before.backends.map((b) => [b.name, b.tags]));
   const c = parse(text);
   const section = (name: string): Section => {
     const s = c.sections.find((x) => (x.kind === 'frontend' || x.kind === 'backend') && x.name === name);
@@ -192,14 +104,22 @@ export function editConfigText(
     if (t.created.has(f.name)) {
       if (f.rules.some((r) => !owner.owns(r.tags)))
         throw new RawEditUnsupported('a new frontend with rules of another owner');
-      append(c, frontendLines(f));
+      append(c, frontendLines(f, lines));
     } else if (t.rules.has(f.name)) {
-      rewriteRules(section(f.name), f, owner);
+      const s = section(f.name);
+      const byShape = sectionTagsOf(s).byDescription;
+      const ruleTags = (l: string): Tags => {
+        const own = lineTags(l);
+        if (Object.keys(own).length > 0 || !byShape) return own;
+        return backendTags.get(l.trim().split(/\s+/)[1] ?? '') ?? {};
+      };
+      rewriteRules(s, f, owner, ruleTags, lines);
     }
   }
   for (const b of after.backends) {
-    if (t.created.has(b.name)) append(c, backendLines(b));
-    else if (t.servers.has(b.name)) rewriteServers(section(b.name), b, t.servers.get(b.name) as Set<string>);
+    if (t.created.has(b.name)) append(c, backendLines(b, lines));
+    else if (t.servers.has(b.name))
+      rewriteServers(section(b.name), b, t.servers.get(b.name) as Set<string>, lines);
   }
   return render(c);
 }
@@ -211,9 +131,15 @@ function append(c: ConfigText, lines: string[]): void {
   c.sections.push({ kind: kind ?? '', name, lines: [...lines, ''] });
 }
 
-function rewriteRules(s: Section, f: RawFrontend, owner: Owner): void {
+function rewriteRules(
+  s: Section,
+  f: RawFrontend,
+  owner: Owner,
+  ruleTags: (line: string) => Tags,
+  t: LineTags,
+): void {
   const { body, tail } = split(s.lines);
-  if (f.rules.some((r) => !owner.owns(r.tags)) || body.filter(isRule).some((l) => !owner.owns(lineTags(l))))
+  if (f.rules.some((r) => !owner.owns(r.tags)) || body.filter(isRule).some((l) => !owner.owns(ruleTags(l))))
     throw new RawEditUnsupported('rules of another owner');
   let at = body.findIndex(isRule);
   if (at < 0) {
@@ -222,11 +148,11 @@ function rewriteRules(s: Section, f: RawFrontend, owner: Owner): void {
   }
   const kept = body.filter((l) => !isRule(l));
   const before = kept.slice(0, body.slice(0, at).filter((l) => !isRule(l)).length);
-  s.lines = [...before, ...f.rules.map(ruleLine), ...kept.slice(before.length), ...tail];
+  s.lines = [...before, ...f.rules.map((r) => ruleLine(r, t)), ...kept.slice(before.length), ...tail];
 }
 
 /** The backend's server lines as `b` has them: named servers changed in place, new ones after the last. */
-function rewriteServers(s: Section, b: RawBackend, named: Set<string>): void {
+function rewriteServers(s: Section, b: RawBackend, named: Set<string>, t: LineTags): void {
   const wanted = new Map(b.servers.map((x) => [x.name, x]));
   const { body, tail } = split(s.lines);
   const lines: string[] = [];
@@ -249,7 +175,7 @@ function rewriteServers(s: Section, b: RawBackend, named: Set<string>): void {
     const server = wanted.get(name);
     if (seen.has(name)) continue;
     if (!server) throw new RawEditUnsupported(`server ${b.name}/${name} not in the file`);
-    lines.push(serverLine(server));
+    lines.push(serverLine(server, t));
   }
   s.lines = [...lines, ...tail];
 }

@@ -1,5 +1,6 @@
 import type { Owner, RawState } from '../../haproxy/model.js';
 import { ConcurrentChangeError } from '../provider.js';
+import type { TagStore } from './capability.js';
 import { type DataplaneClient, versionOf } from './client.js';
 import { readState, type Snapshot } from './mapping.js';
 
@@ -18,12 +19,14 @@ export class Reads {
   constructor(
     private readonly client: DataplaneClient,
     private readonly owner: Owner,
+    /** Where the API keeps tags; known once the API has been checked, before the first read. */
+    private readonly tags: () => TagStore,
   ) {}
 
   /** The state as of now, a copy of its own for the caller. */
   async handOut(signal: AbortSignal): Promise<RawState> {
     const snapshot = await this.read(signal);
-    const raw = structuredClone(this.state ?? readState(snapshot, this.owner));
+    const raw = structuredClone(this.state ?? readState(snapshot, this.owner, this.tags()));
     this.handedOut.set(raw, snapshot);
     return raw;
   }
@@ -62,7 +65,7 @@ export class Reads {
   /** What the API holds now, when known (our own writes applied to what was read); else nothing is kept. */
   keep(snapshot: Snapshot | undefined): void {
     this.snapshot = snapshot;
-    this.state = snapshot ? readState(snapshot, this.owner) : undefined;
+    this.state = snapshot ? readState(snapshot, this.owner, this.tags()) : undefined;
   }
 
   /** What was read no longer tells what is there: the next read lists both sections again. */

@@ -1,7 +1,7 @@
 import { type DataplaneClient, versionOf } from './client.js';
+import type { ServerUpdate } from './objects.js';
 import type { Applied, Counter } from './options.js';
 import type { Reloads } from './reload.js';
-import type { ServerUpdate } from './writes.js';
 
 /**
  * Server address/port changes, each applied by the API through HAProxy's runtime API: no reload. One request

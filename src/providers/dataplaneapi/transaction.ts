@@ -1,8 +1,8 @@
 import { type DataplaneClient, DataplaneHttpError, versionOf } from './client.js';
 import { TransactionLedger } from './ledger.js';
+import type { Write } from './objects.js';
 import type { Applied, Counter, DataplaneProviderOptions } from './options.js';
 import type { Reloads } from './reload.js';
-import type { Write } from './writes.js';
 
 const CLEANUP_TIMEOUT_MS = 10_000;
 
