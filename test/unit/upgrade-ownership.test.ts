@@ -106,6 +106,7 @@ describe('an install upgraded from before owner ids', () => {
         ],
       },
       registry,
+      { ownership: 'metadata', serverTags: true },
     );
     const view = registry.interpret(raw);
     expect(view.backends).toEqual([expect.objectContaining({ owned: true, cluster: 'demo' })]);
