@@ -42,6 +42,7 @@ export const ENV_DEFAULTS = {
   KUBEBYON_DATAPLANE_RELOAD_TIMEOUT_MS: '60000',
   KUBEBYON_DATAPLANE_RUNTIME_MAX_SERVERS: '4',
   KUBEBYON_DATAPLANE_RAW_MIN_WRITES: '8',
+  KUBEBYON_DATAPLANE_COMMIT: 'force_reload',
   KUBEBYON_HAPROXY_OWNED_FILE: '/etc/haproxy/kubebyon.cfg',
   KUBEBYON_HAPROXY_CHECK_FILES: '/etc/haproxy/haproxy.cfg',
   KUBEBYON_HAPROXY_MASTER_SOCKET: '/run/haproxy-master.sock',
@@ -181,6 +182,7 @@ const DataplaneEnv = z
     KUBEBYON_DATAPLANE_RELOAD_TIMEOUT_MS: int(1000, 600_000),
     KUBEBYON_DATAPLANE_RUNTIME_MAX_SERVERS: int(0, 100_000),
     KUBEBYON_DATAPLANE_RAW_MIN_WRITES: int(0, 1_000_000),
+    KUBEBYON_DATAPLANE_COMMIT: z.enum(['force_reload', 'follow']),
   })
   .transform(
     (e): DataplaneProviderConfig => ({
@@ -192,6 +194,7 @@ const DataplaneEnv = z
       reloadTimeoutMs: e.KUBEBYON_DATAPLANE_RELOAD_TIMEOUT_MS,
       runtimeMaxServers: e.KUBEBYON_DATAPLANE_RUNTIME_MAX_SERVERS,
       rawMinWrites: e.KUBEBYON_DATAPLANE_RAW_MIN_WRITES,
+      commit: e.KUBEBYON_DATAPLANE_COMMIT,
     }),
   );
 

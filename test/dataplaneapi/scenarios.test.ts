@@ -383,6 +383,7 @@ describe.skipIf(!source)(`Data Plane API provider on HAProxy ${versionUnderTest(
         reloadTimeoutMs: 8_000,
         runtimeMaxServers: 10,
         rawMinWrites: 0,
+        commit: 'force_reload',
       },
       { logger, owner: registry },
     );

@@ -500,6 +500,7 @@ describe('dataplaneapi provider against a fake API checked by the OpenAPI docume
           reloadTimeoutMs: 2000,
           runtimeMaxServers: 10,
           rawMinWrites: 0,
+          commit: 'force_reload',
         },
         { logger: silent, owner: registry, stateDir: dir },
       );
@@ -535,6 +536,7 @@ describe('dataplaneapi provider start', () => {
             reloadTimeoutMs: 2000,
             runtimeMaxServers: 10,
             rawMinWrites: 0,
+            commit: 'force_reload',
           },
           { logger: silent, owner: registry },
         ),
@@ -554,6 +556,7 @@ describe('dataplaneapi provider start', () => {
         reloadTimeoutMs: 2000,
         runtimeMaxServers: 10,
         rawMinWrites: 0,
+        commit: 'force_reload',
       },
       { logger: silent, owner: registry },
     );

@@ -125,7 +125,14 @@ describe('the start log', () => {
       try {
         const config = { url: fake.url, username: fake.username, password: fake.password };
         const provider = await createDataplaneProvider(
-          { ...config, timeoutMs: 5000, reloadTimeoutMs: 2000, runtimeMaxServers: 10, rawMinWrites: 0 },
+          {
+            ...config,
+            timeoutMs: 5000,
+            reloadTimeoutMs: 2000,
+            runtimeMaxServers: 10,
+            rawMinWrites: 0,
+            commit: 'force_reload',
+          },
           { logger, owner: registry },
         );
         await provider.close?.();

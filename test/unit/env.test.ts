@@ -29,6 +29,17 @@ describe('loadConfig', () => {
     });
   });
 
+  it('chooses how the Data Plane API commits: force_reload by default, follow on request, nothing else', () => {
+    const env = { ...secret, KUBEBYON_DATAPLANE_PASSWORD: 'pw' };
+    expect(loadConfig(env).provider).toMatchObject({ kind: 'dataplaneapi', commit: 'force_reload' });
+    expect(loadConfig({ ...env, KUBEBYON_DATAPLANE_COMMIT: 'follow' }).provider).toMatchObject({
+      commit: 'follow',
+    });
+    expect(() => loadConfig({ ...env, KUBEBYON_DATAPLANE_COMMIT: 'later' })).toThrow(
+      /KUBEBYON_DATAPLANE_COMMIT/,
+    );
+  });
+
   it('reads the runbook variables and a secret from a file', () => {
     const dir = mkdtempSync(join(tmpdir(), 'kubebyon-env-'));
     try {

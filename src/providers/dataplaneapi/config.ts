@@ -7,6 +7,13 @@ import type { DataplaneProviderOptions } from './provider.js';
 export type DataplaneConfig = Required<
   Pick<
     DataplaneProviderOptions,
-    'url' | 'username' | 'password' | 'timeoutMs' | 'reloadTimeoutMs' | 'runtimeMaxServers' | 'rawMinWrites'
+    | 'url'
+    | 'username'
+    | 'password'
+    | 'timeoutMs'
+    | 'reloadTimeoutMs'
+    | 'runtimeMaxServers'
+    | 'rawMinWrites'
+    | 'commit'
   >
 >;

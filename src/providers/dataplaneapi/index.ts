@@ -26,6 +26,7 @@ export async function createDataplaneProvider(
     reloadTimeoutMs: config.reloadTimeoutMs,
     runtimeMaxServers: config.runtimeMaxServers,
     rawMinWrites: config.rawMinWrites,
+    commit: config.commit,
     ...(deps.stateDir !== undefined ? { ledgerFile: join(deps.stateDir, LEDGER_FILE) } : {}),
     logger: deps.logger,
     owner: deps.owner,

@@ -44,11 +44,15 @@ export interface Counter {
   requests: number;
 }
 
-/** How an apply ended, and the configuration version it left (when the API said) after how many writes. */
+/** How an apply ended, and the configuration version it left (when the API said). */
 export interface Applied {
   reload: ApplyReport['reload'];
   version: number | undefined;
-  writes: number;
+  /**
+   * By how many versions the apply's own requests moved the configuration (a commit or a raw push moves it by
+   * one, a runtime-path server update by one each): a version further on means someone else wrote too.
+   */
+  versionBumps: number;
   /** Endpoint moves applied at runtime and written to the file (no reload). */
   moves?: ServerUpdate[];
 }

@@ -109,7 +109,7 @@ export class DataplaneProvider implements Provider {
       if (work.kind === 'none') return { reload: 'none', requests: 0 };
       const done = await this.send(plan, work, snapshot, signal, counter);
       // The version moved by our own writes alone: the API now holds the snapshot with them applied.
-      if (done.version === snapshot.version + done.writes) {
+      if (done.version === snapshot.version + done.versionBumps) {
         this.transactions.prepare(done.version);
         const applied =
           work.kind === 'transaction' && done.moves

@@ -102,7 +102,7 @@ export class RawFile {
     });
     this.keepRaw(res.data, res.headers);
     await this.reloads.awaitNewWorkers(pidBefore, counter);
-    return { reload: 'succeeded', version: versionOf(res.headers), writes: 1 };
+    return { reload: 'succeeded', version: versionOf(res.headers), versionBumps: 1 };
   }
 
   /** The edited file with `skip_reload`, the moves as runtime actions: HAProxy changes the servers live. */
@@ -137,7 +137,7 @@ export class RawFile {
         throw err;
       }
     }
-    return { reload: 'none', version: known ? current : undefined, writes: chunks.length, moves };
+    return { reload: 'none', version: known ? current : undefined, versionBumps: chunks.length, moves };
   }
 
   /** The file as the API stored it after a push of ours, for the next edit at that version. */

@@ -40,6 +40,6 @@ export async function applyRuntime(
   return {
     reload: reloaded ? 'succeeded' : 'none',
     version: known ? current : undefined,
-    writes: updates.length,
+    versionBumps: updates.length,
   };
 }

@@ -57,7 +57,7 @@ export class Transactions {
       await this.ledger.remove(id);
       if (committed.status === 202) await this.reloads.follow(committed.headers['reload-id'], counter);
       await this.reloads.awaitNewWorkers(pidBefore, counter);
-      return { reload: 'succeeded', version: versionOf(committed.headers), writes: 1 };
+      return { reload: 'succeeded', version: versionOf(committed.headers), versionBumps: 1 };
     } finally {
       if (open) await this.drop(id, 'the apply did not complete');
     }
