@@ -162,7 +162,7 @@ export async function startFakeDataplaneApi(
 
     const txId = q.get('transaction_id');
     const tx = txId ? transactions.get(txId) : undefined;
-    if (txId && (!tx || tx.status !== 'in_progress')) return error(res, 404, `transaction ${txId} not found`);
+    if (txId && tx?.status !== 'in_progress') return error(res, 404, `transaction ${txId} not found`);
     const target = tx ? tx.config : fake.config;
     const bumpOutside = () => {
       if (tx) return;
