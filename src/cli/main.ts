@@ -64,8 +64,8 @@ Exit: 0 nothing would change; 2 something would; 1 error (configuration, file, H
   apply: {
     usage: 'apply [clusters.json]',
     summary: 'one reconcile pass now, without a running service',
-    help: `Runs one reconcile pass (with KUBEBYON_RECONCILE_RETRIES retries) against the HAProxy the
-configuration points at, for the clusters in clusters.json (the format of PUT /v1/clusters) or in the
+    help: `Runs one reconcile pass (one attempt; read again up to KUBEBYON_RECONCILE_RETRIES times when HAProxy
+changes meanwhile) against the HAProxy the configuration points at, for the clusters in clusters.json (the format of PUT /v1/clusters) or in the
 state file (KUBEBYON_STATE_FILE), which it reads but never writes. Prints the plan it applied and each
 cluster's state. While a service runs against the same HAProxy, change clusters through its webhook
 instead: the service would undo a pass made from another list.
