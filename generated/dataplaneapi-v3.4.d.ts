@@ -5968,28 +5968,6 @@ export interface components {
         /**
          * AWS region
          * @description AWS region configuration
-         * @example {
-         *       "access_key_id": "****************L7GT",
-         *       "allowlist": [
-         *         {
-         *           "key": "tag-key",
-         *           "value": "Instance:Having:This:Tag"
-         *         }
-         *       ],
-         *       "denylist": [
-         *         {
-         *           "key": "tag:Environment",
-         *           "value": "development"
-         *         }
-         *       ],
-         *       "enabled": true,
-         *       "id": "0",
-         *       "ipv4_address": "private",
-         *       "name": "frontend-service",
-         *       "region": "us-east-1",
-         *       "retry_timeout": 1,
-         *       "secret_access_key": "****************soLl"
-         *     }
          */
         awsRegion: {
             /** @description AWS Access Key ID. */
@@ -6053,22 +6031,6 @@ export interface components {
         /**
          * Backend Base
          * @description HAProxy backend configuration
-         * @example {
-         *       "adv_check": "httpchk",
-         *       "balance": {
-         *         "algorithm": "roundrobin"
-         *       },
-         *       "forwardfor": {
-         *         "enabled": "enabled"
-         *       },
-         *       "httpchk_params": {
-         *         "method": "GET",
-         *         "uri": "/check",
-         *         "version": "HTTP/1.1"
-         *       },
-         *       "mode": "http",
-         *       "name": "test_backend"
-         *     }
          */
         backend_base: {
             /** @enum {string} */
@@ -6216,12 +6178,6 @@ export interface components {
         /**
          * Backend Switching Rule
          * @description HAProxy backend switching rule configuration (corresponds to use_backend directive)
-         * @example {
-         *       "cond": "if",
-         *       "cond_test": "{ req.ssl_sni -i www.example.com }",
-         *       "index": 0,
-         *       "name": "test_backend"
-         *     }
          */
         backend_switching_rule: {
             /** @enum {string} */
@@ -6263,15 +6219,12 @@ export interface components {
          * @description HAProxy frontend bind configuration
          */
         bind: components["schemas"]["bind_params"] & {
-            /** @example 127.0.0.1 */
             address?: string;
             metadata?: {
                 [key: string]: Record<string, unknown>;
             };
             name: string;
-            /** @example 80 */
             port?: number | null;
-            /** @example 81 */
             "port-range-end"?: number | null;
         };
         bind_params: {
@@ -6318,19 +6271,13 @@ export interface components {
             /** @enum {string} */
             ktls?: "on" | "off";
             label?: string;
-            /**
-             * @example user
-             * @enum {string}
-             */
+            /** @enum {string} */
             level?: "user" | "operator" | "admin";
-            /** @example 1234 */
             maxconn?: number;
             mode?: string;
             mss?: string;
-            /** @example app */
             namespace?: string;
             nbconn?: number;
-            /** @example 1 */
             nice?: number;
             no_alpn?: boolean;
             no_ca_names?: boolean;
@@ -6357,10 +6304,7 @@ export interface components {
             "quic-socket"?: "connection" | "listener";
             quic_cc_algo_burst_size?: number | null;
             quic_cc_algo_max_window?: number | null;
-            /**
-             * @example none
-             * @enum {string}
-             */
+            /** @enum {string} */
             severity_output?: "none" | "number" | "string";
             shards?: string;
             sigalgs?: string;
@@ -6400,10 +6344,7 @@ export interface components {
             user?: string;
             v4v6?: boolean;
             v6only?: boolean;
-            /**
-             * @example none
-             * @enum {string}
-             */
+            /** @enum {string} */
             verify?: "none" | "optional" | "required";
         };
         /**
@@ -6476,13 +6417,6 @@ export interface components {
         /**
          * Consul server
          * @description Consul server configuration
-         * @example {
-         *       "address": "127.0.0.1",
-         *       "enabled": true,
-         *       "id": "0",
-         *       "port": 90,
-         *       "retry_timeout": 10
-         *     }
          */
         consul: {
             address: string;
@@ -7036,11 +6970,6 @@ export interface components {
         /**
          * Filter
          * @description HAProxy filters
-         * @example {
-         *       "trace_name": "name",
-         *       "trace_rnd_parsing": true,
-         *       "type": "trace"
-         *     }
          */
         filter: {
             /** @description Name of the fcgi-app section this filter will use. */
@@ -7163,13 +7092,6 @@ export interface components {
         /**
          * Frontend Base
          * @description HAProxy frontend configuration
-         * @example {
-         *       "default_backend": "test_backend",
-         *       "http_connection_mode": "http-keep-alive",
-         *       "maxconn": 2000,
-         *       "mode": "http",
-         *       "name": "test_frontend"
-         *     }
          */
         frontend_base: {
             /** @enum {string} */
@@ -7506,13 +7428,6 @@ export interface components {
         /**
          * HTTP after Response Rule
          * @description HAProxy HTTP after response rule configuration (corresponds to http-after-response directives)
-         * @example {
-         *       "cond": "unless",
-         *       "cond_test": "{ src 192.168.0.0/16 }",
-         *       "hdr_format": "max-age=31536000",
-         *       "hdr_name": "Strict-Transport-Security",
-         *       "type": "set-header"
-         *     }
          */
         http_after_response_rule: {
             acl_file?: string;
@@ -7624,11 +7539,6 @@ export interface components {
         /**
          * HTTP Error Rule
          * @description HAProxy HTTP error rule configuration (corresponds to http-error directives)
-         * @example {
-         *       "index": 0,
-         *       "status": 425,
-         *       "type": "status"
-         *     }
          */
         http_error_rule: {
             metadata?: {
@@ -7652,19 +7562,6 @@ export interface components {
         /**
          * http-errors section
          * @description A globally declared group of HTTP errors
-         * @example {
-         *       "error_files": [
-         *         {
-         *           "code": 400,
-         *           "name": "/etc/haproxy/errorfiles/site1/400.http"
-         *         },
-         *         {
-         *           "code": 404,
-         *           "name": "/etc/haproxy/errorfiles/site1/404.http"
-         *         }
-         *       ],
-         *       "name": "website-1"
-         *     }
          */
         http_errors_section: {
             error_files: components["schemas"]["errorfile"][];
@@ -7681,14 +7578,6 @@ export interface components {
         /**
          * HTTP Request Rule
          * @description HAProxy HTTP request rule configuration (corresponds to http-request directives)
-         * @example {
-         *       "cond": "unless",
-         *       "cond_test": "{ src 192.168.0.0/16 }",
-         *       "hdr_format": "%T",
-         *       "hdr_name": "X-Haproxy-Current-Date",
-         *       "index": 0,
-         *       "type": "add-header"
-         *     }
          */
         http_request_rule: {
             acl_file?: string;
@@ -7786,14 +7675,6 @@ export interface components {
         /**
          * HTTP Response Rule
          * @description HAProxy HTTP response rule configuration (corresponds to http-response directives)
-         * @example {
-         *       "cond": "unless",
-         *       "cond_test": "{ src 192.168.0.0/16 }",
-         *       "hdr_format": "%T",
-         *       "hdr_name": "X-Haproxy-Current-Date",
-         *       "index": 0,
-         *       "type": "add-header"
-         *     }
          */
         http_response_rule: {
             acl_file?: string;
@@ -7882,27 +7763,6 @@ export interface components {
         /**
          * Information
          * @description General API, OS and hardware information
-         * @example {
-         *       "api": {
-         *         "build_date": "2019-08-21T17:31:56.000Z",
-         *         "version": "v1.2.1 45a3288.dev"
-         *       },
-         *       "system": {
-         *         "cpu_info": {
-         *           "model": "Intel(R) Core(TM) i7-7500U CPU @ 2.70GHz",
-         *           "num_cpus": 4
-         *         },
-         *         "hostname": "test",
-         *         "mem_info": {
-         *           "dataplaneapi_memory": 44755536,
-         *           "free_memory": 5790642176,
-         *           "total_memory": 16681517056
-         *         },
-         *         "os_string": "Linux 4.15.0-58-generic #64-Ubuntu SMP Tue Aug 6 11:12:41 UTC 2019",
-         *         "time": 1566401525,
-         *         "uptime": 87340
-         *       }
-         *     }
          */
         info: {
             api?: {
@@ -8131,11 +7991,6 @@ export interface components {
         /**
          * Nameserver
          * @description Nameserver used in Runtime DNS configuration
-         * @example {
-         *       "address": "10.0.0.1",
-         *       "name": "ns1",
-         *       "port": 53
-         *     }
          */
         nameserver: {
             address: string;
@@ -8161,46 +8016,6 @@ export interface components {
             /** @enum {string} */
             type?: "backend" | "server" | "frontend";
         };
-        /**
-         * @example {
-         *       "bin": 4326578,
-         *       "bout": 889901290,
-         *       "comp_byp": 0,
-         *       "comp_in": 0,
-         *       "comp_out": 0,
-         *       "comp_rsp": 0,
-         *       "conn_rate": 12,
-         *       "conn_rate_max": 456,
-         *       "conn_tot": 45682,
-         *       "dcon": 0,
-         *       "dreq": 4,
-         *       "dresp": 1,
-         *       "dses": 0,
-         *       "ereq": 54,
-         *       "hrsp_1xx": 0,
-         *       "hrsp_2xx": 165,
-         *       "hrsp_3xx": 12,
-         *       "hrsp_4xx": 50,
-         *       "hrsp_5xx": 4,
-         *       "hrsp_other": 0,
-         *       "iid": 0,
-         *       "intercepted": 346,
-         *       "last_chk": "L4OK in 0ms",
-         *       "mode": "http",
-         *       "pid": 3204,
-         *       "rate": 64,
-         *       "rate_lim": 20000,
-         *       "rate_max": 4000,
-         *       "req_rate": 49,
-         *       "req_rate_max": 3965,
-         *       "req_total": 1254786,
-         *       "scur": 129,
-         *       "slim": 2000,
-         *       "smax": 2000,
-         *       "status": "UP",
-         *       "stot": 12902
-         *     }
-         */
         native_stat_stats: {
             act?: number | null;
             addr?: string;
@@ -8300,9 +8115,7 @@ export interface components {
             /** @default false */
             disable: boolean | null;
             httpproxy?: {
-                /** @example 127.0.0.1 */
                 address?: string;
-                /** @example 80 */
                 port?: number | null;
             };
             /** @description Sets the maximum interval between two automatic updates of the same OCSP response.This time is expressed in seconds */
@@ -8516,9 +8329,6 @@ export interface components {
         /**
          * QUIC Initial
          * @description QUIC Initial configuration
-         * @example {
-         *       "type": "reject"
-         *     }
          */
         quic_initial_rule: {
             /** @enum {string} */
@@ -8540,10 +8350,6 @@ export interface components {
         /**
          * HAProxy reload
          * @description HAProxy reload
-         * @example {
-         *       "id": "2019-01-03-44",
-         *       "status": "in_progress"
-         *     }
          */
         reload: {
             id?: string;
@@ -8743,14 +8549,6 @@ export interface components {
         /**
          * Runtime Server
          * @description Runtime transient server properties
-         * @example {
-         *       "address": "127.0.0.5",
-         *       "admin_state": "ready",
-         *       "operational_state": "up",
-         *       "port": 80,
-         *       "server_id": 1,
-         *       "server_name": "web_server"
-         *     }
          */
         runtime_server: {
             address?: string;
@@ -8790,11 +8588,6 @@ export interface components {
         /**
          * Server
          * @description HAProxy backend server configuration
-         * @example {
-         *       "address": "10.1.1.1",
-         *       "name": "www",
-         *       "port": 8080
-         *     }
          */
         server: components["schemas"]["server_params"] & {
             address: string;
@@ -9006,11 +8799,6 @@ export interface components {
         /**
          * Server Switching Rule
          * @description HAProxy server switching rule configuration (corresponds to use-server directive)
-         * @example {
-         *       "cond": "if",
-         *       "cond_test": "{ req.ssl_sni -i www.example.com }",
-         *       "target_server": "www"
-         *     }
          */
         server_switching_rule: {
             /** @enum {string} */
@@ -9029,12 +8817,6 @@ export interface components {
         /**
          * Server template
          * @description Set a template to initialize servers with shared parameters.
-         * @example {
-         *       "fqdn": "google.com",
-         *       "num_or_range": "1-3",
-         *       "port": 80,
-         *       "prefix": "srv"
-         *     }
          */
         server_template: components["schemas"]["server_params"] & {
             fqdn: string;
@@ -9062,36 +8844,6 @@ export interface components {
          *     Farms are connected to service using use-backend and default_backend directives. Sites let you
          *     configure simple HAProxy configurations, for more advanced options use /haproxy/configuration
          *     endpoints.
-         * @example {
-         *       "farms": [
-         *         {
-         *           "balance": {
-         *             "algorithm": "roundrobin"
-         *           },
-         *           "mode": "http",
-         *           "name": "www_backend",
-         *           "servers": [
-         *             {
-         *               "address": "127.0.1.1",
-         *               "name": "www_server",
-         *               "port": 4567
-         *             },
-         *             {
-         *               "address": "127.0.1.2",
-         *               "name": "www_server_new",
-         *               "port": 4567
-         *             }
-         *           ],
-         *           "use_as": "default"
-         *         }
-         *       ],
-         *       "name": "test_site",
-         *       "service": {
-         *         "http_connection_mode": "httpclose",
-         *         "maxconn": 2000,
-         *         "mode": "http"
-         *       }
-         *     }
          */
         site: {
             farms?: {
@@ -9233,11 +8985,6 @@ export interface components {
         /**
          * SPOE configuration transaction
          * @description SPOE configuration transaction
-         * @example {
-         *       "_version": 2,
-         *       "id": "273e3385-2d0c-4fb1-aa27-93cbb31ff203",
-         *       "status": "in_progress"
-         *     }
          */
         spoe_transaction: {
             _version?: number;
@@ -9551,10 +9298,6 @@ export interface components {
         /**
          * Stick Rule
          * @description Define a pattern used to create an entry in a stickiness table or matching condition or associate a user to a server.
-         * @example {
-         *       "pattern": "src",
-         *       "type": "match"
-         *     }
          */
         stick_rule: {
             /** @enum {string} */
@@ -9714,12 +9457,6 @@ export interface components {
         /**
          * TCP Request Rule
          * @description HAProxy TCP Request Rule configuration (corresponds to tcp-request)
-         * @example {
-         *       "cond": "if",
-         *       "cond_test": "{ src 192.168.0.0/16 }",
-         *       "index": 0,
-         *       "type": "connection"
-         *     }
          */
         tcp_request_rule: {
             /** @enum {string} */
@@ -9776,12 +9513,6 @@ export interface components {
         /**
          * TCP Response Rule
          * @description HAProxy TCP Response Rule configuration (corresponds to tcp-response)
-         * @example {
-         *       "cond": "if",
-         *       "cond_test": "{ src 192.168.0.0/16 }",
-         *       "index": 0,
-         *       "type": "content"
-         *     }
          */
         tcp_response_rule: {
             /** @enum {string} */
@@ -9846,11 +9577,6 @@ export interface components {
         /**
          * Configuration transaction
          * @description HAProxy configuration transaction
-         * @example {
-         *       "_version": 2,
-         *       "id": "273e3385-2d0c-4fb1-aa27-93cbb31ff203",
-         *       "status": "in_progress"
-         *     }
          */
         transaction: {
             _version?: number;

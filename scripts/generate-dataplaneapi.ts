@@ -4,6 +4,7 @@
  *
  *   npm run generate                                   # specs/dataplaneapi/openapi-v<V>.json -> generated/dataplaneapi-v<V>.d.ts
  *   npm run generate -- --from <file|url> --as <V>     # save another document as openapi-v<V>.json first
+ *                                                      # (without examples and x-go-* extensions: `normative`)
  *
  * A live API (`--from http://127.0.0.1:5555/v3/specification_openapiv3`) is read with basic auth from
  * KUBEBYON_DATAPLANE_USERNAME / KUBEBYON_DATAPLANE_PASSWORD when set. The output depends on the document
@@ -84,6 +85,23 @@ async function loadSpec(from: string): Promise<Record<string, unknown>> {
   return res.data as Record<string, unknown>;
 }
 
+/**
+ * The document without what is not part of the API's contract: `example`/`examples` values and the Go
+ * generator's `x-go-*` extensions (import paths of the API's Go packages). Types, validation and the
+ * capability check read neither; sample addresses and source-code paths then stay out of the repository.
+ * Property names are kept whatever they are called.
+ */
+export function normative(node: unknown, inPropertyMap = false): unknown {
+  if (Array.isArray(node)) return node.map((x) => normative(x));
+  if (!node || typeof node !== 'object') return node;
+  const out: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(node)) {
+    if (!inPropertyMap && (key === 'example' || key === 'examples' || key.startsWith('x-go-'))) continue;
+    out[key] = normative(value, !inPropertyMap && key === 'properties');
+  }
+  return out;
+}
+
 async function main(argv: string[]): Promise<void> {
   const arg = (name: string) => {
     const i = argv.indexOf(name);
@@ -95,7 +113,7 @@ async function main(argv: string[]): Promise<void> {
     if (!version || !/^\d+\.\d+(\.\d+)?$/.test(version))
       throw new Error('--from needs --as <version>, e.g. --as 3.2.16');
     const target = join(SPEC_DIR, `openapi-v${version}.json`);
-    writeFileSync(target, `${JSON.stringify(await loadSpec(from), null, 1)}\n`);
+    writeFileSync(target, `${JSON.stringify(normative(await loadSpec(from)), null, 1)}\n`);
     console.log(`saved ${from} as ${target}`);
   }
   for (const file of specFiles()) {
