@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { z } from 'zod';
 import { DEFAULT_RENDER_OPTIONS, type RenderOptions } from '../haproxy/render.js';
-import { isHaproxyName, NAME_RULE, PREFIX_RULE, validatePrefix } from '../naming/names.js';
+import { isHaproxyName, NAME_RULE, PREFIX_RULE, sniMapNameFor, validatePrefix } from '../naming/names.js';
 import type { DataplaneConfig } from '../providers/dataplaneapi/config.js';
 import type { StockHaproxyConfig } from '../providers/haproxy/config.js';
 import { DEFAULT_OWNER_ID, OWNER_ID } from '../registry/registry.js';
@@ -31,6 +31,8 @@ export const ENV_DEFAULTS = {
   KUBEBYON_HAPROXY_INSPECT_DELAY_MS: String(DEFAULT_RENDER_OPTIONS.inspectDelayMs),
   KUBEBYON_HAPROXY_BALANCE: DEFAULT_RENDER_OPTIONS.balance,
   KUBEBYON_HAPROXY_HEALTH_CHECKS: String(DEFAULT_RENDER_OPTIONS.healthChecks),
+  KUBEBYON_HAPROXY_ROUTING: DEFAULT_RENDER_OPTIONS.routing,
+  KUBEBYON_HAPROXY_MIN_SLOTS: String(DEFAULT_RENDER_OPTIONS.minSlots),
   KUBEBYON_HAPROXY_NODE_ADDRESS_TYPE: 'internal',
   KUBEBYON_PUBLIC_PORT: '443',
   KUBEBYON_TOPOLOGY: 'static',
@@ -107,6 +109,8 @@ const BaseFields = z.object({
   KUBEBYON_HAPROXY_INSPECT_DELAY_MS: int(100, 60_000),
   KUBEBYON_HAPROXY_BALANCE: z.enum(['leastconn', 'roundrobin', 'source']),
   KUBEBYON_HAPROXY_HEALTH_CHECKS: bool,
+  KUBEBYON_HAPROXY_ROUTING: z.enum(['map', 'rules']),
+  KUBEBYON_HAPROXY_MIN_SLOTS: int(1, 100_000),
   KUBEBYON_HAPROXY_NODE_ADDRESS_TYPE: z.enum(['internal', 'external']),
   KUBEBYON_PUBLIC_PORT: int(1, 65535),
   KUBEBYON_TOPOLOGY: z.enum(['static', 'kubernetes']),
@@ -127,6 +131,9 @@ const RENDER_FIELDS = {
   KUBEBYON_HAPROXY_INSPECT_DELAY_MS: true,
   KUBEBYON_HAPROXY_BALANCE: true,
   KUBEBYON_HAPROXY_HEALTH_CHECKS: true,
+  KUBEBYON_HAPROXY_ROUTING: true,
+  KUBEBYON_HAPROXY_MIN_SLOTS: true,
+  KUBEBYON_OWNER_ID: true,
   KUBEBYON_PUBLIC_PORT: true,
 } as const;
 type RenderFields = Pick<z.output<typeof BaseFields>, keyof typeof RENDER_FIELDS>;
@@ -139,6 +146,10 @@ const renderOf = (e: RenderFields): RenderOptions => ({
   inspectDelayMs: e.KUBEBYON_HAPROXY_INSPECT_DELAY_MS,
   balance: e.KUBEBYON_HAPROXY_BALANCE,
   healthChecks: e.KUBEBYON_HAPROXY_HEALTH_CHECKS,
+  routing: e.KUBEBYON_HAPROXY_ROUTING,
+  // One map per owner, so two adapters on one HAProxy never share one.
+  sniMap: sniMapNameFor(e.KUBEBYON_OWNER_ID),
+  minSlots: e.KUBEBYON_HAPROXY_MIN_SLOTS,
 });
 
 const BaseEnv = BaseFields.transform((e) => ({

@@ -46,13 +46,30 @@ export interface RawFrontend {
   acceptsTlsHello: boolean;
   defaultBackend: string | null;
   rules: RawRule[];
+  /**
+   * The SNI map the frontend routes by after its rules (`use_backend %[req.ssl_sni,lower,map(<file>)]`), by
+   * the map's name (the file's base name; each provider knows its directory). Absent: no map routing.
+   */
+  sniMap?: string | null;
   tags: Tags;
+}
+
+/**
+ * An SNI map as HAProxy runs it: lower-case host -> backend. A map is owned with the owned frontend that
+ * routes by it (the file is ours; its entries carry no tags of their own).
+ */
+export interface RawMap {
+  /** The map's name, as `RawFrontend.sniMap` gives it. */
+  name: string;
+  entries: Map<string, string>;
 }
 
 /** What a provider reads from HAProxy, before ownership is decided. */
 export interface RawState {
   frontends: RawFrontend[];
   backends: RawBackend[];
+  /** The SNI maps owned frontends route by (absent: none). */
+  maps?: RawMap[];
 }
 
 export type BalanceAlgorithm = 'leastconn' | 'roundrobin' | 'source';
@@ -95,12 +112,15 @@ export interface FrontendState {
   acceptsTlsHello: boolean;
   defaultBackend: string | null;
   rules: SwitchingRule[];
+  sniMap?: string | null;
 }
 
 /** What is in HAProxy now: owned and foreign objects alike. */
 export interface HaproxyState {
   frontends: FrontendState[];
   backends: BackendState[];
+  /** The SNI maps of owned frontends, as HAProxy runs them. */
+  maps?: RawMap[];
 }
 
 export interface DesiredServer {
@@ -121,12 +141,41 @@ export interface DesiredFrontend {
   bind: Bind;
   inspectDelayMs: number;
   defaultBackend: string | null;
+  /** The SNI map the frontend routes by (map routing), or null/absent (one rule per route). */
+  sniMap?: string | null;
   /** In evaluation order. */
   rules: Array<{ backend: string; host: string }>;
 }
 
-/** What the service wants to own in HAProxy: one SNI frontend and one backend per route. */
+/** One route in map routing: the host, its cluster, and the servers of whichever slot serves it. */
+export interface DesiredRoute {
+  host: string;
+  cluster: string;
+  servers: DesiredServer[];
+}
+
+/**
+ * Map routing (the default): hosts are keys of one SNI map whose values are pre-created, empty "slot"
+ * backends (`<prefix>slot_NNNNN`); a route takes a free slot, so adding, moving or deleting a route is
+ * runtime commands only, and only growing the pool reloads.
+ */
+export interface DesiredRouting {
+  map: string;
+  /** Slot backend names are `<slotPrefix><5+ digits>`. */
+  slotPrefix: string;
+  balance: BalanceAlgorithm;
+  /** The pool never has fewer slots than this. */
+  minSlots: number;
+  /** By host. */
+  routes: DesiredRoute[];
+}
+
+/**
+ * What the service wants to own in HAProxy: one SNI frontend and either one backend per route (`backends`,
+ * with a rule each) or a map and a pool of slot backends (`routing`).
+ */
 export interface DesiredConfig {
   frontend: DesiredFrontend;
   backends: DesiredBackend[];
+  routing?: DesiredRouting;
 }

@@ -1,4 +1,5 @@
-import { backendNameFor, DEFAULT_PREFIX } from '../naming/names.js';
+import { backendNameFor, DEFAULT_PREFIX, slotPrefixFor, sniMapNameFor } from '../naming/names.js';
+import { DEFAULT_OWNER_ID } from '../registry/registry.js';
 import { compareStrings, type Route } from '../routes/route.js';
 import type { BalanceAlgorithm, Bind, DesiredConfig } from './model.js';
 
@@ -16,6 +17,15 @@ export interface RenderOptions {
    */
   balance: BalanceAlgorithm;
   healthChecks: boolean;
+  /**
+   * `map` (the default): one SNI map and a pool of slot backends, so routes come and go at runtime without a
+   * reload. `rules`: one backend and one `use_backend` rule per route (every change reloads).
+   */
+  routing: 'map' | 'rules';
+  /** The SNI map's name (map routing); one per owner. */
+  sniMap: string;
+  /** Slot backends created before the first route needs one (map routing). */
+  minSlots: number;
 }
 
 /** The defaults the service runs with (KUBEBYON_HAPROXY_* unset). */
@@ -27,10 +37,14 @@ export const DEFAULT_RENDER_OPTIONS: RenderOptions = {
   namePrefix: DEFAULT_PREFIX,
   balance: 'leastconn',
   healthChecks: true,
+  routing: 'rules',
+  sniMap: sniMapNameFor(DEFAULT_OWNER_ID),
+  minSlots: 64,
 };
 
 /** Renders validated routes into the HAProxy objects the service should own. Pure: same input, same output. */
 export function renderDesired(routes: readonly Route[], options: RenderOptions): DesiredConfig {
+  if (options.routing === 'map') return renderMapRouting(routes, options);
   const ordered = [...routes]
     .sort((a, b) => compareStrings(a.host, b.host))
     .map((route) => ({ route, backend: backendNameFor(route.cluster, options.namePrefix) }));
@@ -52,5 +66,31 @@ export function renderDesired(routes: readonly Route[], options: RenderOptions):
         check: options.healthChecks,
       })),
     })),
+  };
+}
+
+/** Map routing: the frontend routes by one SNI map; the planner places each route in a slot backend. */
+function renderMapRouting(routes: readonly Route[], options: RenderOptions): DesiredConfig {
+  const servers = (route: Route) =>
+    route.endpoints.map((e) => ({ address: e.address, port: e.port, check: options.healthChecks }));
+  return {
+    frontend: {
+      name: options.frontendName,
+      bind: options.bind,
+      inspectDelayMs: options.inspectDelayMs,
+      defaultBackend: options.defaultBackend,
+      sniMap: options.sniMap,
+      rules: [],
+    },
+    backends: [],
+    routing: {
+      map: options.sniMap,
+      slotPrefix: slotPrefixFor(options.namePrefix),
+      balance: options.balance,
+      minSlots: options.minSlots,
+      routes: [...routes]
+        .sort((a, b) => compareStrings(a.host, b.host))
+        .map((route) => ({ host: route.host, cluster: route.cluster, servers: servers(route) })),
+    },
   };
 }

@@ -60,3 +60,27 @@ export function serverSlotNumber(name: string): number | undefined {
   const match = /^srv([1-9][0-9]{0,5})$/.exec(name);
   return match ? Number(match[1]) : undefined;
 }
+
+/**
+ * Slot backends (map routing) carry no cluster in their name: `<prefix>slot_00001`. A cluster's backend name
+ * ends in 12 hex digits, a slot's in at least 5 decimal ones, so the two never collide.
+ */
+export function slotPrefixFor(prefix = DEFAULT_PREFIX): string {
+  return `${prefix}slot_`;
+}
+
+export function slotName(slotPrefix: string, n: number): string {
+  return `${slotPrefix}${String(n).padStart(5, '0')}`;
+}
+
+/** The slot number of `name` under `slotPrefix`, or undefined when it is no slot of that prefix. */
+export function slotNumber(slotPrefix: string, name: string): number | undefined {
+  if (!name.startsWith(slotPrefix)) return undefined;
+  const digits = name.slice(slotPrefix.length);
+  return /^[0-9]{5,7}$/.test(digits) && Number(digits) > 0 ? Number(digits) : undefined;
+}
+
+/** The SNI map's name for an owner (a file name: one map per owner, beside its other files). */
+export function sniMapNameFor(ownerId: string): string {
+  return `${ownerId}.sni.map`;
+}

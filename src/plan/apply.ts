@@ -1,4 +1,4 @@
-import type { Owner, RawBackend, RawFrontend, RawRule, RawState } from '../haproxy/model.js';
+import type { Owner, RawBackend, RawFrontend, RawMap, RawRule, RawState } from '../haproxy/model.js';
 import { ConcurrentChangeError } from '../providers/provider.js';
 import type { Operation } from './plan.js';
 
@@ -18,16 +18,30 @@ export function applyOperations(state: RawState, operations: readonly Operation[
   const w: Working = {
     frontends: new Map(next.frontends.map((f) => [f.name, f])),
     backends: new Map(next.backends.map((b) => [b.name, b])),
+    maps: new Map((next.maps ?? []).map((m) => [m.name, m])),
     owner,
   };
   for (const op of operations) apply(w, op);
-  return { frontends: [...w.frontends.values()], backends: [...w.backends.values()] };
+  const result: RawState = { frontends: [...w.frontends.values()], backends: [...w.backends.values()] };
+  if (w.maps.size > 0 || state.maps !== undefined) result.maps = [...w.maps.values()];
+  return result;
 }
 
 interface Working {
   frontends: Map<string, RawFrontend>;
   backends: Map<string, RawBackend>;
+  maps: Map<string, RawMap>;
   owner: Owner;
+}
+
+/** A frontend that routes by a map brings the map (empty) when it is not there yet. */
+function mapOf(w: Working, name: string): RawMap {
+  let m = w.maps.get(name);
+  if (!m) {
+    m = { name, entries: new Map() };
+    w.maps.set(name, m);
+  }
+  return m;
 }
 
 function find<T extends Named>(items: Map<string, T> | T[], name: string, what: string): T {
@@ -52,6 +66,7 @@ function apply(w: Working, op: Operation): void {
     case 'create_frontend': {
       noProxy(w, op.frontend.name);
       const { name, bind, inspectDelayMs, defaultBackend } = op.frontend;
+      const sniMap = op.frontend.sniMap ?? null;
       const tags = w.owner.tags();
       w.frontends.set(name, {
         name,
@@ -60,14 +75,38 @@ function apply(w: Working, op: Operation): void {
         defaultBackend,
         acceptsTlsHello: true,
         rules: [],
+        ...(sniMap !== null ? { sniMap } : {}),
         tags,
       });
+      if (sniMap !== null) mapOf(w, sniMap);
       return;
     }
     case 'update_frontend': {
       const { bind, inspectDelayMs, defaultBackend } = op.frontend;
+      const sniMap = op.frontend.sniMap ?? null;
       const f = find(w.frontends, op.frontend.name, 'frontend');
       Object.assign(f, { bind, inspectDelayMs, defaultBackend, acceptsTlsHello: true });
+      if (sniMap !== null) {
+        f.sniMap = sniMap;
+        mapOf(w, sniMap);
+      } else delete f.sniMap;
+      return;
+    }
+    case 'set_map_entry': {
+      const m = mapOf(w, op.map);
+      const was = m.entries.get(op.host) ?? null;
+      if (was !== op.previous)
+        throw new ConcurrentChangeError(
+          `map ${op.map}: ${op.host} routes to ${was ?? 'nothing'}, not ${op.previous ?? 'nothing'}`,
+        );
+      m.entries.set(op.host, op.backend);
+      return;
+    }
+    case 'delete_map_entry': {
+      const m = mapOf(w, op.map);
+      if (m.entries.get(op.host) !== op.backend)
+        throw new ConcurrentChangeError(`map ${op.map}: ${op.host} does not route to ${op.backend} any more`);
+      m.entries.delete(op.host);
       return;
     }
     case 'delete_frontend':

@@ -17,14 +17,19 @@ function formatOperation(op: Operation): string[] {
     case 'create_frontend':
       return [
         `+ frontend ${op.frontend.name} bind ${bindText(op.frontend.bind)} inspect-delay ${op.frontend.inspectDelayMs}ms` +
-          ` default_backend ${op.frontend.defaultBackend ?? 'none'}`,
+          ` default_backend ${op.frontend.defaultBackend ?? 'none'}` +
+          (op.frontend.sniMap ? ` sni_map ${op.frontend.sniMap}` : ''),
       ];
     case 'update_frontend':
       return [`~ frontend ${op.frontend.name}: ${changesText(op.changes)}`];
     case 'delete_frontend':
       return [`- frontend ${op.name}`];
     case 'create_backend':
-      return [`+ backend ${op.backend.name} (cluster ${op.backend.cluster}) balance ${op.backend.balance}`];
+      return [
+        op.backend.cluster === undefined
+          ? `+ backend ${op.backend.name} (slot) balance ${op.backend.balance}`
+          : `+ backend ${op.backend.name} (cluster ${op.backend.cluster}) balance ${op.backend.balance}`,
+      ];
     case 'update_backend':
       return [`~ backend ${op.backend.name}: ${changesText(op.changes)}`];
     case 'delete_backend':
@@ -37,6 +42,14 @@ function formatOperation(op: Operation): string[] {
       return [`~ server ${op.backend}/${op.server.name}: ${changesText(op.changes)}`];
     case 'delete_server':
       return [`- server ${op.backend}/${op.server.name} ${endpointKey(op.server)}`];
+    case 'set_map_entry':
+      return [
+        op.previous === null
+          ? `+ map ${op.map}: ${op.host} -> ${op.backend} (cluster ${op.cluster})`
+          : `~ map ${op.map}: ${op.host} -> ${op.backend} (was ${op.previous}, cluster ${op.cluster})`,
+      ];
+    case 'delete_map_entry':
+      return [`- map ${op.map}: ${op.host} -> ${op.backend}`];
     case 'set_switching_rules':
       return [
         ...op.removed.map(

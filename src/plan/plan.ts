@@ -12,52 +12,21 @@ import type {
 import { serverSlotName, serverSlotNumber } from '../naming/names.js';
 import { endpointKey } from '../routes/endpoint.js';
 import { compareStrings } from '../routes/route.js';
+import type { BackendSettings, Conflict, FieldChange, Operation, Plan, PlanOptions } from './operations.js';
+import { isSlot, planRouting } from './slots.js';
 
-export interface FieldChange {
-  field: string;
-  from: string;
-  to: string;
-}
+export type {
+  BackendSettings,
+  Conflict,
+  ConflictKind,
+  FieldChange,
+  Operation,
+  Plan,
+  PlanOptions,
+} from './operations.js';
 
-export interface BackendSettings {
-  name: string;
-  cluster: string;
-  balance: string;
-}
-
-export type Operation =
-  | { kind: 'create_frontend'; frontend: Omit<DesiredFrontend, 'rules'> }
-  | { kind: 'update_frontend'; frontend: Omit<DesiredFrontend, 'rules'>; changes: FieldChange[] }
-  | { kind: 'delete_frontend'; name: string }
-  | { kind: 'create_backend'; backend: BackendSettings }
-  | { kind: 'update_backend'; backend: BackendSettings; changes: FieldChange[] }
-  | { kind: 'delete_backend'; name: string }
-  | { kind: 'create_server'; backend: string; server: ServerState }
-  | { kind: 'update_server'; backend: string; server: ServerState; changes: FieldChange[] }
-  | { kind: 'delete_server'; backend: string; server: ServerState }
-  | {
-      kind: 'set_switching_rules';
-      frontend: string;
-      rules: SwitchingRule[];
-      added: SwitchingRule[];
-      removed: SwitchingRule[];
-    };
-
-export type ConflictKind = 'frontend_not_owned' | 'backend_not_owned' | 'default_backend_missing';
-
-/** Something the desired state asks for that would mean touching an object the service does not own. */
-export interface Conflict {
-  kind: ConflictKind;
-  name: string;
-  detail: string;
-}
-
-export interface Plan {
-  operations: Operation[];
-  conflicts: Conflict[];
-}
-
-// Creations come before the rules that reference them; rules go before the backends they referenced.
+// Creations come before what references them: a slot's servers before its map entry, map entries removed
+// before their slot's servers; rules go before the backends they referenced.
 const ORDER: Record<Operation['kind'], number> = {
   create_frontend: 0,
   update_frontend: 1,
@@ -65,10 +34,12 @@ const ORDER: Record<Operation['kind'], number> = {
   update_backend: 3,
   create_server: 4,
   update_server: 5,
-  delete_server: 6,
-  set_switching_rules: 7,
-  delete_frontend: 8,
-  delete_backend: 9,
+  delete_map_entry: 6,
+  set_map_entry: 7,
+  delete_server: 8,
+  set_switching_rules: 9,
+  delete_frontend: 10,
+  delete_backend: 11,
 };
 
 /**
@@ -76,7 +47,7 @@ const ORDER: Record<Operation['kind'], number> = {
  * owned are ever updated or deleted; a desired object whose name is taken by a foreign object is reported
  * as a conflict and left out, never overwritten.
  */
-export function plan(desired: DesiredConfig, current: HaproxyState): Plan {
+export function plan(desired: DesiredConfig, current: HaproxyState, options: PlanOptions = {}): Plan {
   const conflicts: Conflict[] = [];
   const ops: Operation[] = [];
   const currentFrontend = current.frontends.find((f) => f.name === desired.frontend.name);
@@ -106,17 +77,21 @@ export function plan(desired: DesiredConfig, current: HaproxyState): Plan {
     planBackend(want, have, ops);
   }
   planRules(frontend.name, desired.frontend.rules, placed, currentFrontend, ops);
+  const routing = desired.routing;
+  const pool = routing && planRouting(routing, current, options.grow ?? 'ahead', planServers, ops);
 
   for (const f of current.frontends) {
     if (f.owned && f.name !== desired.frontend.name) ops.push({ kind: 'delete_frontend', name: f.name });
   }
   const wanted = new Set(desired.backends.map((b) => b.name));
   for (const b of current.backends) {
-    if (b.owned && !wanted.has(b.name)) ops.push({ kind: 'delete_backend', name: b.name });
+    if (b.owned && !wanted.has(b.name) && !isSlot(routing, b.name))
+      ops.push({ kind: 'delete_backend', name: b.name });
   }
 
   // A stable sort: within one kind, operations keep the order they were planned in.
-  return { operations: ops.sort((a, b) => ORDER[a.kind] - ORDER[b.kind]), conflicts };
+  const operations = ops.sort((a, b) => ORDER[a.kind] - ORDER[b.kind]);
+  return pool ? { operations, conflicts, pool } : { operations, conflicts };
 }
 
 /** The frontend's own settings; a default backend must be an existing backend of another owner. */
@@ -139,11 +114,13 @@ function planFrontend(
       defaultBackend = null;
     }
   }
+  const sniMap = desired.sniMap ?? null;
   const frontend = {
     name: desired.name,
     bind: desired.bind,
     inspectDelayMs: desired.inspectDelayMs,
     defaultBackend,
+    ...(sniMap !== null ? { sniMap } : {}),
   };
   if (!current) {
     ops.push({ kind: 'create_frontend', frontend });
@@ -154,6 +131,7 @@ function planFrontend(
     ['inspect_delay', String(current.inspectDelayMs), String(frontend.inspectDelayMs)],
     ['accept_tls_hello', String(current.acceptsTlsHello), 'true'],
     ['default_backend', String(current.defaultBackend), String(frontend.defaultBackend)],
+    ['sni_map', String(current.sniMap ?? null), String(sniMap)],
   ]);
   if (changes.length > 0) ops.push({ kind: 'update_frontend', frontend, changes });
   return frontend;

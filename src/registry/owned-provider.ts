@@ -53,6 +53,12 @@ export function refuseForeign(operations: readonly Operation[], current: RawStat
   for (const f of current.frontends) proxies.set(f.name, { kind: 'frontend', owned: registry.owns(f.tags) });
   for (const b of current.backends) proxies.set(b.name, { kind: 'backend', owned: registry.owns(b.tags) });
   const servers = new Map(current.backends.map((b) => [b.name, b.servers]));
+  // Maps an owned frontend routes by, now or once this plan has made or changed it.
+  const maps = new Set<string>();
+  for (const f of current.frontends) if (f.sniMap && registry.owns(f.tags)) maps.add(f.sniMap);
+  for (const op of operations)
+    if ((op.kind === 'create_frontend' || op.kind === 'update_frontend') && op.frontend.sniMap)
+      maps.add(op.frontend.sniMap);
   const refuse = (what: string) => {
     throw new NotOwnedError(`refusing to change ${what}: it is not owned by ${registry.id}`);
   };
@@ -88,6 +94,14 @@ export function refuseForeign(operations: readonly Operation[], current: RawStat
         break;
       case 'set_switching_rules':
         proxy(op.frontend);
+        break;
+      case 'set_map_entry':
+        if (!maps.has(op.map)) refuse(`map ${op.map}`);
+        proxy(op.backend);
+        break;
+      case 'delete_map_entry':
+        // An entry of our map is ours whatever backend someone made it name.
+        if (!maps.has(op.map)) refuse(`map ${op.map}`);
         break;
     }
   }

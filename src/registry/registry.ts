@@ -54,10 +54,15 @@ export class Registry implements Owner {
 
   /** Reads ownership off raw objects: what the planner may change, and which cluster each backend serves. */
   interpret(raw: RawState): HaproxyState {
-    return {
+    const state: HaproxyState = {
       frontends: raw.frontends.map((f) => this.frontendState(f)),
       backends: raw.backends.map((b) => this.backendState(b)),
     };
+    // A map is ours with the owned frontend that routes by it; the others' maps are not read.
+    const ours = new Set(raw.frontends.filter((f) => this.owns(f.tags) && f.sniMap).map((f) => f.sniMap));
+    const maps = raw.maps?.filter((m) => ours.has(m.name));
+    if (maps !== undefined) state.maps = maps;
+    return state;
   }
 
   private frontendState(f: RawFrontend): FrontendState {

@@ -18,6 +18,9 @@ describe('loadConfig', () => {
       inspectDelayMs: 5000,
       balance: 'leastconn',
       healthChecks: true,
+      routing: 'rules',
+      sniMap: 'kubebyon-haproxy-adapter.sni.map',
+      minSlots: 64,
       nodeAddressType: 'internal',
     });
     expect(c.listen).toEqual({ host: '0.0.0.0', port: 8080 });

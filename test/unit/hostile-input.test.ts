@@ -50,6 +50,7 @@ class CheckingProvider extends MemoryProvider {
         case 'create_backend':
         case 'update_backend':
           if (!BACKEND_NAME.test(op.backend.name)) this.flag('backend', op.backend.name);
+          if (op.backend.cluster === undefined) break; // a slot backend (map routing): no cluster in it
           if (!validateClusterName(op.backend.cluster).ok) this.flag('cluster tag', op.backend.cluster);
           if (backendNameFor(op.backend.cluster) !== op.backend.name) this.flag('backend of', op.backend);
           break;

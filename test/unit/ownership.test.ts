@@ -84,6 +84,9 @@ describe('the registry', () => {
       inspectDelayMs: 5000,
       balance: 'leastconn',
       healthChecks: false,
+      routing: 'rules',
+      sniMap: 'x.sni.map',
+      minSlots: 64,
     });
     const p = plan(desired, staging.interpret(both));
     const named = p.operations.map((op) => ('name' in op ? op.name : undefined)).filter(Boolean);

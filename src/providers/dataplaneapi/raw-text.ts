@@ -68,6 +68,10 @@ function touched(operations: readonly Operation[]) {
       case 'set_switching_rules':
         t.rules.add(op.frontend);
         break;
+      case 'set_map_entry':
+      case 'delete_map_entry':
+        // Map entries live in the map file, not in the configuration text.
+        break;
       default:
         t.servers.set(op.backend, (t.servers.get(op.backend) ?? new Set()).add(op.server.name));
     }

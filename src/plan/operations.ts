@@ -1,0 +1,81 @@
+import type { DesiredFrontend, ServerState, SwitchingRule } from '../haproxy/model.js';
+
+/** The planner's vocabulary: what a plan may ask a provider to do, and what it reports beside. */
+export interface FieldChange {
+  field: string;
+  from: string;
+  to: string;
+}
+
+export interface BackendSettings {
+  name: string;
+  /** The cluster a per-cluster backend serves; slot backends (map routing) name none. */
+  cluster?: string;
+  balance: string;
+}
+
+export type Operation =
+  | { kind: 'create_frontend'; frontend: Omit<DesiredFrontend, 'rules'> }
+  | { kind: 'update_frontend'; frontend: Omit<DesiredFrontend, 'rules'>; changes: FieldChange[] }
+  | { kind: 'delete_frontend'; name: string }
+  | { kind: 'create_backend'; backend: BackendSettings }
+  | { kind: 'update_backend'; backend: BackendSettings; changes: FieldChange[] }
+  | { kind: 'delete_backend'; name: string }
+  | { kind: 'create_server'; backend: string; server: ServerState }
+  | { kind: 'update_server'; backend: string; server: ServerState; changes: FieldChange[] }
+  | { kind: 'delete_server'; backend: string; server: ServerState }
+  /** Map routing: `host` now routes to `backend` (`previous`: the backend it routed to, if any). */
+  | {
+      kind: 'set_map_entry';
+      map: string;
+      host: string;
+      backend: string;
+      previous: string | null;
+      cluster: string;
+    }
+  | { kind: 'delete_map_entry'; map: string; host: string; backend: string }
+  | {
+      kind: 'set_switching_rules';
+      frontend: string;
+      rules: SwitchingRule[];
+      added: SwitchingRule[];
+      removed: SwitchingRule[];
+    };
+
+export type ConflictKind = 'frontend_not_owned' | 'backend_not_owned' | 'default_backend_missing';
+
+/** Something the desired state asks for that would mean touching an object the service does not own. */
+export interface Conflict {
+  kind: ConflictKind;
+  name: string;
+  detail: string;
+}
+
+export interface Plan {
+  operations: Operation[];
+  conflicts: Conflict[];
+  /** Map routing: the slot pool and which slot serves which host once the plan is applied. */
+  pool?: PoolReport;
+}
+
+export interface PlanOptions {
+  /**
+   * `ahead` (the default): grow the slot pool once it is nearly held. `when_needed`: only when a route finds
+   * no free slot, so that a pass serving a webhook never waits for a reload while a slot is free.
+   */
+  grow?: 'ahead' | 'when_needed';
+}
+
+export interface PoolReport {
+  map: string;
+  /** Slots after the plan. */
+  size: number;
+  /** Slots no route holds after the plan. */
+  free: number;
+  /** The pool would grow now if this plan were allowed to (left to a later pass). */
+  growthDeferred: boolean;
+  /** Slots this plan creates. */
+  created: number;
+  /** Every placed route after the plan: host -> slot backend. */
+  assignments: Map<string, string>;
+}

@@ -1,0 +1,148 @@
+import type { BackendState, DesiredRouting, HaproxyState, ServerState } from '../haproxy/model.js';
+import { slotName, slotNumber } from '../naming/names.js';
+import type { Operation, PoolReport } from './operations.js';
+
+/**
+ * Map routing's half of the planner: which slot backend serves which host, and how big the pool is. Pure.
+ *
+ * - A host keeps the slot its map entry names; a new host takes the lowest free slot (no entry names it and
+ *   it has no servers): servers first, then the map entry, so a host never routes to an empty slot.
+ * - A host no longer wanted loses its map entry first; its slot's servers go after, and the slot is free for
+ *   the next plan (never reused in the plan that frees it, so no host ever sees another's servers).
+ * - The pool grows geometrically (×1.5 once 7/8 of it is held), so N routes cost O(log N) reloads. Growth
+ *   waits for a pass that allows it (`grow: 'ahead'`) unless a route found no free slot.
+ */
+export const POOL_FILL = 7 / 8;
+export const POOL_FACTOR = 1.5;
+
+/** The pool size `used` routes want, from a pool of `size` (never smaller than `min`, never shrinking). */
+export function poolSize(size: number, used: number, min: number): number {
+  let target = Math.max(size, min);
+  while (used >= target * POOL_FILL) target = Math.ceil(target * POOL_FACTOR);
+  return target;
+}
+
+export type ServerPlanner = (
+  backend: string,
+  want: DesiredRouting['routes'][number]['servers'],
+  have: ServerState[],
+  ops: Operation[],
+) => void;
+
+export function planRouting(
+  want: DesiredRouting,
+  current: HaproxyState,
+  grow: 'ahead' | 'when_needed',
+  planServers: ServerPlanner,
+  ops: Operation[],
+): PoolReport {
+  const { slots, taken } = slotsOf(want.slotPrefix, current.backends);
+  const entries = current.maps?.find((m) => m.name === want.map)?.entries ?? new Map<string, string>();
+  const wanted = new Map(want.routes.map((r) => [r.host, r]));
+  const assignments = new Map<string, string>();
+  const held = new Set<string>();
+  for (const [host, backend] of entries) {
+    if (wanted.has(host) && slots.has(backend) && !held.has(backend)) {
+      held.add(backend);
+      assignments.set(host, backend);
+    }
+  }
+  for (const [host, backend] of entries) {
+    if (!wanted.has(host)) ops.push({ kind: 'delete_map_entry', map: want.map, host, backend });
+  }
+  // A slot an entry still names is draining in this plan even when its host is deleted: not reused now.
+  const named = new Set(entries.values());
+  const unheld = [...slots.values()].filter((s) => !held.has(s.name) && !named.has(s.name));
+  const free = unheld.filter((s) => s.servers.length === 0).map((s) => s.name);
+  // A slot no entry names that already holds exactly a route's servers (an add cut short before its map
+  // entry, an entry deleted by hand): the route takes it back with its map entry alone.
+  const strays = new Map<string, string>();
+  for (const s of unheld) if (s.servers.length > 0) strays.set(serversKey(s.servers), s.name);
+
+  const size = slots.size;
+  const target = poolSize(size, want.routes.length, want.minSlots);
+  const unplaced = want.routes.filter((r) => !assignments.has(r.host)).length;
+  const mustGrow = unplaced > free.length;
+  const growing = target > size && (grow === 'ahead' || mustGrow);
+  const created = growing ? createSlots(want, taken, target - size, ops) : [];
+  free.push(...created);
+
+  for (const route of want.routes) {
+    const kept = assignments.get(route.host);
+    if (kept !== undefined) {
+      planServers(kept, route.servers, slots.get(kept)?.servers ?? [], ops);
+      continue;
+    }
+    const stray = strays.get(serversKey(route.servers));
+    if (stray !== undefined) strays.delete(serversKey(route.servers));
+    const slot = stray ?? free.shift();
+    if (slot === undefined) break; // only when the pool is at its maximum; the next plan tries again
+    held.add(slot);
+    assignments.set(route.host, slot);
+    if (stray === undefined) planServers(slot, route.servers, [], ops);
+    const previous = entries.get(route.host) ?? null;
+    ops.push({
+      kind: 'set_map_entry',
+      map: want.map,
+      host: route.host,
+      backend: slot,
+      previous,
+      cluster: route.cluster,
+    });
+  }
+  for (const s of slots.values()) {
+    if (held.has(s.name)) continue;
+    for (const server of s.servers)
+      if (server.owned) ops.push({ kind: 'delete_server', backend: s.name, server });
+  }
+  const finalSize = size + created.length;
+  return {
+    map: want.map,
+    size: finalSize,
+    free: finalSize - held.size,
+    growthDeferred: !growing && target > size,
+    created: created.length,
+    assignments,
+  };
+}
+
+function serversKey(servers: ReadonlyArray<{ address: string; port: number; check: boolean }>): string {
+  return servers
+    .map((s) => `${s.address}|${s.port}|${s.check}`)
+    .sort()
+    .join(',');
+}
+
+/** Owned slot backends by name (in slot order), and every proxy name a slot must not take. */
+function slotsOf(
+  prefix: string,
+  backends: readonly BackendState[],
+): { slots: Map<string, BackendState>; taken: Set<string> } {
+  const owned: Array<[number, BackendState]> = [];
+  const taken = new Set<string>();
+  for (const b of backends) {
+    taken.add(b.name);
+    const n = slotNumber(prefix, b.name);
+    if (n !== undefined && b.owned) owned.push([n, b]);
+  }
+  owned.sort((a, b) => a[0] - b[0]);
+  return { slots: new Map(owned.map(([, b]) => [b.name, b])), taken };
+}
+
+/** `count` new slot backends under names no proxy holds, lowest numbers first. */
+function createSlots(want: DesiredRouting, taken: Set<string>, count: number, ops: Operation[]): string[] {
+  const names: string[] = [];
+  for (let n = 1; names.length < count; n++) {
+    const name = slotName(want.slotPrefix, n);
+    if (taken.has(name)) continue;
+    taken.add(name);
+    names.push(name);
+    ops.push({ kind: 'create_backend', backend: { name, balance: want.balance } });
+  }
+  return names;
+}
+
+/** Whether `name` is one of the pool's slot backends (for the planner's "keep these backends"). */
+export function isSlot(want: DesiredRouting | undefined, name: string): boolean {
+  return want !== undefined && slotNumber(want.slotPrefix, name) !== undefined;
+}
