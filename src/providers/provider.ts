@@ -59,13 +59,29 @@ export interface ProviderInfo {
  * - Errors that retrying cannot fix are `TerminalError`s; `ConcurrentChangeError` asks for re-read and re-plan;
  *   anything else is transient and retried with backoff.
  */
+/** How fresh a read must be. */
+export interface ReadOptions {
+  /**
+   * Read everything HAProxy runs (servers, map entries), so drift made by hand at runtime is seen: periodic
+   * resyncs ask for it. Without it a provider may answer from what its own last read and applies left, when
+   * it can prove nothing else changed HAProxy since (same worker, no reload, same files).
+   */
+  fresh?: boolean;
+}
+
 export interface Provider {
   /** `dataplaneapi`, `haproxy` or `memory`: the metrics and logs name it. */
   readonly name: string;
-  readState(signal: AbortSignal): Promise<RawState>;
+  readState(signal: AbortSignal, options?: ReadOptions): Promise<RawState>;
   apply(plan: Plan, current: RawState, signal: AbortSignal): Promise<ApplyReport>;
   /** A cheap request that proves HAProxy answers, for readiness. */
   ping(signal: AbortSignal): Promise<ProviderInfo>;
+  /**
+   * A cheap token that changes whenever HAProxy may have lost or changed what runs at runtime behind the
+   * provider's back (a reload or restart by anyone: e.g. the master's reload count and worker pid). The
+   * reconciler polls it and runs a fresh pass when it changes, so routes a reload forgot come back at once.
+   */
+  revision?(signal: AbortSignal): Promise<string>;
   /** Releases connections and timers. */
   close?(): Promise<void>;
 }

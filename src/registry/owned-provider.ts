@@ -1,6 +1,12 @@
 import type { RawState } from '../haproxy/model.js';
 import type { Operation, Plan } from '../plan/plan.js';
-import { type ApplyReport, type Provider, type ProviderInfo, TerminalError } from '../providers/provider.js';
+import {
+  type ApplyReport,
+  type Provider,
+  type ProviderInfo,
+  type ReadOptions,
+  TerminalError,
+} from '../providers/provider.js';
 import type { Registry } from './registry.js';
 
 /** A plan names an object another owner (or no owner) holds: refused as a whole, whatever the plan says. */
@@ -24,8 +30,13 @@ export class OwnedProvider implements Provider {
     this.name = inner.name;
   }
 
-  readState(signal: AbortSignal): Promise<RawState> {
-    return this.inner.readState(signal);
+  readState(signal: AbortSignal, options?: ReadOptions): Promise<RawState> {
+    return this.inner.readState(signal, options);
+  }
+
+  /** The inner provider's revision; one that has none never changes (`''`). */
+  revision(signal: AbortSignal): Promise<string> {
+    return this.inner.revision ? this.inner.revision(signal) : Promise.resolve('');
   }
 
   async apply(plan: Plan, current: RawState, signal: AbortSignal): Promise<ApplyReport> {
