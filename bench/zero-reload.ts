@@ -1,0 +1,108 @@
+/**
+ * Issue 21's targets, measured end to end against a real HAProxy (and Data Plane API where one is given), with
+ * real TLS handshakes carrying SNI to stand-in API servers on loopback:
+ *
+ *   npx tsx bench/zero-reload.ts [--n 10,1000,5000,20000] [--providers haproxy,dataplaneapi]
+ *                                [--routing map,rules] [--changes 40] [--burst 1000] [--stream 1000]
+ *                                [--haproxy 3.0] [--out bench/results]
+ *
+ * Per provider, N and routing mode, on a fresh HAProxy: N clusters in one request (cold), a restart of the
+ * service, then one at a time a new cluster, an endpoint move and a delete (webhook with `?wait=true` to the
+ * handshake that proves it), a held TLS stream through adds and deletes of others (does it survive, how many
+ * HAProxy workers are left), a burst of new clusters within 1 s, and the service's RSS and heap. Every loop
+ * has a count and a deadline. Writes <out>/zero-reload.json and zero-reload.md (after every run). Build first
+ * (`npm run build`): the service runs as `node dist/cli/main.js serve`.
+ */
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpus, tmpdir, totalmem } from 'node:os';
+import { join, resolve } from 'node:path';
+import { dataplaneSource } from '../test/support/dataplaneapi-testbed.js';
+import { type HaproxyVersion, sweepTestbedContainers } from '../test/support/haproxy-testbed.js';
+import { startIdentityServers } from './compare/identity.js';
+import { startBenchKube } from './compare/kube.js';
+import { type ProviderName, startTarget } from './compare/targets.js';
+import { chart, markdown } from './zero-reload/report.js';
+import { runZeroReload, type ZeroReloadResult } from './zero-reload/run.js';
+
+process.env.TESTCONTAINERS_RYUK_DISABLED = 'true';
+process.env.TESTCONTAINERS_HOST_OVERRIDE = 'localhost';
+
+const REPO = join(import.meta.dirname, '..');
+function arg(name: string, fallback: string): string {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 && process.argv[i + 1] !== undefined ? (process.argv[i + 1] as string) : fallback;
+}
+const list = (s: string) =>
+  s
+    .split(',')
+    .map((x) => x.trim())
+    .filter(Boolean);
+
+const source = dataplaneSource();
+const ns = list(arg('n', '10,1000,5000,20000')).map(Number);
+const providers = list(arg('providers', source ? 'haproxy,dataplaneapi' : 'haproxy')) as ProviderName[];
+const routings = list(arg('routing', 'map')) as Array<'map' | 'rules'>;
+const changes = Number(arg('changes', '40'));
+const burst = Number(arg('burst', '1000'));
+const streamChanges = Number(arg('stream', '1000'));
+const version = arg('haproxy', '3.0') as HaproxyVersion;
+const outDir = resolve(REPO, arg('out', 'bench/results'));
+const ADDRESS = '127.0.0.2';
+
+if (providers.includes('dataplaneapi') && !source)
+  throw new Error(
+    '--providers dataplaneapi needs KUBEBYON_TEST_DATAPLANEAPI_BIN or KUBEBYON_TEST_DATAPLANEAPI_IMAGE',
+  );
+
+const log = (line: string) => console.log(`[${new Date().toISOString().slice(11, 19)}] ${line}`);
+const jsonPath = join(outDir, 'zero-reload.json');
+const previous: ZeroReloadResult[] = (() => {
+  try {
+    return JSON.parse(readFileSync(jsonPath, 'utf8')).results ?? [];
+  } catch {
+    return [];
+  }
+})();
+const key = (r: ZeroReloadResult) => `${r.provider}|${r.routing}|${r.n}`;
+const results = new Map(previous.map((r) => [key(r), r]));
+const machine = `${cpus().length} x ${cpus()[0]?.model.trim()}, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}, HAProxy ${version}`;
+
+mkdirSync(outDir, { recursive: true });
+const work = mkdtempSync(join(tmpdir(), 'kubebyon-zr-bench-'));
+const servers = await startIdentityServers([ADDRESS], 40);
+const kube = await startBenchKube(work, ADDRESS);
+try {
+  for (const provider of providers)
+    for (const routing of routings)
+      for (const n of ns) {
+        log(`${provider} ${routing} N=${n}`);
+        const target = await startTarget(provider, version, source);
+        try {
+          const r = await runZeroReload(target, kube, {
+            n,
+            routing,
+            changes,
+            burst,
+            streamChanges,
+            servers,
+            address: ADDRESS,
+            log,
+          });
+          results.set(key(r), r);
+          const all = [...results.values()];
+          writeFileSync(
+            jsonPath,
+            `${JSON.stringify({ machine, date: new Date().toISOString(), results: all }, null, 1)}\n`,
+          );
+          writeFileSync(join(outDir, 'zero-reload.md'), markdown(all, machine));
+          writeFileSync(join(outDir, 'zero-reload.svg'), chart(all));
+        } finally {
+          await target.stop();
+          await sweepTestbedContainers();
+        }
+      }
+} finally {
+  await kube.stop();
+  await servers.close();
+  rmSync(work, { recursive: true, force: true });
+}

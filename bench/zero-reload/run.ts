@@ -1,0 +1,270 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { connect, type TLSSocket } from 'node:tls';
+import type { Cluster } from '../compare/approaches.js';
+import { type IdentityServers, probe, until, untilAll } from '../compare/identity.js';
+import type { BenchKube } from '../compare/kube.js';
+import { type Resources, startService } from '../compare/service.js';
+import type { Target } from '../compare/targets.js';
+
+/** One provider at one N, in one routing mode: what issue 21's targets ask, measured end to end. */
+export interface ZeroReloadResult {
+  provider: string;
+  routing: 'map' | 'rules';
+  n: number;
+  cold: { putAllMs: number; routableMs: number | null; reloads: number; restartReadyMs: number };
+  add: Latencies;
+  move: Latencies;
+  remove: Latencies;
+  burst: { count: number; routableMs: number | null; missing: number; reloads: number };
+  stream: { changes: number; survived: boolean; workersAfter: number; reloads: number };
+  resources: Resources & { heapUsedMb: number | undefined };
+  error?: string;
+}
+
+export interface Latencies {
+  count: number;
+  p50: number | null;
+  p99: number | null;
+  max: number | null;
+  missing: number;
+  reloads: number;
+}
+
+export interface RunOptions {
+  n: number;
+  routing: 'map' | 'rules';
+  /** Sequential adds, moves and deletes timed one by one. */
+  changes: number;
+  burst: number;
+  /** Adds and deletes of other clusters while one stream is held open. */
+  streamChanges: number;
+  servers: IdentityServers;
+  address: string;
+  log: (line: string) => void;
+}
+
+const DOMAIN = 'zr.example.com';
+const pad = (i: number) => String(i).padStart(5, '0');
+const cluster = (prefix: string, i: number, ports: number[]): Cluster => ({
+  name: `${prefix}${pad(i)}`,
+  host: `${prefix}${pad(i)}.${DOMAIN}`,
+  nodePort: ports[i % ports.length] as number,
+});
+const body = (c: Cluster) => ({
+  control_plane_host: c.host,
+  public_access_mode: 'loadbalancer',
+  node_port: c.nodePort,
+});
+
+function percentile(values: number[], p: number): number | null {
+  if (values.length === 0) return null;
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)] ?? null;
+}
+
+function latencies(samples: Array<number | null>, reloads: number): Latencies {
+  const done = samples.filter((x): x is number => x !== null).map((x) => Math.round(x * 10) / 10);
+  return {
+    count: samples.length,
+    p50: percentile(done, 50),
+    p99: percentile(done, 99),
+    max: done.length ? Math.max(...done) : null,
+    missing: samples.length - done.length,
+    reloads,
+  };
+}
+
+/** Probes until a handshake with `host` is refused or closed without an answer; ms since `since`, or null. */
+async function untilClosed(
+  port: number,
+  host: string,
+  since: number,
+  deadline: number,
+): Promise<number | null> {
+  for (;;) {
+    if ((await probe(port, host, 1_000)) === null) return performance.now() - since;
+    if (Date.now() > deadline) return null;
+    await sleep(2);
+  }
+}
+
+/** A TLS connection held through HAProxy like a watch; `alive()` is false once either side closed it. */
+function hold(port: number, host: string): Promise<{ alive(): boolean; close(): void }> {
+  return new Promise((resolve, reject) => {
+    let closed = false;
+    const socket: TLSSocket = connect({
+      host: '127.0.0.1',
+      port,
+      servername: host,
+      rejectUnauthorized: false,
+    });
+    socket.on('error', () => {});
+    socket.on('close', () => {
+      closed = true;
+    });
+    const timer = setTimeout(() => reject(new Error(`no answer from ${host}`)), 5_000);
+    socket.once('data', () => {
+      clearTimeout(timer);
+      resolve({ alive: () => !closed && !socket.destroyed, close: () => socket.destroy() });
+    });
+  });
+}
+
+export async function runZeroReload(
+  target: Target,
+  kube: BenchKube,
+  o: RunOptions,
+): Promise<ZeroReloadResult> {
+  const dir = mkdtempSync(join(tmpdir(), 'kubebyon-zr-'));
+  const secret = `zr-${Math.random().toString(36).slice(2)}-secret`;
+  const env = {
+    ...target.providerEnv(),
+    KUBEBYON_STATE_FILE: join(dir, 'clusters.json'),
+    KUBEBYON_LOG_LEVEL: 'warn',
+    KUBEBYON_TOPOLOGY: 'kubernetes',
+    KUBECONFIG: kube.kubeconfig,
+    KUBEBYON_HAPROXY_BIND_ADDR: `127.0.0.1:${target.sniPort}`,
+    KUBEBYON_PUBLIC_PORT: String(target.sniPort),
+    KUBEBYON_HAPROXY_HEALTH_CHECKS: 'false',
+    KUBEBYON_HAPROXY_ROUTING: o.routing,
+    KUBEBYON_RESYNC_INTERVAL_MS: '0',
+    KUBEBYON_WEBHOOK_BODY_LIMIT_BYTES: String(32 * 1024 * 1024),
+    KUBEBYON_WAIT_TIMEOUT_MS: '600000',
+    KUBEBYON_SHUTDOWN_GRACE_MS: '60000',
+  };
+  let svc = await startService(env, secret);
+  const port = target.sniPort;
+  const ports = o.servers.ports;
+  const expected = (c: Cluster) => `${o.address}:${c.nodePort} ${c.host}`;
+  const call = async (method: string, path: string, b?: unknown) => {
+    for (let attempt = 1; ; attempt++) {
+      const res = await svc.call(method, path, b);
+      if (res.status >= 200 && res.status < 300) return;
+      if (res.status !== 503 || attempt >= 20)
+        throw new Error(`${method} ${path}: ${res.status} ${res.body.slice(0, 300)}`);
+      await sleep(50 * attempt);
+    }
+  };
+  const result: Partial<ZeroReloadResult> = { provider: target.provider, routing: o.routing, n: o.n };
+  try {
+    // Cold: N clusters in one request to routable, then a restart of the service to ready.
+    const existing = Array.from({ length: o.n }, (_, i) => cluster('c', i, ports));
+    let loads = await target.loads();
+    const t0 = performance.now();
+    const sample = existing.filter((_, i) => i % Math.max(1, Math.floor(o.n / 40)) === 0);
+    const routable = untilAll(
+      port,
+      sample.map((c) => ({ host: c.host, expected: expected(c) })),
+      t0,
+      Date.now() + 900_000,
+      4,
+    );
+    await call('PUT', '/v1/clusters?wait=true', {
+      clusters: existing.map((c) => ({ name: c.name, ...body(c) })),
+    });
+    const putAllMs = performance.now() - t0;
+    const r = await routable;
+    const coldReloads = (await target.loads()) - loads;
+    await svc.stop();
+    const t1 = performance.now();
+    svc = await startService(env, secret);
+    await call('POST', '/v1/reconcile?wait=true');
+    result.cold = {
+      putAllMs: Math.round(putAllMs),
+      routableMs: r.ms && Math.round(r.ms),
+      reloads: coldReloads,
+      restartReadyMs: Math.round(performance.now() - t1),
+    };
+    o.log(`cold ${JSON.stringify(result.cold)}`);
+
+    // One at a time: add, then move the same cluster to another NodePort, then delete it.
+    const added = Array.from({ length: o.changes }, (_, i) => cluster('a', i, ports));
+    const timed = async (what: (c: Cluster) => Promise<number | null>, list: Cluster[]) => {
+      const before = await target.loads();
+      const samples: Array<number | null> = [];
+      for (const c of list) samples.push(await what(c));
+      return latencies(samples, (await target.loads()) - before);
+    };
+    result.add = await timed(async (c) => {
+      const t = performance.now();
+      await call('PUT', `/v1/clusters/${c.name}?wait=true`, body(c));
+      return until(port, c.host, expected(c), t, Date.now() + 30_000);
+    }, added);
+    const moved = added.map((c, i) => ({ ...c, nodePort: ports[(i + 1) % ports.length] as number }));
+    result.move = await timed(async (c) => {
+      const t = performance.now();
+      await call('PUT', `/v1/clusters/${c.name}?wait=true`, body(c));
+      return until(port, c.host, expected(c), t, Date.now() + 30_000);
+    }, moved);
+    result.remove = await timed(async (c) => {
+      const t = performance.now();
+      await call('DELETE', `/v1/clusters/${c.name}?wait=true`);
+      return untilClosed(port, c.host, t, Date.now() + 30_000);
+    }, moved);
+    o.log(
+      `add ${JSON.stringify(result.add)} move ${JSON.stringify(result.move)} delete ${JSON.stringify(result.remove)}`,
+    );
+
+    // A held stream through adds and deletes of other clusters (like a `kubectl get -w`).
+    const first = existing[0] ?? cluster('s', 0, ports);
+    if (existing.length === 0) await call('PUT', `/v1/clusters/${first.name}?wait=true`, body(first));
+    const stream = await hold(port, first.host);
+    loads = await target.loads();
+    const churn = Array.from({ length: Math.floor(o.streamChanges / 2) }, (_, i) => cluster('w', i, ports));
+    for (const c of churn) await call('PUT', `/v1/clusters/${c.name}?wait=true`, body(c));
+    for (const c of churn) await call('DELETE', `/v1/clusters/${c.name}?wait=true`);
+    await sleep(500);
+    result.stream = {
+      changes: churn.length * 2,
+      survived: stream.alive(),
+      workersAfter: await target.workers(),
+      reloads: (await target.loads()) - loads,
+    };
+    stream.close();
+    o.log(`stream ${JSON.stringify(result.stream)}`);
+
+    // A burst of new clusters within one second, on top of N.
+    const burst = Array.from({ length: o.burst }, (_, i) => cluster('b', i, ports));
+    loads = await target.loads();
+    const tb = performance.now();
+    const all = untilAll(
+      port,
+      burst.filter((_, i) => i % 10 === 0).map((c) => ({ host: c.host, expected: expected(c) })),
+      tb,
+      Date.now() + 60_000,
+      8,
+    );
+    const sent: Array<Promise<void>> = [];
+    for (let k = 0; k < burst.length; k++) {
+      const wait = tb + (k * 1_000) / burst.length - performance.now();
+      if (wait > 0) await sleep(wait);
+      sent.push(call('PUT', `/v1/clusters/${(burst[k] as Cluster).name}`, body(burst[k] as Cluster)));
+    }
+    await Promise.all(sent);
+    const b = await all;
+    await call('POST', '/v1/reconcile?wait=true');
+    result.burst = {
+      count: o.burst,
+      routableMs: b.ms && Math.round(b.ms),
+      missing: b.missing,
+      reloads: (await target.loads()) - loads,
+    };
+    o.log(`burst ${JSON.stringify(result.burst)}`);
+
+    const heap = (await svc.metrics()).get('nodejs_heap_size_used_bytes');
+    result.resources = {
+      ...svc.resources(),
+      heapUsedMb: heap === undefined ? undefined : Math.round(heap / 1e5) / 10,
+    };
+  } catch (err) {
+    result.error = err instanceof Error ? err.message : String(err);
+    o.log(`error: ${result.error}`);
+  } finally {
+    await svc.stop().catch(() => {});
+    rmSync(dir, { recursive: true, force: true });
+  }
+  return result as ZeroReloadResult;
+}
