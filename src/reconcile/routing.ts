@@ -47,8 +47,9 @@ export interface PassKind {
 
 // Passes no webhook waits on: they may grow the pool ahead of need.
 const AHEAD = new Set(['start', 'resync', 'pool_growth']);
-// HAProxy may have lost or changed what runs at runtime: read it all.
-const FRESH = new Set(['start', 'resync', 'haproxy_reloaded']);
+// HAProxy may have lost or changed what runs at runtime (a reload, a restart, an outage, a failed apply cut
+// short): read it all.
+const FRESH = new Set(['start', 'resync', 'haproxy_reloaded', 'provider_back', 'retry']);
 const REPAIR = new Set(['resync', 'haproxy_reloaded']);
 
 export function passKind(reasons: ReadonlySet<string>): PassKind {

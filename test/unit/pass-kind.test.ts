@@ -26,10 +26,17 @@ describe('what asked for a pass', () => {
       expect(kinds(...r).grow, r.join()).toBe('when_needed');
   });
 
-  it('reads afresh after a start, a resync or a reload by anyone, whoever else asked', () => {
-    for (const r of [['start'], ['resync'], ['haproxy_reloaded'], ['webhook', 'resync']])
+  it('reads afresh after a start, a resync, a reload by anyone or a failure, whoever else asked', () => {
+    for (const r of [
+      ['start'],
+      ['resync'],
+      ['haproxy_reloaded'],
+      ['provider_back'],
+      ['retry', 'api'],
+      ['webhook', 'resync'],
+    ])
       expect(kinds(...r).fresh, r.join()).toBe(true);
-    for (const r of [['webhook'], ['pool_growth'], ['retry', 'api']])
+    for (const r of [['webhook'], ['pool_growth'], ['sync', 'api'], ['nodes']])
       expect(kinds(...r).fresh, r.join()).toBe(false);
   });
 
