@@ -11,7 +11,7 @@ import { type Clock, sleep, systemClock } from './clock.js';
 import { publishGauges } from './gauges.js';
 import { desiredConfig, planAgainst, runPass } from './pass.js';
 import { Requeue } from './requeue.js';
-import { passKind } from './routing.js';
+import { passKind, type RouteBackend, routeBackends } from './routing.js';
 import { type ClusterStatus, clusterStatuses, type PassResult } from './status.js';
 import { RevisionWatch } from './watch.js';
 
@@ -186,12 +186,14 @@ export class Reconciler {
     return clusterStatuses(this.o.store.list(), this.last, this.appliedAt, this.o.publicPort);
   }
 
-  /** What the next pass would apply, without applying it. */
-  async preview(signal: AbortSignal = this.abort.signal): Promise<{ plan: Plan; text: string }> {
+  /** What the next pass would apply, without applying it, and which backend would serve each cluster after. */
+  async preview(
+    signal: AbortSignal = this.abort.signal,
+  ): Promise<{ plan: Plan; text: string; routes: Map<string, RouteBackend> }> {
     if (!this.o.topology.synced()) throw new TopologyNotSyncedError();
     const { config } = desiredConfig(this.o.store.list(), this.o.topology, this.o.render);
     const p = await planAgainst(config, this.o.provider, signal);
-    return { plan: p, text: formatPlan(p) };
+    return { plan: p, text: formatPlan(p), routes: routeBackends(config, p) };
   }
 
   private kick(): void {

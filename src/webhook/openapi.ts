@@ -182,7 +182,12 @@ export function openApiDocument(version: string) {
       '/v1/plan': {
         get: {
           summary: 'The changes the next reconcile would apply, without applying them',
-          responses: responses({ '200': { description: 'The plan as text and JSON' } }),
+          responses: responses({
+            '200': {
+              description:
+                'The plan as text and JSON, and routes: each cluster with its host, backend and servers after it',
+            },
+          }),
         },
       },
       '/v1/reconcile': {

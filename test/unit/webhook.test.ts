@@ -324,6 +324,14 @@ describe('webhook API', () => {
     expect(res.status).toBe(200);
     expect(res.body.text).toContain('+ rule kubebyon_sni: use_backend kubebyon_demo_');
     expect(res.body.operations.length).toBeGreaterThan(0);
+    expect(res.body.routes).toEqual([
+      {
+        cluster: 'demo',
+        host: 'api.demo.example.com',
+        backend: expect.stringMatching(/^kubebyon_demo_[0-9a-f]{12}$/),
+        servers: expect.arrayContaining([expect.stringMatching(/:\d+$/)]),
+      },
+    ]);
     expect(provider.applies).toEqual([]);
   });
 
