@@ -120,6 +120,21 @@ describe('Reconciler with map routing', () => {
     expect(provider.applies).toHaveLength(applies + 2);
   });
 
+  it("stamps last_applied_at when a pass moves a cluster's servers in its slot, and only that cluster's", async () => {
+    const r = make();
+    await add('a', 30443);
+    await add('b', 31443);
+    await settle(r.request('start'));
+    const at = () => new Map(r.statuses().map((s) => [s.name, s.last_applied_at]));
+    const before = at();
+    await vi.advanceTimersByTimeAsync(60_000);
+    await add('a', 30444);
+    await settle(r.request('webhook'));
+    expect(r.statuses().find((s) => s.name === 'a')?.servers).toEqual(['10.0.0.1:30444', '10.0.0.2:30444']);
+    expect(at().get('a')).not.toBe(before.get('a'));
+    expect(at().get('b')).toBe(before.get('b'));
+  });
+
   it('reads HAProxy afresh for start, resync and a reload by someone else; not for webhooks', async () => {
     const r = make();
     await add('a');
