@@ -132,7 +132,7 @@ export async function applyCommand(
     let tried: Plan | undefined;
     const seen: Provider = {
       name: s.provider.name,
-      readState: (signal) => s.provider.readState(signal),
+      readState: (signal, options) => s.provider.readState(signal, options),
       ping: (signal) => s.provider.ping(signal),
       apply: (p, current, signal) => {
         tried = p;

@@ -215,6 +215,8 @@ describe('command line: plan and apply', () => {
     expect(applied.code).toBe(0);
     expect(applied.out).toMatch(routed);
     expect(provider.state.maps?.[0]?.entries.get('api.demo.example.com')).toBe('kubebyon_slot_00001');
+    // A pass run by hand knows nothing of HAProxy beforehand: it reads everything.
+    expect(provider.readOptions.at(-1)).toEqual({ fresh: true });
   });
 
   it('plan --json gives the operations and each cluster, and nothing else on stdout', async () => {
