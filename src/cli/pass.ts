@@ -58,7 +58,7 @@ export async function planCommand(
     const { desired, config } = desiredConfig(s.records, s.topology, renderOptionsOf(s.config.haproxy));
     let p: Plan;
     try {
-      p = await planAgainst(config, s.provider, s.signal);
+      p = await planAgainst(config, s.provider, s.signal, { fresh: true });
     } catch (err) {
       io.err(`plan: cannot read HAProxy's objects (${s.info.endpoint}): ${errorText(err)}`);
       return 1;

@@ -7,7 +7,13 @@ import type { ClusterRecord } from '../model/cluster.js';
 import { formatPlan } from '../plan/format.js';
 import type { PoolReport } from '../plan/operations.js';
 import { type Plan, plan } from '../plan/plan.js';
-import { ConcurrentChangeError, errorText, ReloadFailedError, TerminalError } from '../providers/provider.js';
+import {
+  ConcurrentChangeError,
+  errorText,
+  type ReadOptions,
+  ReloadFailedError,
+  TerminalError,
+} from '../providers/provider.js';
 import type { OwnedProvider } from '../registry/owned-provider.js';
 import type { Topology } from '../topology/topology.js';
 import { sortConflicts } from './conflicts.js';
@@ -32,8 +38,9 @@ export async function planAgainst(
   config: DesiredConfig,
   provider: OwnedProvider,
   signal: AbortSignal,
+  read: ReadOptions = {},
 ): Promise<Plan> {
-  return plan(config, provider.registry.interpret(await provider.readState(signal)));
+  return plan(config, provider.registry.interpret(await provider.readState(signal, read)));
 }
 
 /**

@@ -203,6 +203,7 @@ describe('command line: plan and apply', () => {
     expect(plan.code).toBe(2);
     expect(plan.out).toMatch(/^HOST\s+BACKEND\s+SERVERS$/m);
     expect(plan.out).toMatch(routed);
+    expect(provider.readOptions).toEqual([{ fresh: true }]);
     const json = JSON.parse((await run(['plan', clusters, '--json'], env, { provider })).out);
     expect(json.clusters).toEqual([
       expect.objectContaining({
