@@ -7,6 +7,7 @@ import type { Plan } from '../plan/plan.js';
 import { errorText, type Provider, type ProviderInfo } from '../providers/provider.js';
 import { sortConflicts } from '../reconcile/conflicts.js';
 import { desiredConfig, planAgainst, runPass } from '../reconcile/pass.js';
+import { routeBackends } from '../reconcile/routing.js';
 import { type ClusterStatus, clusterStatuses, type PassResult } from '../reconcile/status.js';
 import { OwnedProvider } from '../registry/owned-provider.js';
 import { ClusterStore } from '../store/cluster-store.js';
@@ -14,7 +15,7 @@ import type { Topology } from '../topology/topology.js';
 import { checkClusterSet } from '../webhook/clusters.js';
 import { ClusterSetBody } from '../webhook/schemas.js';
 import { createConfiguredProvider, createLogger, createTopology } from '../wiring.js';
-import { clusterTable, type Output } from './output.js';
+import { clusterTable, type Output, routeSection, routesOf } from './output.js';
 import { readJson } from './render.js';
 
 /** What tests (and embedders) may put in place of what the configuration names. */
@@ -57,7 +58,7 @@ export async function planCommand(
     const { desired, config } = desiredConfig(s.records, s.topology, renderOptionsOf(s.config.haproxy));
     let p: Plan;
     try {
-      p = await planAgainst(config, s.provider, s.signal);
+      p = await planAgainst(config, s.provider, s.signal, { fresh: true });
     } catch (err) {
       io.err(`plan: cannot read HAProxy's objects (${s.info.endpoint}): ${errorText(err)}`);
       return 1;
@@ -69,6 +70,7 @@ export async function planCommand(
       ok: true,
       desired,
       conflicted,
+      backends: routeBackends(config, p),
     };
     const clusters = clusterStatuses(s.records, after, new Map(), s.config.publicPort);
     const text = formatPlan(p);
@@ -99,7 +101,8 @@ export async function planCommand(
       if (clusters.length > 0) {
         io.out('');
         io.out('after this plan:');
-        for (const line of clusterTable(clusters, false)) io.out(line);
+        for (const line of [...clusterTable(clusters, false), ...routeSection(routesOf(clusters))])
+          io.out(line);
       }
     }
     if (blocking) {
@@ -129,7 +132,7 @@ export async function applyCommand(
     let tried: Plan | undefined;
     const seen: Provider = {
       name: s.provider.name,
-      readState: (signal) => s.provider.readState(signal),
+      readState: (signal, options) => s.provider.readState(signal, options),
       ping: (signal) => s.provider.ping(signal),
       apply: (p, current, signal) => {
         tried = p;
@@ -157,7 +160,7 @@ export async function applyCommand(
     const clusters = clusterStatuses(s.records, report.result, appliedAt, s.config.publicPort);
     if (clusters.length > 0) {
       io.out('');
-      for (const line of clusterTable(clusters)) io.out(line);
+      for (const line of [...clusterTable(clusters), ...routeSection(routesOf(clusters))]) io.out(line);
     }
     if (!report.result.ok) {
       io.err(

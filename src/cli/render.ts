@@ -5,8 +5,9 @@ import type { HaproxyState } from '../haproxy/model.js';
 import { renderDesired } from '../haproxy/render.js';
 import { formatPlan } from '../plan/format.js';
 import { plan } from '../plan/plan.js';
+import { routeBackends } from '../reconcile/routing.js';
 import { resolveRoutes } from '../routes/route.js';
-import type { Output } from './output.js';
+import { type Output, routeSection } from './output.js';
 
 // The file is untrusted input like any webhook body: its shape is checked before anything reads it.
 const ClaimsFile = z
@@ -53,7 +54,9 @@ export async function renderCommand(file: string, env: NodeJS.ProcessEnv, io: Ou
   const empty: HaproxyState = { frontends: [], backends: [] };
   io.out('');
   io.out('plan against an HAProxy with none of our objects:');
-  io.out(formatPlan(plan(desired, empty)));
+  const p = plan(desired, empty);
+  io.out(formatPlan(p));
+  for (const line of routeSection(routeBackends(desired, p).values())) io.out(line);
   return 0;
 }
 

@@ -1,11 +1,14 @@
 import { readSecret } from '../config/env.js';
 import type { ClusterStatus } from '../reconcile/status.js';
 import { sign } from '../webhook/auth.js';
-import { clusterTable, type Output } from './output.js';
+import { clusterTable, type Output, routeSection, routesOf } from './output.js';
 
 export type { Output } from './output.js';
 
-/** `status`: every cluster of a running service with its state, as a table (or JSON with --json). */
+/**
+ * `status`: every cluster of a running service with its state, then host -> backend -> servers, as tables
+ * (or JSON with --json).
+ */
 export async function statusCommand(
   opts: { json: boolean },
   env: NodeJS.ProcessEnv,
@@ -40,6 +43,8 @@ export async function statusCommand(
   }
   const { clusters } = (await res.json()) as { clusters: ClusterStatus[] };
   if (opts.json) io.out(JSON.stringify(clusters, null, 2));
-  else for (const line of clusterTable(clusters)) io.out(line);
+  else {
+    for (const line of [...clusterTable(clusters), ...routeSection(routesOf(clusters))]) io.out(line);
+  }
   return 0;
 }

@@ -54,6 +54,7 @@ export const ENV_DEFAULTS = {
   KUBEBYON_RECONCILE_MAX_DELAY_MS: '2000',
   KUBEBYON_RESYNC_INTERVAL_MS: '60000',
   KUBEBYON_RECONCILE_RETRIES: '5',
+  KUBEBYON_HAPROXY_WATCH_MS: '500',
 } as const;
 
 const int = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
@@ -120,6 +121,11 @@ const BaseFields = z.object({
   KUBEBYON_RECONCILE_MAX_DELAY_MS: int(0, 600_000),
   KUBEBYON_RESYNC_INTERVAL_MS: int(0, 86_400_000),
   KUBEBYON_RECONCILE_RETRIES: int(0, 20),
+  // Each read is one cheap request; faster than every 50 ms would only load HAProxy.
+  KUBEBYON_HAPROXY_WATCH_MS: int(0, 600_000).refine(
+    (v) => v === 0 || v >= 50,
+    'must be 0 (off) or at least 50',
+  ),
 });
 
 /** The variables that shape the rendered HAProxy objects and the endpoints reported for them. */
@@ -180,6 +186,7 @@ const BaseEnv = BaseFields.transform((e) => ({
     maxDelayMs: e.KUBEBYON_RECONCILE_MAX_DELAY_MS,
     resyncIntervalMs: e.KUBEBYON_RESYNC_INTERVAL_MS,
     retries: e.KUBEBYON_RECONCILE_RETRIES,
+    watchMs: e.KUBEBYON_HAPROXY_WATCH_MS,
   },
 }));
 

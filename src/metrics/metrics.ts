@@ -4,7 +4,7 @@ const NS = 'kubebyon_haproxy_adapter';
 
 /**
  * Every metric the service exports. Labels only carry values from small fixed sets (results, states, reasons,
- * route templates), never cluster names or hosts.
+ * route templates); the one exception, `route_backend_info`, has one series per cluster the service holds.
  */
 export function createMetrics() {
   const registry = new Registry();
@@ -38,8 +38,8 @@ export function createMetrics() {
     }),
     reloads: new Counter({
       name: `${NS}_reloads_total`,
-      help: 'HAProxy reloads caused by applied plans, by outcome: succeeded, failed.',
-      labelNames: ['result'] as const,
+      help: 'HAProxy reloads caused by applied plans, by outcome (succeeded, failed) and reason: pool_growth (slot backends created ahead of need), structure (any other change of frontends, backends or rules), repair (a pass asked for only by a resync or by a reload by someone else).',
+      labelNames: ['result', 'reason'] as const,
       registers: [registry],
     }),
     providerRequests: new Counter({
@@ -68,7 +68,25 @@ export function createMetrics() {
     }),
     driftCorrections: new Counter({
       name: `${NS}_drift_corrections_total`,
-      help: 'Periodic resyncs that found HAProxy changed behind the service and repaired it.',
+      help: 'Passes asked for only by a periodic resync or a reload by someone else that found HAProxy changed behind the service and repaired it.',
+      registers: [registry],
+    }),
+    // One series per routed cluster: bounded by the clusters the service holds, and reset every pass so a
+    // deleted cluster's series goes with it. Slot backends name no cluster: this says which serves which.
+    routeBackendInfo: new Gauge({
+      name: `${NS}_route_backend_info`,
+      help: 'Which HAProxy backend serves each routed cluster (value 1): cluster, host (the SNI) and backend.',
+      labelNames: ['cluster', 'host', 'backend'] as const,
+      registers: [registry],
+    }),
+    slotPoolSize: new Gauge({
+      name: `${NS}_slot_pool_size`,
+      help: 'Slot backends in the pool (map routing; 0 with rules routing).',
+      registers: [registry],
+    }),
+    slotPoolFree: new Gauge({
+      name: `${NS}_slot_pool_free`,
+      help: 'Slot backends no route holds (map routing): new clusters take one without a reload.',
       registers: [registry],
     }),
     lastSuccess: new Gauge({
@@ -105,10 +123,15 @@ export function createMetrics() {
   // no increase() to Prometheus, so the first failed reload (or refused call) would raise no alert.
   for (const result of ['changed', 'unchanged', 'failed']) metrics.reconciles.inc({ result }, 0);
   for (const result of ['committed', 'conflict', 'failed']) metrics.transactions.inc({ result }, 0);
-  for (const result of ['succeeded', 'failed']) metrics.reloads.inc({ result }, 0);
+  for (const result of ['succeeded', 'failed'])
+    for (const reason of RELOAD_REASONS) metrics.reloads.inc({ result, reason }, 0);
   for (const reason of AUTH_FAILURE_REASONS) metrics.webhookAuthFailures.inc({ reason }, 0);
   return metrics;
 }
+
+/** Why a plan reloaded HAProxy; the values of `reloads_total`'s `reason`. */
+export const RELOAD_REASONS = ['pool_growth', 'structure', 'repair'] as const;
+export type ReloadReason = (typeof RELOAD_REASONS)[number];
 
 /** The methods the webhook API serves; any other counts as `other`, so that callers cannot add series. */
 const SERVED_METHODS = new Set(['GET', 'HEAD', 'PUT', 'POST', 'DELETE']);

@@ -5,12 +5,20 @@ import { type RenderOptions, renderDesired } from '../haproxy/render.js';
 import type { Metrics } from '../metrics/metrics.js';
 import type { ClusterRecord } from '../model/cluster.js';
 import { formatPlan } from '../plan/format.js';
+import type { PoolReport } from '../plan/operations.js';
 import { type Plan, plan } from '../plan/plan.js';
-import { ConcurrentChangeError, errorText, ReloadFailedError, TerminalError } from '../providers/provider.js';
+import {
+  ConcurrentChangeError,
+  errorText,
+  type ReadOptions,
+  ReloadFailedError,
+  TerminalError,
+} from '../providers/provider.js';
 import type { OwnedProvider } from '../registry/owned-provider.js';
 import type { Topology } from '../topology/topology.js';
 import { sortConflicts } from './conflicts.js';
 import { type DesiredRoutes, desiredRoutes } from './desired.js';
+import { type PassKind, type RouteBackend, reloadReason, routeBackends } from './routing.js';
 import type { PassResult } from './status.js';
 
 const PLAN_LOG_LINES = 50;
@@ -30,8 +38,9 @@ export async function planAgainst(
   config: DesiredConfig,
   provider: OwnedProvider,
   signal: AbortSignal,
+  read: ReadOptions = {},
 ): Promise<Plan> {
-  return plan(config, provider.registry.interpret(await provider.readState(signal)));
+  return plan(config, provider.registry.interpret(await provider.readState(signal, read)));
 }
 
 /**
@@ -59,6 +68,8 @@ export interface PassInputs {
   signal: AbortSignal;
   logger: Logger;
   metrics: Metrics;
+  /** How to read, whether to grow the slot pool, how a reload counts; default: a fresh read, growing ahead. */
+  kind?: PassKind;
 }
 
 export interface PassReport {
@@ -69,6 +80,8 @@ export interface PassReport {
   touched: Set<string>;
   /** Why the pass failed, when it did. */
   failure?: FailureKind;
+  /** Map routing: the slot pool as the last plan left it. */
+  pool?: PoolReport;
 }
 
 /**
@@ -82,10 +95,10 @@ export async function runPass(i: PassInputs): Promise<PassReport> {
   const endRender = phase(i.metrics, 'render');
   const { desired, config } = desiredConfig(i.records, i.topology, i.render);
   endRender();
-  const out: AttemptOutput = { conflicted: new Map(), touched: new Set() };
+  const out: AttemptOutput = { conflicted: new Map(), touched: new Set(), backends: new Map() };
   const { conflicted, touched } = out;
   try {
-    const changed = await pRetry(() => attempt(i, config, out), {
+    const changed = await pRetry((n) => attempt(i, config, out, n), {
       retries: i.retries,
       // A concurrent change only means "read again": nothing to wait for.
       minTimeout: 0,
@@ -96,7 +109,8 @@ export async function runPass(i: PassInputs): Promise<PassReport> {
           logger.info({ err: errorText(error), attemptNumber }, 'HAProxy changed meanwhile; reading again');
       },
     });
-    return { result: { seen, ok: true, desired, conflicted }, changed, touched };
+    const result = { seen, ok: true, desired, conflicted, backends: out.backends };
+    return { result, changed, touched, ...(out.pool ? { pool: out.pool } : {}) };
   } catch (err) {
     const error = errorText(err);
     const failure = failureKind(err);
@@ -110,21 +124,38 @@ interface AttemptOutput {
   conflicted: Map<string, string>;
   /** Clusters a plan that was sent changes. */
   touched: Set<string>;
+  /** Each routed cluster's backend, from the latest plan. */
+  backends: Map<string, RouteBackend>;
+  pool?: PoolReport;
 }
+
+const DEFAULT_KIND: PassKind = { fresh: true, grow: 'ahead', repair: false };
 
 const phase = (metrics: Metrics, name: 'render' | 'read' | 'plan' | 'apply') =>
   metrics.reconcilePhaseDuration.startTimer({ phase: name });
 
 /** Reads, plans and applies once; resolves whether a plan was applied, throws what the provider threw. */
-async function attempt(i: PassInputs, config: DesiredConfig, out: AttemptOutput): Promise<boolean> {
+async function attempt(
+  i: PassInputs,
+  config: DesiredConfig,
+  out: AttemptOutput,
+  attemptNumber: number,
+): Promise<boolean> {
   const { metrics, logger, provider, signal } = i;
+  const kind = i.kind ?? DEFAULT_KIND;
   const endRead = phase(metrics, 'read');
-  const raw = await provider.readState(signal);
+  // HAProxy changed under the last attempt: what the provider remembers of it is not to be trusted.
+  const raw = await provider.readState(signal, { fresh: kind.fresh || attemptNumber > 1 });
   endRead();
   const endPlan = phase(metrics, 'plan');
-  const p = plan(config, provider.registry.interpret(raw));
+  const p = plan(config, provider.registry.interpret(raw), { grow: kind.grow });
   endPlan();
+  out.backends = routeBackends(config, p);
+  if (p.pool) out.pool = p.pool;
+  else delete out.pool;
+  // Rules routing's own backends, or the slots this plan leaves serving each cluster (map routing).
   const clusterOf = new Map(config.backends.map((b) => [b.name, b.cluster]));
+  for (const [cluster, { backend }] of out.backends) clusterOf.set(backend, cluster);
   const { blocking, byCluster, others } = sortConflicts(p.conflicts, config.backends);
   out.conflicted.clear();
   // A foreign frontend under our name blocks every route: nothing may be applied, nothing is routed.
@@ -138,10 +169,12 @@ async function attempt(i: PassInputs, config: DesiredConfig, out: AttemptOutput)
   try {
     const report = await provider.apply(p, raw, signal);
     metrics.transactions.inc({ result: 'committed' });
-    if (report.reload === 'succeeded') metrics.reloads.inc({ result: 'succeeded' });
+    if (report.reload === 'succeeded')
+      metrics.reloads.inc({ result: 'succeeded', reason: reloadReason(p, kind.repair) });
   } catch (err) {
     metrics.transactions.inc({ result: err instanceof ConcurrentChangeError ? 'conflict' : 'failed' });
-    if (err instanceof ReloadFailedError) metrics.reloads.inc({ result: 'failed' });
+    if (err instanceof ReloadFailedError)
+      metrics.reloads.inc({ result: 'failed', reason: reloadReason(p, kind.repair) });
     throw err;
   } finally {
     endApply();
@@ -162,7 +195,7 @@ function logPlan(logger: Logger, p: Plan): void {
   );
 }
 
-/** Clusters whose backend, servers or switching rule a plan changes. */
+/** Clusters whose backend, servers, switching rule or map entry a plan changes. */
 function clustersTouched(p: Plan, clusterOf: ReadonlyMap<string, string>): Set<string> {
   const names = new Set<string>();
   for (const op of p.operations) {
@@ -170,6 +203,7 @@ function clustersTouched(p: Plan, clusterOf: ReadonlyMap<string, string>): Set<s
     if (op.kind === 'create_server' || op.kind === 'update_server' || op.kind === 'delete_server')
       names.add(op.backend);
     if (op.kind === 'set_switching_rules') for (const r of [...op.added, ...op.removed]) names.add(r.backend);
+    if (op.kind === 'set_map_entry') names.add(op.backend);
   }
   const clusters = new Set<string>();
   for (const name of names) {

@@ -2,14 +2,18 @@ import type { Logger } from 'pino';
 import type { RenderOptions } from '../haproxy/render.js';
 import type { Metrics } from '../metrics/metrics.js';
 import { formatPlan } from '../plan/format.js';
+import type { PoolReport } from '../plan/operations.js';
 import type { Plan } from '../plan/plan.js';
 import type { OwnedProvider } from '../registry/owned-provider.js';
 import type { ClusterStore } from '../store/cluster-store.js';
 import type { Topology } from '../topology/topology.js';
 import { type Clock, sleep, systemClock } from './clock.js';
+import { publishGauges } from './gauges.js';
 import { desiredConfig, planAgainst, runPass } from './pass.js';
 import { Requeue } from './requeue.js';
-import { CLUSTER_STATES, type ClusterStatus, clusterStatuses, type PassResult } from './status.js';
+import { passKind, type RouteBackend, routeBackends } from './routing.js';
+import { type ClusterStatus, clusterStatuses, type PassResult } from './status.js';
+import { RevisionWatch } from './watch.js';
 
 export interface ReconcilerOptions {
   store: ClusterStore;
@@ -41,7 +45,12 @@ export interface ReconcilerOptions {
    * tried again as soon as it answers, instead of at the end of the backoff. Default 1000; 0 disables it.
    */
   recoveryProbeMs?: number;
-  /** Time for debounce, delays, resync, backoff and `last_applied_at`; tests hand in their own. */
+  /**
+   * How often the provider's revision token is read (`KUBEBYON_HAPROXY_WATCH_MS`): a change (a reload or
+   * restart by anyone) asks for a fresh pass (`haproxy_reloaded`). Default 0: not watched.
+   */
+  watchMs?: number;
+  /** Time for debounce, delays, resync, backoff, the revision watch and `last_applied_at`; tests hand in their own. */
   clock?: Clock;
 }
 
@@ -57,6 +66,12 @@ export interface PassOutcome {
   ok: boolean;
   changed: boolean;
   error?: string;
+}
+
+/** A pass's outcome, and whether it left the slot pool's growth to a pass no webhook waits on. */
+interface Served {
+  outcome: PassOutcome;
+  growthDeferred: boolean;
 }
 
 interface Waiter {
@@ -86,6 +101,9 @@ export class Reconciler {
   private lastActive = Number.NEGATIVE_INFINITY;
   private readonly clock: Clock;
   private readonly requeue: Requeue;
+  private readonly watch: RevisionWatch;
+  /** The slot pool as the last successful plan left it (map routing). */
+  private pool: PoolReport | undefined;
 
   constructor(private readonly o: ReconcilerOptions) {
     this.clock = o.clock ?? systemClock;
@@ -96,6 +114,14 @@ export class Reconciler {
       ping: (signal) => o.provider.ping(signal),
       signal: this.abort.signal,
       request: (reason) => void this.request(reason),
+      logger: o.logger,
+    });
+    this.watch = new RevisionWatch({
+      clock: this.clock,
+      intervalMs: o.watchMs ?? 0,
+      revision: (signal) => o.provider.revision(signal),
+      signal: this.abort.signal,
+      changed: () => void this.request('haproxy_reloaded'),
       logger: o.logger,
     });
   }
@@ -120,6 +146,7 @@ export class Reconciler {
       });
     };
     if (every > 0) resync();
+    this.watch.start();
   }
 
   /**
@@ -129,6 +156,7 @@ export class Reconciler {
   async stop(graceMs = 20_000): Promise<void> {
     this.stopped = true;
     this.stopResync?.();
+    this.watch.stop();
     this.requeue.cancel();
     if (this.running) {
       let cancel = () => {};
@@ -158,12 +186,14 @@ export class Reconciler {
     return clusterStatuses(this.o.store.list(), this.last, this.appliedAt, this.o.publicPort);
   }
 
-  /** What the next pass would apply, without applying it. */
-  async preview(signal: AbortSignal = this.abort.signal): Promise<{ plan: Plan; text: string }> {
+  /** What the next pass would apply, without applying it, and which backend would serve each cluster after. */
+  async preview(
+    signal: AbortSignal = this.abort.signal,
+  ): Promise<{ plan: Plan; text: string; routes: Map<string, RouteBackend> }> {
     if (!this.o.topology.synced()) throw new TopologyNotSyncedError();
     const { config } = desiredConfig(this.o.store.list(), this.o.topology, this.o.render);
     const p = await planAgainst(config, this.o.provider, signal);
-    return { plan: p, text: formatPlan(p) };
+    return { plan: p, text: formatPlan(p), routes: routeBackends(config, p) };
   }
 
   private kick(): void {
@@ -180,15 +210,16 @@ export class Reconciler {
       // within the debounce time after it) wait for quiet and go together into the next pass.
       if (this.clock.now() - this.lastActive < this.o.debounceMs) await this.quiet();
       const generation = this.requested;
-      // A pass that only a periodic resync asked for, and that finds changes, has repaired drift.
-      const resyncOnly = this.reasons.size === 1 && this.reasons.has('resync');
+      const reasons = new Set(this.reasons);
       this.reasons.clear();
-      const outcome = await this.pass(resyncOnly);
+      const { outcome, growthDeferred } = await this.pass(reasons);
       this.lastActive = this.clock.now();
       this.served = generation;
       const ready = this.waiters.filter((w) => w.generation <= generation);
       this.waiters = this.waiters.filter((w) => w.generation > generation);
       for (const w of ready) w.resolve(outcome);
+      // The pool is nearly held: it grows in a pass of its own, after this one's callers have their answer.
+      if (growthDeferred && !this.stopped) void this.request('pool_growth');
     }
   }
 
@@ -202,17 +233,18 @@ export class Reconciler {
     } while (this.requested !== seen && this.clock.now() < deadline);
   }
 
-  private async pass(resyncOnly: boolean): Promise<PassOutcome> {
+  private async pass(reasons: ReadonlySet<string>): Promise<Served> {
     const { metrics, logger } = this.o;
     if (!this.o.topology.synced()) {
       // Unknown topology is not an empty one: applying now would remove every server.
       logger.info('topology not read yet; nothing applied');
-      return { ok: false, changed: false, error: 'topology_not_synced' };
+      return { outcome: { ok: false, changed: false, error: 'topology_not_synced' }, growthDeferred: false };
     }
+    const kind = passKind(reasons);
     // This pass is the try a failure planned, or makes it moot: its own outcome plans the next.
     this.requeue.cancel();
     const endTimer = metrics.reconcileDuration.startTimer();
-    const { result, changed, touched, failure } = await runPass({
+    const { result, changed, touched, failure, pool } = await runPass({
       records: this.o.store.list(),
       topology: this.o.topology,
       provider: this.o.provider,
@@ -221,6 +253,7 @@ export class Reconciler {
       signal: this.abort.signal,
       logger,
       metrics,
+      kind,
     });
     endTimer();
     const now = this.clock.now();
@@ -233,33 +266,26 @@ export class Reconciler {
       }
       metrics.reconciles.inc({ result: changed ? 'changed' : 'unchanged' });
       metrics.lastSuccess.set(now / 1000);
-      if (changed && resyncOnly) metrics.driftCorrections.inc();
+      // A pass only a resync or a foreign reload asked for, and that finds changes, has repaired drift.
+      if (changed && kind.repair) metrics.driftCorrections.inc();
+      this.pool = pool;
     } else {
       metrics.reconciles.inc({ result: 'failed' });
+      // Nothing (or not all) of the plan was applied: HAProxy still routes as the last pass left it.
+      if (this.last?.backends) result.backends = this.last.backends;
     }
     const routed = new Set(result.desired.routes.map((r) => r.cluster));
     for (const name of this.appliedAt.keys()) {
       if (!routed.has(name)) this.appliedAt.delete(name);
     }
     this.last = result;
-    this.publishGauges();
+    publishGauges(metrics, this.statuses(), result, this.pool);
     if (!this.stopped) this.requeue.after(failure);
-    return result.ok ? { ok: true, changed } : { ok: false, changed: false, error: result.error ?? 'failed' };
-  }
-
-  private publishGauges(): void {
-    const { metrics } = this.o;
-    const statuses = this.statuses();
-    metrics.routes.reset();
-    for (const state of CLUSTER_STATES) {
-      metrics.routes.set({ state }, statuses.filter((s) => s.state === state).length);
-    }
-    metrics.rejectedRoutes.reset();
-    const reasons = new Map<string, number>();
-    for (const r of this.last?.desired.rejected ?? [])
-      reasons.set(r.reason, (reasons.get(r.reason) ?? 0) + 1);
-    const conflicts = this.last?.conflicted.size ?? 0;
-    if (conflicts > 0) reasons.set('backend_not_owned', conflicts);
-    for (const [reason, count] of reasons) metrics.rejectedRoutes.set({ reason }, count);
+    if (!result.ok)
+      return {
+        outcome: { ok: false, changed: false, error: result.error ?? 'failed' },
+        growthDeferred: false,
+      };
+    return { outcome: { ok: true, changed }, growthDeferred: pool?.growthDeferred ?? false };
   }
 }

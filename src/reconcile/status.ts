@@ -1,5 +1,6 @@
 import type { ClusterRecord } from '../model/cluster.js';
 import type { DesiredRoutes } from './desired.js';
+import type { RouteBackend } from './routing.js';
 
 export const CLUSTER_STATES = ['pending', 'applied', 'rejected', 'degraded', 'error'] as const;
 export type ClusterState = (typeof CLUSTER_STATES)[number];
@@ -11,6 +12,10 @@ export interface ClusterStatus {
   state: ClusterState;
   reason: string | null;
   last_applied_at: string | null;
+  /** The HAProxy backend serving the host (a slot with map routing), or null while none does. */
+  backend: string | null;
+  /** That backend's servers, `address:port`. */
+  servers: string[];
 }
 
 /** The outcome of the last reconcile pass, as far as cluster status is concerned. */
@@ -22,6 +27,8 @@ export interface PassResult {
   desired: DesiredRoutes;
   /** Backends the plan could not create because a foreign object holds the name. */
   conflicted: Map<string, string>;
+  /** Which backend serves each routed cluster after the pass (what HAProxy still runs, if it failed). */
+  backends?: ReadonlyMap<string, RouteBackend>;
 }
 
 /**
@@ -37,6 +44,7 @@ export function clusterStatuses(
   const rejected = new Map(last?.desired.rejected.map((r) => [r.cluster, r]) ?? []);
   const routes = new Map(last?.desired.routes.map((r) => [r.cluster, r]) ?? []);
   return records.map((record) => {
+    const served = last?.backends?.get(record.name);
     const base = {
       name: record.name,
       host: record.host,
@@ -44,6 +52,8 @@ export function clusterStatuses(
       last_applied_at: appliedAt.has(record.name)
         ? new Date(appliedAt.get(record.name) ?? 0).toISOString()
         : null,
+      backend: served?.backend ?? null,
+      servers: served?.servers ?? [],
     };
     if (!last || last.seen.get(record.name) !== record.updatedAt)
       return { ...base, state: 'pending', reason: null };

@@ -118,8 +118,14 @@ export function clustersRouter(o: ClustersRouterOptions): express.Router {
   router.delete('/clusters/:name', remove);
   router.get('/plan', async (_req, res) => {
     try {
-      const { plan, text } = await o.reconciler.preview();
-      res.json({ text, operations: plan.operations, conflicts: plan.conflicts });
+      const { plan, text, routes } = await o.reconciler.preview();
+      res.json({
+        text,
+        operations: plan.operations,
+        conflicts: plan.conflicts,
+        // host -> backend -> servers once the plan is applied (with map routing, the slot each host takes).
+        routes: [...routes].map(([cluster, r]) => ({ cluster, ...r })),
+      });
     } catch (err) {
       if (!(err instanceof TopologyNotSyncedError)) throw err;
       res.status(503).json({ error: 'topology_not_synced', detail: err.message });

@@ -27,8 +27,19 @@ const ClusterStatus = {
     state: { type: 'string', enum: [...CLUSTER_STATES] },
     reason: { type: ['string', 'null'] },
     last_applied_at: { type: ['string', 'null'], format: 'date-time' },
+    backend: {
+      type: ['string', 'null'],
+      description: 'The HAProxy backend serving the host (with map routing a slot, which names no cluster)',
+      examples: ['kubebyon_slot_00042'],
+    },
+    servers: {
+      type: 'array',
+      items: { type: 'string' },
+      description: "The backend's servers, address:port",
+      examples: [['10.0.0.1:31443']],
+    },
   },
-  required: ['name', 'host', 'api_endpoint', 'state', 'reason', 'last_applied_at'],
+  required: ['name', 'host', 'api_endpoint', 'state', 'reason', 'last_applied_at', 'backend', 'servers'],
 };
 
 const Readiness = {
@@ -171,7 +182,12 @@ export function openApiDocument(version: string) {
       '/v1/plan': {
         get: {
           summary: 'The changes the next reconcile would apply, without applying them',
-          responses: responses({ '200': { description: 'The plan as text and JSON' } }),
+          responses: responses({
+            '200': {
+              description:
+                'The plan as text and JSON, and routes: each cluster with its host, backend and servers after it',
+            },
+          }),
         },
       },
       '/v1/reconcile': {

@@ -59,7 +59,7 @@ export async function readyz(
   };
 }
 
-/** One sample of a metric from `/metrics` (0 when the series is absent). */
+/** A metric from `/metrics`: the sum of its series that carry `labels` (0 when none does). */
 export async function metric(
   url: string,
   name: string,
@@ -67,11 +67,12 @@ export async function metric(
 ): Promise<number> {
   const text = await (await fetch(`${url}/metrics`)).text();
   const want = Object.entries(labels).map(([k, v]) => `${k}="${v}"`);
+  let sum = 0;
   for (const line of text.split('\n')) {
     if (!line.startsWith(`${name}{`) && !line.startsWith(`${name} `)) continue;
-    if (want.every((w) => line.includes(w))) return Number(line.slice(line.lastIndexOf(' ') + 1));
+    if (want.every((w) => line.includes(w))) sum += Number(line.slice(line.lastIndexOf(' ') + 1));
   }
-  return 0;
+  return sum;
 }
 
 /** The provider a fault run drives: `KUBEBYON_TEST_FAULTS_PROVIDER`, `haproxy` (stock HAProxy) by default. */

@@ -143,7 +143,9 @@ describe('compose.yaml: HAProxy and the adapter image', () => {
     expect('failed' in (await reaches('api.beta.e2e.test', null))).toBe(true);
     expect(await reaches('api.alpha.e2e.test', 'alpha')).toEqual({ reached: 'alpha' });
     const metrics = await (await fetch(`${adapterUrl}/metrics`)).text();
-    expect(metrics).toMatch(/^kubebyon_haproxy_adapter_reloads_total\{result="succeeded"\} [1-9]/m);
+    expect(metrics).toMatch(
+      /^kubebyon_haproxy_adapter_reloads_total\{result="succeeded",reason="\w+"\} [1-9]/m,
+    );
   });
 
   it("with the service stopped, the image's CLI applies a clusters file in one pass (exit 0), then plans 0", async () => {

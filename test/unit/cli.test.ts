@@ -121,6 +121,19 @@ describe('command line: render', () => {
     expect(r.err).toBe('');
   });
 
+  it('shows host -> backend -> servers after the plan: with map routing, the slot each host takes', async () => {
+    const rules = await run(['render', claims()]);
+    expect(rules.out).toMatch(
+      /\n\nHOST\s+BACKEND\s+SERVERS\napi\.demo\.example\.com\s+kubebyon_demo_\w{12}\s+127\.0\.0\.1:30443$/,
+    );
+    const map = await run(['render', claims()], { KUBEBYON_HAPROXY_ROUTING: 'map' });
+    expect(map.code).toBe(0);
+    expect(map.out).toMatch(/^\+ map \S+: api\.demo\.example\.com -> kubebyon_slot_00001 \(cluster demo\)$/m);
+    expect(map.out).toMatch(
+      /\n\nHOST\s+BACKEND\s+SERVERS\napi\.demo\.example\.com\s+kubebyon_slot_00001\s+127\.0\.0\.1:30443$/,
+    );
+  });
+
   it('checks the variables it uses like the service does, and names each bad one', async () => {
     const r = await run(['render', claims()], {
       KUBEBYON_HAPROXY_BIND_ADDR: '127.0.0.1:99999',
@@ -179,6 +192,32 @@ describe('command line: plan and apply', () => {
     expect(again.code).toBe(0);
     expect(again.out).toMatch(/^nothing to apply$/m);
     expect(provider.applies).toHaveLength(1);
+  });
+
+  it('plan and apply show the slot each host takes with map routing, in the table and in JSON', async () => {
+    const provider = new MemoryProvider();
+    const env = { ...passEnv(), KUBEBYON_HAPROXY_ROUTING: 'map' };
+    const clusters = file('clusters.json', { clusters: [cluster('demo', 'api.demo.example.com', 30443)] });
+    const routed = /^api\.demo\.example\.com\s+kubebyon_slot_00001\s+127\.0\.0\.1:30443,127\.0\.0\.2:30443$/m;
+    const plan = await run(['plan', clusters], env, { provider });
+    expect(plan.code).toBe(2);
+    expect(plan.out).toMatch(/^HOST\s+BACKEND\s+SERVERS$/m);
+    expect(plan.out).toMatch(routed);
+    expect(provider.readOptions).toEqual([{ fresh: true }]);
+    const json = JSON.parse((await run(['plan', clusters, '--json'], env, { provider })).out);
+    expect(json.clusters).toEqual([
+      expect.objectContaining({
+        name: 'demo',
+        backend: 'kubebyon_slot_00001',
+        servers: ['127.0.0.1:30443', '127.0.0.2:30443'],
+      }),
+    ]);
+    const applied = await run(['apply', clusters], env, { provider });
+    expect(applied.code).toBe(0);
+    expect(applied.out).toMatch(routed);
+    expect(provider.state.maps?.[0]?.entries.get('api.demo.example.com')).toBe('kubebyon_slot_00001');
+    // A pass run by hand knows nothing of HAProxy beforehand: it reads everything.
+    expect(provider.readOptions.at(-1)).toEqual({ fresh: true });
   });
 
   it('plan --json gives the operations and each cluster, and nothing else on stdout', async () => {

@@ -24,7 +24,13 @@ describe('loadConfig', () => {
       nodeAddressType: 'internal',
     });
     expect(c.listen).toEqual({ host: '0.0.0.0', port: 8080 });
-    expect(c.reconcile).toEqual({ debounceMs: 200, maxDelayMs: 2000, resyncIntervalMs: 60000, retries: 5 });
+    expect(c.reconcile).toEqual({
+      debounceMs: 200,
+      maxDelayMs: 2000,
+      resyncIntervalMs: 60000,
+      retries: 5,
+      watchMs: 500,
+    });
     expect(c.webhook).toMatchObject({
       auth: 'hmac',
       secret: 'a-long-enough-secret',
@@ -93,6 +99,17 @@ describe('loadConfig', () => {
         'KUBEBYON_WEBHOOK_SECRET',
       ].sort(),
     );
+  });
+});
+
+describe('KUBEBYON_HAPROXY_WATCH_MS', () => {
+  it('reads how often HAProxy is watched for reloads: 0 turns it off, faster than 50 ms is refused', () => {
+    expect(loadConfig({ ...secret, KUBEBYON_HAPROXY_WATCH_MS: '0' }).reconcile.watchMs).toBe(0);
+    expect(loadConfig({ ...secret, KUBEBYON_HAPROXY_WATCH_MS: '250' }).reconcile.watchMs).toBe(250);
+    for (const bad of ['10', '-1', 'often', '1.5', '600001'])
+      expect(() => loadConfig({ ...secret, KUBEBYON_HAPROXY_WATCH_MS: bad }), bad).toThrow(
+        /KUBEBYON_HAPROXY_WATCH_MS/,
+      );
   });
 });
 

@@ -9,7 +9,9 @@ describe('metrics at start', () => {
     const expected = [
       ...['changed', 'unchanged', 'failed'].map((r) => `reconciles_total{result="${r}"} 0`),
       ...['committed', 'conflict', 'failed'].map((r) => `transactions_total{result="${r}"} 0`),
-      ...['succeeded', 'failed'].map((r) => `reloads_total{result="${r}"} 0`),
+      ...['succeeded', 'failed'].flatMap((r) =>
+        ['pool_growth', 'structure', 'repair'].map((why) => `reloads_total{result="${r}",reason="${why}"} 0`),
+      ),
       ...['missing_credentials', 'bad_credentials', 'stale_timestamp', 'replayed'].map(
         (r) => `webhook_auth_failures_total{reason="${r}"} 0`,
       ),

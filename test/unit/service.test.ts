@@ -24,7 +24,7 @@ describe('startService (composition root)', () => {
   let dir: string;
   const started: Service[] = [];
 
-  const start = async (provider: MemoryProvider) => {
+  const start = async (provider: MemoryProvider, env: NodeJS.ProcessEnv = {}) => {
     const config = loadConfig({
       KUBEBYON_LISTEN_ADDR: `127.0.0.1:${await freeLoopbackPort()}`,
       KUBEBYON_STATE_FILE: join(dir, 'clusters.json'),
@@ -34,6 +34,8 @@ describe('startService (composition root)', () => {
       KUBEBYON_RECONCILE_DEBOUNCE_MS: '10',
       KUBEBYON_RESYNC_INTERVAL_MS: '0',
       KUBEBYON_RECONCILE_RETRIES: '0',
+      KUBEBYON_HAPROXY_WATCH_MS: '0',
+      ...env,
     });
     const service = await startService(config, { provider, logger: pino({ level: 'silent' }) });
     started.push(service);
@@ -199,10 +201,22 @@ describe('startService (composition root)', () => {
     expect(table.out[2]).toMatch(
       /^second\s+api\.example\.com\s+rejected\s+-\s+-\s+host_claimed_by_other_cluster: .*cluster first$/,
     );
+    // Then host -> backend -> servers, for the routed cluster only.
+    expect(table.out.slice(3)).toEqual([
+      '',
+      expect.stringMatching(/^HOST\s+BACKEND\s+SERVERS$/),
+      expect.stringMatching(
+        /^api\.example\.com\s+kubebyon_first_[0-9a-f]{12}\s+10\.0\.0\.1:31001,10\.0\.0\.2:31001$/,
+      ),
+    ]);
     const json = await run(['status', '--json'], env);
-    expect(JSON.parse(json.out.join('\n')).map((c: { state: string }) => c.state)).toEqual([
-      'applied',
-      'rejected',
+    expect(JSON.parse(json.out.join('\n'))).toEqual([
+      expect.objectContaining({
+        state: 'applied',
+        backend: expect.stringMatching(/^kubebyon_first_/),
+        servers: ['10.0.0.1:31001', '10.0.0.2:31001'],
+      }),
+      expect.objectContaining({ state: 'rejected', backend: null, servers: [] }),
     ]);
     expect((await run(['status'], { ...env, KUBEBYON_WEBHOOK_SECRET: 'not-the-secret-at-all' })).code).toBe(
       1,
@@ -215,6 +229,34 @@ describe('startService (composition root)', () => {
         })
       ).code,
     ).toBe(1);
+  });
+
+  it('with map routing, reports the slot serving each host, and watches HAProxy for reloads by anyone', async () => {
+    const provider = new MemoryProvider();
+    provider.revisionToken = 'worker-1';
+    const { client } = await start(provider, {
+      KUBEBYON_HAPROXY_ROUTING: 'map',
+      KUBEBYON_HAPROXY_WATCH_MS: '50',
+    });
+    const put = await client.request(
+      'PUT',
+      '/v1/clusters/first?wait=true',
+      cluster('api.example.com', 31001),
+    );
+    expect(put.body).toMatchObject({
+      state: 'applied',
+      backend: expect.stringMatching(/^kubebyon_slot_\d{5}$/),
+      servers: ['10.0.0.1:31001', '10.0.0.2:31001'],
+    });
+    const entries = () => provider.state.maps?.[0]?.entries ?? new Map();
+    expect(entries().get('api.example.com')).toBe(put.body.backend);
+    // A reload by someone else that lost the runtime map entry: back within a poll and a pass.
+    entries().clear();
+    provider.revisionToken = 'worker-2';
+    await waitFor(() => entries().get('api.example.com') === put.body.backend, 2_000, 'the map entry back', {
+      everyMs: 10,
+    });
+    expect(provider.readOptions.at(-1)).toEqual({ fresh: true });
   });
 
   it('on stop, finishes the change in flight, then refuses new calls', async () => {

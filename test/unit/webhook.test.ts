@@ -324,6 +324,14 @@ describe('webhook API', () => {
     expect(res.status).toBe(200);
     expect(res.body.text).toContain('+ rule kubebyon_sni: use_backend kubebyon_demo_');
     expect(res.body.operations.length).toBeGreaterThan(0);
+    expect(res.body.routes).toEqual([
+      {
+        cluster: 'demo',
+        host: 'api.demo.example.com',
+        backend: expect.stringMatching(/^kubebyon_demo_[0-9a-f]{12}$/),
+        servers: expect.arrayContaining([expect.stringMatching(/:\d+$/)]),
+      },
+    ]);
     expect(provider.applies).toEqual([]);
   });
 
@@ -397,7 +405,12 @@ describe('webhook API', () => {
     expect(text).toMatch(/^kubebyon_haproxy_adapter_routes\{state="applied"\} 1$/m);
     expect(text).toMatch(/^kubebyon_haproxy_adapter_reconciles_total\{result="changed"\} 1$/m);
     expect(text).toMatch(/^process_resident_memory_bytes \d+/m);
-    expect(text).not.toContain('secret-cluster-name');
-    expect(text).not.toContain('hidden.example.com');
+    // Cluster names and hosts only in the one info metric that maps clusters to backends (a series each).
+    const naming = text.split('\n').filter((l) => /secret-cluster-name|hidden\.example\.com/.test(l));
+    expect(naming).toEqual([
+      expect.stringMatching(
+        /^kubebyon_haproxy_adapter_route_backend_info\{cluster="secret-cluster-name",host="hidden\.example\.com",backend="[\w.-]+"\} 1$/,
+      ),
+    ]);
   });
 });

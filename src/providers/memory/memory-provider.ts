@@ -2,7 +2,7 @@ import type { Owner, RawState } from '../../haproxy/model.js';
 import { applyOperations } from '../../plan/apply.js';
 import type { Plan } from '../../plan/plan.js';
 import { Registry } from '../../registry/registry.js';
-import type { ApplyReport, Provider, ProviderInfo } from '../provider.js';
+import type { ApplyReport, Provider, ProviderInfo, ReadOptions } from '../provider.js';
 
 /**
  * The reference provider: HAProxy's objects in memory, applied strictly through `applyOperations` (an
@@ -20,6 +20,10 @@ export class MemoryProvider implements Provider {
   down: Error | undefined;
   /** When set, `apply` waits for it before writing (to hold a pass in flight). */
   gate: Promise<void> | undefined;
+  /** What `revision` answers: a test changes it to play a reload by someone else. */
+  revisionToken = '';
+  /** The options of every `readState` call, in order. */
+  readOptions: ReadOptions[] = [];
 
   constructor(
     public state: RawState = { frontends: [], backends: [] },
@@ -32,10 +36,17 @@ export class MemoryProvider implements Provider {
     return { version: 'memory', endpoint: 'memory' };
   }
 
-  async readState(signal: AbortSignal): Promise<RawState> {
+  async revision(signal: AbortSignal): Promise<string> {
+    signal.throwIfAborted();
+    if (this.down) throw this.down;
+    return this.revisionToken;
+  }
+
+  async readState(signal: AbortSignal, options: ReadOptions = {}): Promise<RawState> {
     signal.throwIfAborted();
     if (this.down) throw this.down;
     this.reads++;
+    this.readOptions.push(options);
     return structuredClone(this.state);
   }
 
@@ -49,7 +60,11 @@ export class MemoryProvider implements Provider {
     // All or nothing: applyOperations works on a copy, kept only when every operation succeeded.
     this.state = applyOperations(this.state, plan.operations, this.owner);
     this.applies.push(plan);
-    const runtimeOnly = plan.operations.every((op) => op.kind === 'update_server');
+    // As the real providers: server moves, and with map routing map entries and slots' servers, are runtime.
+    const runtime = new Set<string>(['update_server']);
+    if (plan.pool)
+      for (const k of ['set_map_entry', 'delete_map_entry', 'create_server', 'delete_server']) runtime.add(k);
+    const runtimeOnly = plan.operations.every((op) => runtime.has(op.kind));
     return { reload: runtimeOnly ? 'none' : 'succeeded', requests: plan.operations.length };
   }
 }
