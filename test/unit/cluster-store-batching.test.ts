@@ -2,8 +2,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { Journal } from '../../src/store/journal.js';
 import { ClusterStore } from '../../src/store/cluster-store.js';
+import { Journal } from '../../src/store/journal.js';
 
 // Counts the store's journal appends while keeping the real ones.
 const writes = vi.spyOn(Journal.prototype, 'append');
