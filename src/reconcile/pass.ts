@@ -10,7 +10,7 @@ import { ConcurrentChangeError, errorText, ReloadFailedError, TerminalError } fr
 import type { OwnedProvider } from '../registry/owned-provider.js';
 import type { Topology } from '../topology/topology.js';
 import { sortConflicts } from './conflicts.js';
-import { type DesiredRoutes, desiredRoutes } from './desired.js';
+import { type DesiredRoutes, memoizedDesiredRoutes } from './desired.js';
 import type { PassResult } from './status.js';
 
 const PLAN_LOG_LINES = 50;
@@ -21,7 +21,7 @@ export function desiredConfig(
   topology: Topology,
   render: RenderOptions,
 ): { desired: DesiredRoutes; config: DesiredConfig } {
-  const desired = desiredRoutes(records, topology);
+  const desired = memoizedDesiredRoutes(records, topology);
   return { desired, config: renderDesired(desired.routes, render) };
 }
 

@@ -56,15 +56,22 @@ export class KubernetesTopology implements Topology {
   };
   private readonly fingerprints = new Map<string, string>();
   private readonly timers = new Set<NodeJS.Timeout>();
+  private readonly onChange: (reason: string) => void;
   private stopped = false;
+  /** Moves with every change that matters to routing: answers of `endpointsFor` may be remembered until then. */
+  private changes = 0;
 
   constructor(
     kc: KubeConfig,
     private readonly selection: NodeSelection,
-    private readonly onChange: (reason: string) => void,
+    onChange: (reason: string) => void,
     private readonly metrics: Metrics,
     private readonly logger: Logger,
   ) {
+    this.onChange = (reason) => {
+      this.changes++;
+      onChange(reason);
+    };
     const core = kc.makeApiClient(CoreV1Api);
     this.nodes = makeInformer(kc, '/api/v1/nodes', () => core.listNode());
     this.services = makeInformer(kc, '/api/v1/services', () => core.listServiceForAllNamespaces());
@@ -85,6 +92,10 @@ export class KubernetesTopology implements Topology {
 
   synced(): boolean {
     return this.state.nodes.synced && this.state.services.synced;
+  }
+
+  revision(): number {
+    return this.changes;
   }
 
   /** For /readyz: whether each watch is connected, and its last error. */

@@ -1,0 +1,17 @@
+import { DEFAULT_RENDER_OPTIONS } from '../src/haproxy/render.js';
+import { applyOperations } from '../src/plan/apply.js';
+import { plan } from '../src/plan/plan.js';
+import { desiredConfig } from '../src/reconcile/pass.js';
+import { Registry } from '../src/registry/registry.js';
+import { StaticTopology } from '../src/topology/topology.js';
+const R = { ...DEFAULT_RENDER_OPTIONS, routing: 'map' as const };
+const topo = new StaticTopology(['10.0.0.1', '10.0.0.2', '10.0.0.3']);
+const reg = new Registry();
+const recs = Array.from({ length: 20000 }, (_, i) => ({ name: `cluster-${i}`, host: `api.c${i}.example.com`, target: { nodePort: 30000 + (i % 2700) }, claimedAt: i, updatedAt: i }));
+const cfg = desiredConfig(recs, topo, R).config;
+const raw = applyOperations({ frontends: [], backends: [] }, plan(cfg, reg.interpret({ frontends: [], backends: [] })).operations, reg);
+const t = (name: string, fn: () => unknown) => { const s = performance.now(); for (let i = 0; i < 10; i++) fn(); console.log(name, ((performance.now() - s) / 10).toFixed(1)); };
+const cur = reg.interpret(raw);
+t('render', () => desiredConfig(recs, topo, R));
+t('interpret', () => reg.interpret(raw));
+t('plan', () => plan(cfg, cur));
