@@ -59,7 +59,13 @@ export function plan(desired: DesiredConfig, current: HaproxyState, options: Pla
     });
     return { operations: [], conflicts };
   }
-  const backends = new Map(current.backends.map((b) => [b.name, b]));
+  // Map routing wants no per-cluster backend: the index of every backend is then not worth building.
+  const backends: ReadonlyMap<string, BackendState> =
+    desired.backends.length > 0
+      ? new Map(current.backends.map((b) => [b.name, b]))
+      : new Map(
+          current.backends.filter((b) => b.name === desired.frontend.defaultBackend).map((b) => [b.name, b]),
+        );
   const frontend = planFrontend(desired.frontend, currentFrontend, backends, ops, conflicts);
 
   const placed = new Set<string>();
