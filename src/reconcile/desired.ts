@@ -44,7 +44,6 @@ function claimOf(
 
 interface Checked {
   record: ClusterRecord;
-  claim: RouteClaim;
   route?: Route;
   rejected?: RejectedRoute;
   problem?: TopologyProblem;
@@ -91,10 +90,23 @@ export class DesiredRoutesMemo {
     this.checked.clear();
     this.claimants.clear();
     this.problems.clear();
+    this.rejected.clear();
     for (const record of records) this.check(record);
-    const { routes, rejected } = resolveRoutes([...this.checked.values()].map((c) => c.claim));
-    this.routes = routes;
-    this.rejected = new Map(rejected.map((r) => [r.cluster, r]));
+    // Hosts handed out as resolveRoutes does, from the claims just checked.
+    const valid = [...this.checked.values()].filter((c) => c.route !== undefined);
+    valid.sort((a, b) => olderClaim(claimOrder(a), claimOrder(b)));
+    const owners = new Map<string, string>();
+    const routes: Route[] = [];
+    for (const c of valid) {
+      const route = c.route as Route;
+      const owner = owners.get(route.host);
+      if (owner !== undefined) this.rejected.set(c.record.name, hostTaken(route, owner));
+      else {
+        owners.set(route.host, route.cluster);
+        routes.push(route);
+      }
+    }
+    this.routes = routes.sort((a, b) => compareStrings(a.host, b.host));
   }
 
   private patch(records: readonly ClusterRecord[]): void {
@@ -118,7 +130,7 @@ export class DesiredRoutesMemo {
     this.revalidated++;
     const { claim, problem } = claimOf(record, this.topology);
     const result = validateClaim(claim);
-    const checked: Checked = { record, claim, ...(problem ? { problem } : {}) };
+    const checked: Checked = { record, ...(problem ? { problem } : {}) };
     if (problem) this.problems.set(record.name, problem);
     if (result.ok) {
       checked.route = result.route;
@@ -150,7 +162,7 @@ export class DesiredRoutesMemo {
     const i = lowerBound(this.routes, host);
     if (this.routes[i]?.host === host) this.routes.splice(i, 1);
     const claims = [...(this.claimants.get(host) ?? [])].map((n) => this.checked.get(n) as Checked);
-    claims.sort((a, b) => olderClaim(a.claim, b.claim));
+    claims.sort((a, b) => olderClaim(claimOrder(a), claimOrder(b)));
     const [owner, ...others] = claims;
     if (!owner?.route) return;
     this.rejected.delete(owner.record.name);
@@ -159,6 +171,8 @@ export class DesiredRoutesMemo {
       if (c.route) this.rejected.set(c.record.name, hostTaken(c.route, owner.record.name));
   }
 }
+
+const claimOrder = (c: Checked) => ({ claimedAt: c.record.claimedAt, cluster: c.record.name });
 
 function sameObjects<T>(a: readonly T[], b: readonly T[]): boolean {
   if (a === b) return true;
