@@ -40,19 +40,21 @@ export function planRouting(
   // later step can recompute from another (this runs on every pass, for every route).
   const slots = slotsOf(want.slotPrefix, current.backends);
   const entries = current.maps?.find((m) => m.name === want.map)?.entries ?? new Map<string, string>();
-  const wanted = new Map(want.routes.map((r) => [r.host, r]));
+  const wanted = new Set<string>();
+  for (const r of want.routes) wanted.add(r.host);
   const assignments = new Map<string, string>();
   const held = new Set<string>();
   // A slot an entry still names is draining in this plan even when its host is deleted: not reused now.
   const draining = new Set<string>();
   for (const [host, backend] of entries) {
-    if (wanted.has(host) && slots.has(backend) && !held.has(backend)) {
+    const isWanted = wanted.has(host);
+    if (isWanted && slots.has(backend) && !held.has(backend)) {
       held.add(backend);
       assignments.set(host, backend);
-    } else draining.add(backend);
-  }
-  for (const [host, backend] of entries) {
-    if (!wanted.has(host)) ops.push({ kind: 'delete_map_entry', map: want.map, host, backend });
+      continue;
+    }
+    draining.add(backend);
+    if (!isWanted) ops.push({ kind: 'delete_map_entry', map: want.map, host, backend });
   }
   const free: string[] = [];
   // A slot no entry names that already holds exactly a route's servers (an add cut short before its map
@@ -122,18 +124,22 @@ function serversKey(servers: ReadonlyArray<{ address: string; port: number; chec
 
 /** Owned slot backends by name, in slot order. */
 function slotsOf(prefix: string, backends: readonly BackendState[]): Map<string, BackendState> {
-  const owned: Array<[number, BackendState]> = [];
+  const slots = new Map<string, BackendState>();
+  let last = 0;
   let ordered = true;
   for (const b of backends) {
     if (!b.owned) continue;
     const n = slotNumber(prefix, b.name);
     if (n === undefined) continue;
-    if (ordered && owned.length > 0 && (owned[owned.length - 1] as [number, BackendState])[0] > n)
-      ordered = false;
-    owned.push([n, b]);
+    if (n < last) ordered = false;
+    last = n;
+    slots.set(b.name, b);
   }
-  if (!ordered) owned.sort((a, b) => a[0] - b[0]);
-  return new Map(owned.map(([, b]) => [b.name, b]));
+  if (ordered) return slots;
+  const byNumber = [...slots.values()].sort(
+    (a, b) => (slotNumber(prefix, a.name) ?? 0) - (slotNumber(prefix, b.name) ?? 0),
+  );
+  return new Map(byNumber.map((b) => [b.name, b]));
 }
 
 /** Every proxy name a new slot must not take. */
