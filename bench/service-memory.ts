@@ -4,6 +4,7 @@
 // /proc) and the V8 heap (from /metrics). Bounded: 180 s per size at most. Loopback only.
 // Run: npm run build (or tsc to another outDir), then
 //   npx tsx bench/service-memory.ts <path to dist/cli/main.js> [sizes, e.g. 1000,5000,20000] [map|rules]
+// BENCH_NODE_ARGS (e.g. "--max-old-space-size=256") is passed to the service's node.
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -57,21 +58,25 @@ async function measure(n: number, port: number) {
   }));
   writeFileSync(join(dir, 'clusters.json'), JSON.stringify({ version: 1, clusters }));
   const started = performance.now();
-  const child = spawn(process.execPath, [...(process.env.BENCH_NODE_ARGS?.split(' ').filter(Boolean) ?? []), main, 'serve'], {
-    env: {
-      PATH: process.env.PATH ?? '',
-      KUBEBYON_PROVIDER: 'memory',
-      KUBEBYON_STATIC_NODE_ADDRESSES: '10.0.0.1,10.0.0.2,10.0.0.3',
-      KUBEBYON_STATE_FILE: join(dir, 'clusters.json'),
-      KUBEBYON_LISTEN_ADDR: `127.0.0.1:${port}`,
-      KUBEBYON_WEBHOOK_SECRET: SECRET,
-      KUBEBYON_HAPROXY_ROUTING: ROUTING,
-      KUBEBYON_LOG_LEVEL: 'error',
-      // The debounce is a setting, not work: 0 so that the latency is the pass's own.
-      KUBEBYON_RECONCILE_DEBOUNCE_MS: '0',
+  const child = spawn(
+    process.execPath,
+    [...(process.env.BENCH_NODE_ARGS?.split(' ').filter(Boolean) ?? []), main, 'serve'],
+    {
+      env: {
+        PATH: process.env.PATH ?? '',
+        KUBEBYON_PROVIDER: 'memory',
+        KUBEBYON_STATIC_NODE_ADDRESSES: '10.0.0.1,10.0.0.2,10.0.0.3',
+        KUBEBYON_STATE_FILE: join(dir, 'clusters.json'),
+        KUBEBYON_LISTEN_ADDR: `127.0.0.1:${port}`,
+        KUBEBYON_WEBHOOK_SECRET: SECRET,
+        KUBEBYON_HAPROXY_ROUTING: ROUTING,
+        KUBEBYON_LOG_LEVEL: 'error',
+        // The debounce is a setting, not work: 0 so that the latency is the pass's own.
+        KUBEBYON_RECONCILE_DEBOUNCE_MS: '0',
+      },
+      stdio: ['ignore', 'ignore', 'inherit'],
     },
-    stdio: ['ignore', 'ignore', 'inherit'],
-  });
+  );
   const base = `http://127.0.0.1:${port}`;
   try {
     // Ready, then routable: the first pass has applied every route (a webhook with ?wait=true waits for it).

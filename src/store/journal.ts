@@ -1,5 +1,7 @@
-import { type FileHandle, open, readFile } from 'node:fs/promises';
+import { close, fdatasync, fstat, fsync, ftruncate, open as openFd, write } from 'node:fs';
+import { open, readFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
+import { promisify } from 'node:util';
 import { z } from 'zod';
 import { ClusterRecord } from '../model/cluster.js';
 
@@ -62,6 +64,17 @@ export async function readJournal(path: string): Promise<JournalContent> {
   return parseJournal(path, text);
 }
 
+// A plain descriptor, not a FileHandle: the journal is held for the process's life, and a FileHandle left to
+// the garbage collector (a store a test never closes) is closed with a warning.
+const fd = {
+  open: promisify(openFd),
+  datasync: promisify(fdatasync),
+  sync: promisify(fsync),
+  truncate: promisify(ftruncate),
+  stat: promisify(fstat),
+  close: promisify(close),
+};
+
 export class Journal {
   /** Lines since the last reset. */
   entries = 0;
@@ -69,20 +82,20 @@ export class Journal {
 
   private constructor(
     readonly path: string,
-    private handle: FileHandle,
+    private handle: number,
   ) {}
 
   /** Opens the journal for appending (creating it), its torn tail cut off so new lines start whole. */
   static async open(path: string, content: JournalContent, entries: number): Promise<Journal> {
-    const handle = await open(path, 'a', 0o600);
+    const handle = await fd.open(path, 'a', 0o600);
     try {
       if (content.totalBytes > content.validBytes) {
-        await handle.truncate(content.validBytes);
-        await handle.sync();
+        await fd.truncate(handle, content.validBytes);
+        await fd.sync(handle);
       }
       await syncDir(path);
     } catch (err) {
-      await handle.close();
+      await fd.close(handle);
       throw err;
     }
     const journal = new Journal(path, handle);
@@ -97,32 +110,32 @@ export class Journal {
    */
   async append(entries: readonly JournalEntry[]): Promise<void> {
     if (entries.length === 0) return;
-    if ((await this.handle.stat()).nlink === 0) throw new Error(`journal ${this.path} was removed`);
+    if ((await fd.stat(this.handle)).nlink === 0) throw new Error(`journal ${this.path} was removed`);
     const text = `${entries.map((e) => JSON.stringify(e)).join('\n')}\n`;
-    await this.handle.write(text);
-    await this.handle.datasync();
+    await writeAll(this.handle, text);
+    await fd.datasync(this.handle);
     this.entries += entries.length;
     this.bytes += Buffer.byteLength(text);
   }
 
   /** Empties the journal (after a snapshot holds all of it), recreating the file if it went away. */
   async reset(): Promise<void> {
-    const handle = await open(this.path, 'w', 0o600);
+    const handle = await fd.open(this.path, 'w', 0o600);
     try {
-      await handle.sync();
+      await fd.sync(handle);
       await syncDir(this.path);
     } catch (err) {
-      await handle.close();
+      await fd.close(handle);
       throw err;
     }
-    await this.handle.close().catch(() => {});
+    await fd.close(this.handle).catch(() => {});
     this.handle = handle;
     this.entries = 0;
     this.bytes = 0;
   }
 
   close(): Promise<void> {
-    return this.handle.close();
+    return fd.close(this.handle);
   }
 }
 
@@ -132,5 +145,16 @@ async function syncDir(path: string): Promise<void> {
     await dir.sync();
   } finally {
     await dir.close();
+  }
+}
+
+const writeBuffer = promisify(write) as (fd: number, b: Buffer) => Promise<{ bytesWritten: number }>;
+
+// write(2) may write less than asked (a full disk, a signal): the rest follows, or the error does.
+async function writeAll(handle: number, text: string): Promise<void> {
+  let buffer = Buffer.from(text);
+  while (buffer.length > 0) {
+    const { bytesWritten } = await writeBuffer(handle, buffer);
+    buffer = buffer.subarray(bytesWritten);
   }
 }
