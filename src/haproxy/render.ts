@@ -44,6 +44,17 @@ export const DEFAULT_RENDER_OPTIONS: RenderOptions = {
 
 /** Renders validated routes into the HAProxy objects the service should own. Pure: same input, same output. */
 export function renderDesired(routes: readonly Route[], options: RenderOptions): DesiredConfig {
+  // The same routes (the memoized desired state, unchanged since the last pass) render to the same config.
+  const last = lastRendered.get(routes);
+  if (last?.options === options) return last.config;
+  const config = renderUncached(routes, options);
+  lastRendered.set(routes, { options, config });
+  return config;
+}
+
+const lastRendered = new WeakMap<readonly Route[], { options: RenderOptions; config: DesiredConfig }>();
+
+function renderUncached(routes: readonly Route[], options: RenderOptions): DesiredConfig {
   if (options.routing === 'map') return renderMapRouting(routes, options);
   const ordered = [...routes]
     .sort((a, b) => compareStrings(a.host, b.host))

@@ -1,7 +1,9 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { DEFAULT_RENDER_OPTIONS } from '../../src/haproxy/render.js';
 import type { ClusterRecord, ClusterTarget } from '../../src/model/cluster.js';
 import { DesiredRoutesMemo, desiredRoutes } from '../../src/reconcile/desired.js';
+import { desiredConfig } from '../../src/reconcile/pass.js';
 import type { Topology, TopologyAnswer } from '../../src/topology/topology.js';
 
 /** Node addresses that can change, with a revision that moves when they do (and counts its answers). */
@@ -58,6 +60,23 @@ describe('DesiredRoutesMemo', () => {
     const moved = memo.routesFor(changed);
     expect(memo.revalidated).toBe(100);
     expect(moved.routes.every((r) => r.endpoints[0]?.address === '10.0.0.2')).toBe(true);
+  });
+
+  it('renders an unchanged desired state to the same config, and a changed one anew', () => {
+    const topology = new MovingTopology(['10.0.0.1']);
+    const render = { ...DEFAULT_RENDER_OPTIONS, routing: 'map' as const };
+    const records = [record('a', 'a.example.com', 1), record('b', 'b.example.com', 2)];
+    const first = desiredConfig(records, topology, render).config;
+    expect(desiredConfig([...records], topology, render).config).toBe(first);
+    const changed = desiredConfig(
+      [records[0] as ClusterRecord, record('b', 'b.example.com', 2, 31000)],
+      topology,
+      render,
+    );
+    expect(changed.config).not.toBe(first);
+    expect(changed.config.routing?.routes.map((r) => r.servers[0]?.port)).toEqual([30000, 31000]);
+    // The unchanged route's rendering is kept.
+    expect(changed.config.routing?.routes[0]).toBe(first.routing?.routes[0]);
   });
 
   it('asks a topology without a revision afresh every time', () => {
