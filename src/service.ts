@@ -110,7 +110,11 @@ export async function startService(config: Config, deps: ServiceDeps = {}): Prom
     ...(deps.provider ? { given: deps.provider } : {}),
   });
   let reconciler: Reconciler | undefined;
-  const { topology, kube } = createTopology(config, (reason) => void reconciler?.request(reason), wiring);
+  const { topology, kube } = await createTopology(
+    config,
+    (reason) => void reconciler?.request(reason),
+    wiring,
+  );
   const loop = new Reconciler({
     store,
     topology,

@@ -6,7 +6,7 @@ import { createProvider } from './providers/index.js';
 import type { Provider } from './providers/provider.js';
 import { OwnedProvider } from './registry/owned-provider.js';
 import { Registry } from './registry/registry.js';
-import { KubernetesTopology, loadKubeConfig } from './topology/kubernetes.js';
+import type { KubernetesTopology } from './topology/kubernetes.js';
 import { StaticTopology, type Topology } from './topology/topology.js';
 
 /**
@@ -39,16 +39,18 @@ export interface WiringDeps {
 
 /**
  * The topology the configuration names. A Kubernetes one is returned unstarted (as `kube` too, for its
- * start, stop and health); `onChange` hears of changes that matter to routing.
+ * start, stop and health); `onChange` hears of changes that matter to routing. The Kubernetes client is
+ * loaded only here, when the topology needs it: a static setup never holds it in memory.
  */
-export function createTopology(
+export async function createTopology(
   config: Config,
   onChange: (reason: string) => void,
   deps: WiringDeps,
-): { topology: Topology; kube: KubernetesTopology | undefined } {
+): Promise<{ topology: Topology; kube: KubernetesTopology | undefined }> {
   if (config.topology.kind !== 'kubernetes') {
     return { topology: new StaticTopology(config.topology.nodeAddresses), kube: undefined };
   }
+  const { KubernetesTopology, loadKubeConfig } = await import('./topology/kubernetes.js');
   const kube = new KubernetesTopology(
     loadKubeConfig(deps.env),
     { addressType: config.haproxy.nodeAddressType, excludeNotReady: config.topology.excludeNotReady },

@@ -223,7 +223,7 @@ async function open(
   try {
     const wiring = { logger, metrics, env };
     // A pass is run once: a change meanwhile is for the next one.
-    const { topology, kube } = createTopology(config, () => {}, wiring);
+    const { topology, kube } = await createTopology(config, () => {}, wiring);
     if (kube) {
       cleanups.push(() => kube.stop());
       await kube.start();

@@ -44,6 +44,17 @@ export const DEFAULT_RENDER_OPTIONS: RenderOptions = {
 
 /** Renders validated routes into the HAProxy objects the service should own. Pure: same input, same output. */
 export function renderDesired(routes: readonly Route[], options: RenderOptions): DesiredConfig {
+  // The same routes (the memoized desired state, unchanged since the last pass) render to the same config.
+  const last = lastRendered.get(routes);
+  if (last?.options === options) return last.config;
+  const config = renderUncached(routes, options);
+  lastRendered.set(routes, { options, config });
+  return config;
+}
+
+const lastRendered = new WeakMap<readonly Route[], { options: RenderOptions; config: DesiredConfig }>();
+
+function renderUncached(routes: readonly Route[], options: RenderOptions): DesiredConfig {
   if (options.routing === 'map') return renderMapRouting(routes, options);
   const ordered = [...routes]
     .sort((a, b) => compareStrings(a.host, b.host))
@@ -71,8 +82,7 @@ export function renderDesired(routes: readonly Route[], options: RenderOptions):
 
 /** Map routing: the frontend routes by one SNI map; the planner places each route in a slot backend. */
 function renderMapRouting(routes: readonly Route[], options: RenderOptions): DesiredConfig {
-  const servers = (route: Route) =>
-    route.endpoints.map((e) => ({ address: e.address, port: e.port, check: options.healthChecks }));
+  const sorted = sortedByHost(routes) ? routes : [...routes].sort((a, b) => compareStrings(a.host, b.host));
   return {
     frontend: {
       name: options.frontendName,
@@ -88,9 +98,26 @@ function renderMapRouting(routes: readonly Route[], options: RenderOptions): Des
       slotPrefix: slotPrefixFor(options.namePrefix),
       balance: options.balance,
       minSlots: options.minSlots,
-      routes: [...routes]
-        .sort((a, b) => compareStrings(a.host, b.host))
-        .map((route) => ({ host: route.host, cluster: route.cluster, servers: servers(route) })),
+      routes: sorted.map((route) => mapRoute(route, options.healthChecks)),
     },
   };
+}
+
+type MapRoute = NonNullable<DesiredConfig['routing']>['routes'][number];
+// Routes are immutable and kept from pass to pass (`DesiredRoutesMemo`): each is rendered once per setting.
+const rendered = new WeakMap<Route, { check: boolean; value: MapRoute }>();
+
+function mapRoute(route: Route, check: boolean): MapRoute {
+  const hit = rendered.get(route);
+  if (hit?.check === check) return hit.value;
+  const servers = route.endpoints.map((e) => ({ address: e.address, port: e.port, check }));
+  const value = { host: route.host, cluster: route.cluster, servers };
+  rendered.set(route, { check, value });
+  return value;
+}
+
+function sortedByHost(routes: readonly Route[]): boolean {
+  for (let i = 1; i < routes.length; i++)
+    if (compareStrings((routes[i - 1] as Route).host, (routes[i] as Route).host) > 0) return false;
+  return true;
 }

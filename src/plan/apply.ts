@@ -13,12 +13,15 @@ type Named = { name: string };
  * means the plan was made from another state (`ConcurrentChangeError`: read and plan again).
  */
 export function applyOperations(state: RawState, operations: readonly Operation[], owner: Owner): RawState {
-  const next = structuredClone(state);
+  // Copy-on-write: an object is copied the first time an operation changes it, so a small plan on a large
+  // state costs what it touches. The result shares every untouched object with `state`; neither is changed
+  // in place afterwards by anyone (providers read, plan and apply; they never edit a state).
   // By name, in listing order (a Map keeps insertion order): one lookup per operation, not one scan.
   const w: Working = {
-    frontends: new Map(next.frontends.map((f) => [f.name, f])),
-    backends: new Map(next.backends.map((b) => [b.name, b])),
-    maps: new Map((next.maps ?? []).map((m) => [m.name, m])),
+    frontends: new Map(state.frontends.map((f) => [f.name, f])),
+    backends: new Map(state.backends.map((b) => [b.name, b])),
+    maps: new Map((state.maps ?? []).map((m) => [m.name, m])),
+    copied: new Set(),
     owner,
   };
   for (const op of operations) apply(w, op);
@@ -31,17 +34,37 @@ interface Working {
   frontends: Map<string, RawFrontend>;
   backends: Map<string, RawBackend>;
   maps: Map<string, RawMap>;
+  /** Objects this call made or copied: the only ones it may change in place. */
+  copied: Set<object>;
   owner: Owner;
 }
 
 /** A frontend that routes by a map brings the map (empty) when it is not there yet. */
 function mapOf(w: Working, name: string): RawMap {
-  let m = w.maps.get(name);
-  if (!m) {
-    m = { name, entries: new Map() };
-    w.maps.set(name, m);
-  }
-  return m;
+  const m = w.maps.get(name);
+  if (m && w.copied.has(m)) return m;
+  const copy: RawMap = { name, entries: new Map(m?.entries) };
+  w.copied.add(copy);
+  w.maps.set(name, copy);
+  return copy;
+}
+
+function frontendToChange(w: Working, name: string): RawFrontend {
+  const f = find(w.frontends, name, 'frontend');
+  if (w.copied.has(f)) return f;
+  const copy = { ...f, rules: f.rules.slice() };
+  w.copied.add(copy);
+  w.frontends.set(name, copy);
+  return copy;
+}
+
+function backendToChange(w: Working, name: string): RawBackend {
+  const b = find(w.backends, name, 'backend');
+  if (w.copied.has(b)) return b;
+  const copy = { ...b, servers: b.servers.slice() };
+  w.copied.add(copy);
+  w.backends.set(name, copy);
+  return copy;
 }
 
 function find<T extends Named>(items: Map<string, T> | T[], name: string, what: string): T {
@@ -68,7 +91,7 @@ function apply(w: Working, op: Operation): void {
       const { name, bind, inspectDelayMs, defaultBackend } = op.frontend;
       const sniMap = op.frontend.sniMap ?? null;
       const tags = w.owner.tags();
-      w.frontends.set(name, {
+      const created: RawFrontend = {
         name,
         bind,
         inspectDelayMs,
@@ -77,18 +100,20 @@ function apply(w: Working, op: Operation): void {
         rules: [],
         ...(sniMap !== null ? { sniMap } : {}),
         tags,
-      });
-      if (sniMap !== null) mapOf(w, sniMap);
+      };
+      w.copied.add(created);
+      w.frontends.set(name, created);
+      if (sniMap !== null && !w.maps.has(sniMap)) mapOf(w, sniMap);
       return;
     }
     case 'update_frontend': {
       const { bind, inspectDelayMs, defaultBackend } = op.frontend;
       const sniMap = op.frontend.sniMap ?? null;
-      const f = find(w.frontends, op.frontend.name, 'frontend');
+      const f = frontendToChange(w, op.frontend.name);
       Object.assign(f, { bind, inspectDelayMs, defaultBackend, acceptsTlsHello: true });
       if (sniMap !== null) {
         f.sniMap = sniMap;
-        mapOf(w, sniMap);
+        if (!w.maps.has(sniMap)) mapOf(w, sniMap);
       } else delete f.sniMap;
       return;
     }
@@ -114,7 +139,7 @@ function apply(w: Working, op: Operation): void {
       w.frontends.delete(op.name);
       return;
     case 'set_switching_rules': {
-      const f = find(w.frontends, op.frontend, 'frontend');
+      const f = frontendToChange(w, op.frontend);
       f.rules = switchingRules(f.rules, op, w.owner);
       return;
     }
@@ -125,17 +150,20 @@ function apply(w: Working, op: Operation): void {
 
 function applyToBackend(w: Working, op: Operation): void {
   switch (op.kind) {
-    case 'create_backend':
+    case 'create_backend': {
       noProxy(w, op.backend.name);
-      w.backends.set(op.backend.name, {
+      const created: RawBackend = {
         name: op.backend.name,
         balance: op.backend.balance,
         servers: [],
         tags: w.owner.tags(op.backend.cluster),
-      });
+      };
+      w.copied.add(created);
+      w.backends.set(op.backend.name, created);
       return;
+    }
     case 'update_backend': {
-      const b = find(w.backends, op.backend.name, 'backend');
+      const b = backendToChange(w, op.backend.name);
       Object.assign(b, { balance: op.backend.balance, tags: w.owner.tags(op.backend.cluster) });
       return;
     }
@@ -144,23 +172,21 @@ function applyToBackend(w: Working, op: Operation): void {
       w.backends.delete(op.name);
       return;
     case 'create_server': {
-      const b = find(w.backends, op.backend, 'backend');
+      const b = backendToChange(w, op.backend);
       absent(b.servers, op.server.name, `server ${op.backend}/`);
       const { name, address, port, check } = op.server;
       b.servers.push({ name, address, port, check, tags: w.owner.tags() });
       return;
     }
     case 'update_server': {
-      const s = find(
-        find(w.backends, op.backend, 'backend').servers,
-        op.server.name,
-        `server ${op.backend}/`,
-      );
-      Object.assign(s, { address: op.server.address, port: op.server.port, check: op.server.check });
+      const b = backendToChange(w, op.backend);
+      const s = find(b.servers, op.server.name, `server ${op.backend}/`);
+      const { address, port, check } = op.server;
+      b.servers[b.servers.indexOf(s)] = { ...s, address, port, check };
       return;
     }
     case 'delete_server': {
-      const b = find(w.backends, op.backend, 'backend');
+      const b = backendToChange(w, op.backend);
       find(b.servers, op.server.name, `server ${op.backend}/`);
       b.servers = b.servers.filter((s) => s.name !== op.server.name);
       return;

@@ -59,7 +59,13 @@ export function plan(desired: DesiredConfig, current: HaproxyState, options: Pla
     });
     return { operations: [], conflicts };
   }
-  const backends = new Map(current.backends.map((b) => [b.name, b]));
+  // Map routing wants no per-cluster backend: the index of every backend is then not worth building.
+  const backends: ReadonlyMap<string, BackendState> =
+    desired.backends.length > 0
+      ? new Map(current.backends.map((b) => [b.name, b]))
+      : new Map(
+          current.backends.filter((b) => b.name === desired.frontend.defaultBackend).map((b) => [b.name, b]),
+        );
   const frontend = planFrontend(desired.frontend, currentFrontend, backends, ops, conflicts);
 
   const placed = new Set<string>();
@@ -184,6 +190,7 @@ function planBackend(want: DesiredBackend, have: BackendState | undefined, ops: 
  * only then are new slots created or old ones deleted.
  */
 function planServers(backend: string, want: DesiredServer[], have: ServerState[], ops: Operation[]): void {
+  if (sameServers(want, have)) return;
   const spare = have.filter((s) => s.owned).sort(bySlot);
   const unmatched: DesiredServer[] = [];
   for (const w of want) {
@@ -226,6 +233,17 @@ function planServers(backend: string, want: DesiredServer[], have: ServerState[]
     ops.push({ kind: 'create_server', backend, server: { name, ...w, owned: true } });
   }
   for (const s of spare) ops.push({ kind: 'delete_server', backend, server: s });
+}
+
+/** Every server already there as wanted, in the same order: nothing to plan (most routes, most passes). */
+function sameServers(want: readonly DesiredServer[], have: readonly ServerState[]): boolean {
+  if (want.length !== have.length) return false;
+  for (let i = 0; i < want.length; i++) {
+    const w = want[i] as DesiredServer;
+    const h = have[i] as ServerState;
+    if (!h.owned || h.address !== w.address || h.port !== w.port || h.check !== w.check) return false;
+  }
+  return true;
 }
 
 function bySlot(a: ServerState, b: ServerState): number {

@@ -36,46 +36,55 @@ export function planRouting(
   planServers: ServerPlanner,
   ops: Operation[],
 ): PoolReport {
-  const { slots, taken } = slotsOf(want.slotPrefix, current.backends);
+  // Every structure here is O(N) in routes or slots: built once, in single passes, with nothing kept that a
+  // later step can recompute from another (this runs on every pass, for every route).
+  const slots = slotsOf(want.slotPrefix, current.backends);
   const entries = current.maps?.find((m) => m.name === want.map)?.entries ?? new Map<string, string>();
-  const wanted = new Map(want.routes.map((r) => [r.host, r]));
+  const wanted = new Set<string>();
+  for (const r of want.routes) wanted.add(r.host);
   const assignments = new Map<string, string>();
   const held = new Set<string>();
+  // A slot an entry still names is draining in this plan even when its host is deleted: not reused now.
+  const draining = new Set<string>();
   for (const [host, backend] of entries) {
-    if (wanted.has(host) && slots.has(backend) && !held.has(backend)) {
+    const isWanted = wanted.has(host);
+    if (isWanted && slots.has(backend) && !held.has(backend)) {
       held.add(backend);
       assignments.set(host, backend);
+      continue;
     }
+    draining.add(backend);
+    if (!isWanted) ops.push({ kind: 'delete_map_entry', map: want.map, host, backend });
   }
-  for (const [host, backend] of entries) {
-    if (!wanted.has(host)) ops.push({ kind: 'delete_map_entry', map: want.map, host, backend });
-  }
-  // A slot an entry still names is draining in this plan even when its host is deleted: not reused now.
-  const named = new Set(entries.values());
-  const unheld = [...slots.values()].filter((s) => !held.has(s.name) && !named.has(s.name));
-  const free = unheld.filter((s) => s.servers.length === 0).map((s) => s.name);
+  const free: string[] = [];
   // A slot no entry names that already holds exactly a route's servers (an add cut short before its map
   // entry, an entry deleted by hand): the route takes it back with its map entry alone.
   const strays = new Map<string, string>();
-  for (const s of unheld) if (s.servers.length > 0) strays.set(serversKey(s.servers), s.name);
+  for (const s of slots.values()) {
+    if (held.has(s.name) || draining.has(s.name)) continue;
+    if (s.servers.length === 0) free.push(s.name);
+    else strays.set(serversKey(s.servers), s.name);
+  }
 
   const size = slots.size;
   const target = poolSize(size, want.routes.length, want.minSlots);
-  const unplaced = want.routes.filter((r) => !assignments.has(r.host)).length;
+  const unplaced = want.routes.length - assignments.size;
   const mustGrow = unplaced > free.length;
   const growing = target > size && (grow === 'ahead' || mustGrow);
-  const created = growing ? createSlots(want, taken, target - size, ops) : [];
+  const created = growing ? createSlots(want, takenNames(current.backends), target - size, ops) : [];
   free.push(...created);
 
+  let nextFree = 0;
   for (const route of want.routes) {
     const kept = assignments.get(route.host);
     if (kept !== undefined) {
       planServers(kept, route.servers, slots.get(kept)?.servers ?? [], ops);
       continue;
     }
-    const stray = strays.get(serversKey(route.servers));
-    if (stray !== undefined) strays.delete(serversKey(route.servers));
-    const slot = stray ?? free.shift();
+    const key = strays.size > 0 ? serversKey(route.servers) : '';
+    const stray = strays.get(key);
+    if (stray !== undefined) strays.delete(key);
+    const slot = stray ?? free[nextFree++];
     if (slot === undefined) break; // only when the pool is at its maximum; the next plan tries again
     held.add(slot);
     assignments.set(route.host, slot);
@@ -113,20 +122,29 @@ function serversKey(servers: ReadonlyArray<{ address: string; port: number; chec
     .join(',');
 }
 
-/** Owned slot backends by name (in slot order), and every proxy name a slot must not take. */
-function slotsOf(
-  prefix: string,
-  backends: readonly BackendState[],
-): { slots: Map<string, BackendState>; taken: Set<string> } {
-  const owned: Array<[number, BackendState]> = [];
-  const taken = new Set<string>();
+/** Owned slot backends by name, in slot order. */
+function slotsOf(prefix: string, backends: readonly BackendState[]): Map<string, BackendState> {
+  const slots = new Map<string, BackendState>();
+  let last = 0;
+  let ordered = true;
   for (const b of backends) {
-    taken.add(b.name);
+    if (!b.owned) continue;
     const n = slotNumber(prefix, b.name);
-    if (n !== undefined && b.owned) owned.push([n, b]);
+    if (n === undefined) continue;
+    if (n < last) ordered = false;
+    last = n;
+    slots.set(b.name, b);
   }
-  owned.sort((a, b) => a[0] - b[0]);
-  return { slots: new Map(owned.map(([, b]) => [b.name, b])), taken };
+  if (ordered) return slots;
+  const byNumber = [...slots.values()].sort(
+    (a, b) => (slotNumber(prefix, a.name) ?? 0) - (slotNumber(prefix, b.name) ?? 0),
+  );
+  return new Map(byNumber.map((b) => [b.name, b]));
+}
+
+/** Every proxy name a new slot must not take. */
+function takenNames(backends: readonly BackendState[]): Set<string> {
+  return new Set(backends.map((b) => b.name));
 }
 
 /** `count` new slot backends under names no proxy holds, lowest numbers first. */

@@ -17,7 +17,7 @@ import {
 import type { OwnedProvider } from '../registry/owned-provider.js';
 import type { Topology } from '../topology/topology.js';
 import { sortConflicts } from './conflicts.js';
-import { type DesiredRoutes, desiredRoutes } from './desired.js';
+import { type DesiredRoutes, memoizedDesiredRoutes } from './desired.js';
 import { type PassKind, type RouteBackend, reloadReason, routeBackends } from './routing.js';
 import type { PassResult } from './status.js';
 
@@ -29,7 +29,7 @@ export function desiredConfig(
   topology: Topology,
   render: RenderOptions,
 ): { desired: DesiredRoutes; config: DesiredConfig } {
-  const desired = desiredRoutes(records, topology);
+  const desired = memoizedDesiredRoutes(records, topology);
   return { desired, config: renderDesired(desired.routes, render) };
 }
 

@@ -76,9 +76,13 @@ export class Registry implements Owner {
 
   private backendState(b: RawBackend): BackendState {
     const owned = this.owns(b.tags);
-    const servers: ServerState[] = b.servers.map(({ tags, ...s }) => ({
-      ...s,
-      owned: owned && this.owns(tags),
+    // Field by field, not by rest and spread: this runs for every server of every backend on each pass.
+    const servers: ServerState[] = b.servers.map((s) => ({
+      name: s.name,
+      address: s.address,
+      port: s.port,
+      check: s.check,
+      owned: owned && this.owns(s.tags),
     }));
     const cluster = owned ? b.tags[CLUSTER_TAG] : undefined;
     return {

@@ -60,55 +60,18 @@ export function validateClusterName(name: string): { ok: true } | { ok: false; d
 export function resolveRoutes(claims: readonly RouteClaim[]): ResolvedRoutes {
   const rejected: RejectedRoute[] = [];
   const valid: Array<{ claim: RouteClaim; route: Route }> = [];
-
   for (const claim of claims) {
-    const name = validateClusterName(claim.cluster);
-    if (!name.ok) {
-      rejected.push({ cluster: claim.cluster, reason: 'cluster_name_invalid', detail: name.detail });
-      continue;
-    }
-    const host = validateHost(claim.host);
-    if (!host.ok) {
-      rejected.push({ cluster: claim.cluster, reason: host.reason, detail: host.detail });
-      continue;
-    }
-    const endpoints = new Map<string, Endpoint>();
-    let endpointError: RejectedRoute | undefined;
-    for (const e of claim.endpoints) {
-      const checked = validateEndpoint(e.address, e.port);
-      if (!checked.ok) {
-        endpointError = { cluster: claim.cluster, reason: checked.reason, detail: checked.detail };
-        break;
-      }
-      endpoints.set(endpointKey(checked.endpoint), checked.endpoint);
-    }
-    if (endpointError) {
-      rejected.push(endpointError);
-      continue;
-    }
-    valid.push({
-      claim,
-      route: {
-        cluster: claim.cluster,
-        host: host.host,
-        endpoints: [...endpoints.values()].sort(compareEndpoints),
-      },
-    });
+    const checked = validateClaim(claim);
+    if (checked.ok) valid.push({ claim, route: checked.route });
+    else rejected.push(checked.rejected);
   }
-
-  valid.sort(
-    (a, b) => a.claim.claimedAt - b.claim.claimedAt || compareStrings(a.claim.cluster, b.claim.cluster),
-  );
+  valid.sort((a, b) => olderClaim(a.claim, b.claim));
   const owners = new Map<string, string>();
   const routes: Route[] = [];
   for (const { route } of valid) {
     const owner = owners.get(route.host);
     if (owner !== undefined) {
-      rejected.push({
-        cluster: route.cluster,
-        reason: 'host_claimed_by_other_cluster',
-        detail: `host ${route.host} is already routed to cluster ${owner}`,
-      });
+      rejected.push(hostTaken(route, owner));
       continue;
     }
     owners.set(route.host, route.cluster);
@@ -119,6 +82,53 @@ export function resolveRoutes(claims: readonly RouteClaim[]): ResolvedRoutes {
   rejected.sort((a, b) => compareStrings(a.cluster, b.cluster));
   const degraded = routes.filter((r) => r.endpoints.length === 0).map((r) => r.cluster);
   return { routes, rejected, degraded };
+}
+
+/** One claim checked on its own: its route, or why it has none (before hosts are handed out). */
+export function validateClaim(
+  claim: RouteClaim,
+): { ok: true; route: Route } | { ok: false; rejected: RejectedRoute } {
+  const name = validateClusterName(claim.cluster);
+  if (!name.ok)
+    return {
+      ok: false,
+      rejected: { cluster: claim.cluster, reason: 'cluster_name_invalid', detail: name.detail },
+    };
+  const host = validateHost(claim.host);
+  if (!host.ok)
+    return { ok: false, rejected: { cluster: claim.cluster, reason: host.reason, detail: host.detail } };
+  const endpoints = new Map<string, Endpoint>();
+  for (const e of claim.endpoints) {
+    const checked = validateEndpoint(e.address, e.port);
+    if (!checked.ok)
+      return {
+        ok: false,
+        rejected: { cluster: claim.cluster, reason: checked.reason, detail: checked.detail },
+      };
+    endpoints.set(endpointKey(checked.endpoint), checked.endpoint);
+  }
+  const route = {
+    cluster: claim.cluster,
+    host: host.host,
+    endpoints: [...endpoints.values()].sort(compareEndpoints),
+  };
+  return { ok: true, route };
+}
+
+/** The order in which claims get a host: older first, ties to the smaller cluster id. */
+export function olderClaim(
+  a: Pick<RouteClaim, 'claimedAt' | 'cluster'>,
+  b: Pick<RouteClaim, 'claimedAt' | 'cluster'>,
+) {
+  return a.claimedAt - b.claimedAt || compareStrings(a.cluster, b.cluster);
+}
+
+export function hostTaken(route: Route, owner: string): RejectedRoute {
+  return {
+    cluster: route.cluster,
+    reason: 'host_claimed_by_other_cluster',
+    detail: `host ${route.host} is already routed to cluster ${owner}`,
+  };
 }
 
 export function compareStrings(a: string, b: string): number {

@@ -71,3 +71,44 @@ export function serviceFingerprint(service: V1Service): string {
     .sort();
   return `${service.spec?.type ?? ''}|${ports.join(',')}`;
 }
+
+/**
+ * What of a node the topology keeps: its name and version, deletion mark, addresses and Ready condition.
+ * The rest (managedFields, labels, images, the other conditions) is dropped as it arrives, as
+ * controller-runtime's cache transforms do: at thousands of objects it is most of the memory.
+ */
+export function slimNode(node: V1Node): V1Node {
+  const m = node.metadata ?? {};
+  const ready = node.status?.conditions?.find((c) => c.type === 'Ready');
+  return {
+    metadata: {
+      ...(m.name !== undefined ? { name: m.name } : {}),
+      ...(m.resourceVersion !== undefined ? { resourceVersion: m.resourceVersion } : {}),
+      ...(m.deletionTimestamp !== undefined ? { deletionTimestamp: m.deletionTimestamp } : {}),
+    },
+    status: {
+      addresses: (node.status?.addresses ?? []).map((a) => ({ type: a.type, address: a.address })),
+      ...(ready ? { conditions: [{ type: ready.type, status: ready.status }] } : {}),
+    },
+  };
+}
+
+/** What of a Service the topology keeps: its name, namespace, version, type and ports. */
+export function slimService(service: V1Service): V1Service {
+  const m = service.metadata ?? {};
+  return {
+    metadata: {
+      ...(m.name !== undefined ? { name: m.name } : {}),
+      ...(m.namespace !== undefined ? { namespace: m.namespace } : {}),
+      ...(m.resourceVersion !== undefined ? { resourceVersion: m.resourceVersion } : {}),
+    },
+    spec: {
+      ...(service.spec?.type !== undefined ? { type: service.spec.type } : {}),
+      ports: (service.spec?.ports ?? []).map((p) => ({
+        port: p.port,
+        ...(p.name !== undefined ? { name: p.name } : {}),
+        ...(p.nodePort !== undefined ? { nodePort: p.nodePort } : {}),
+      })),
+    },
+  };
+}

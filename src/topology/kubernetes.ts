@@ -3,10 +3,11 @@ import {
   CoreV1Api,
   type Informer,
   KubeConfig,
-  makeInformer,
+  ListWatch,
   type ObjectCache,
   type V1Node,
   type V1Service,
+  Watch,
 } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import type { Metrics } from '../metrics/metrics.js';
@@ -17,6 +18,8 @@ import {
   selectNodeAddresses,
   serviceFingerprint,
   serviceNodePort,
+  slimNode,
+  slimService,
 } from './kube-select.js';
 import type { Topology, TopologyAnswer } from './topology.js';
 
@@ -31,6 +34,44 @@ export function loadKubeConfig(env: NodeJS.ProcessEnv = process.env): KubeConfig
 }
 
 type Watched<T extends V1Node | V1Service> = Informer<T> & ObjectCache<T>;
+
+/**
+ * `makeInformer`, with each object cut down to what routing reads before the cache keeps it (listed or
+ * watched): the informer's cache then holds `slim(object)` only.
+ */
+function slimInformer<T extends V1Node | V1Service>(
+  kc: KubeConfig,
+  path: string,
+  list: () => Promise<{ items: T[]; metadata?: { resourceVersion?: string } }>,
+  slim: (o: T) => T,
+): Watched<T> {
+  const watch = new Watch(kc);
+  const slimWatch = {
+    watch: (
+      p: string,
+      query: Record<string, string | number | boolean | undefined>,
+      callback: (phase: string, obj: unknown, watchObj?: unknown) => void,
+      done: (err: unknown) => void,
+    ) =>
+      watch.watch(
+        p,
+        query,
+        // ERROR and BOOKMARK objects are no T: passed on as they are (the list-watch reads their metadata).
+        (phase, obj, watchObj) =>
+          callback(
+            phase,
+            phase === 'ADDED' || phase === 'MODIFIED' || phase === 'DELETED' ? slim(obj as T) : obj,
+            watchObj,
+          ),
+        done,
+      ),
+  } as unknown as Watch;
+  const listSlim = async () => {
+    const result = await list();
+    return { ...result, items: result.items.map(slim) };
+  };
+  return new ListWatch<T>(path, slimWatch, listSlim as never, false);
+}
 
 interface WatchState {
   up: boolean;
@@ -56,18 +97,30 @@ export class KubernetesTopology implements Topology {
   };
   private readonly fingerprints = new Map<string, string>();
   private readonly timers = new Set<NodeJS.Timeout>();
+  private readonly onChange: (reason: string) => void;
   private stopped = false;
+  /** Moves with every change that matters to routing: answers of `endpointsFor` may be remembered until then. */
+  private changes = 0;
 
   constructor(
     kc: KubeConfig,
     private readonly selection: NodeSelection,
-    private readonly onChange: (reason: string) => void,
+    onChange: (reason: string) => void,
     private readonly metrics: Metrics,
     private readonly logger: Logger,
   ) {
+    this.onChange = (reason) => {
+      this.changes++;
+      onChange(reason);
+    };
     const core = kc.makeApiClient(CoreV1Api);
-    this.nodes = makeInformer(kc, '/api/v1/nodes', () => core.listNode());
-    this.services = makeInformer(kc, '/api/v1/services', () => core.listServiceForAllNamespaces());
+    this.nodes = slimInformer(kc, '/api/v1/nodes', () => core.listNode(), slimNode);
+    this.services = slimInformer(
+      kc,
+      '/api/v1/services',
+      () => core.listServiceForAllNamespaces(),
+      slimService,
+    );
     this.watch('nodes', this.nodes, (n) => nodeFingerprint(n, this.selection));
     this.watch('services', this.services, serviceFingerprint);
   }
@@ -85,6 +138,10 @@ export class KubernetesTopology implements Topology {
 
   synced(): boolean {
     return this.state.nodes.synced && this.state.services.synced;
+  }
+
+  revision(): number {
+    return this.changes;
   }
 
   /** For /readyz: whether each watch is connected, and its last error. */

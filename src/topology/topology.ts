@@ -22,6 +22,11 @@ export interface Topology {
    * and nothing may be applied from them (that would wipe every server).
    */
   synced(): boolean;
+  /**
+   * A number that moves whenever an answer of `endpointsFor` may have changed: answers are remembered while
+   * it stays. Without it, every answer is asked for afresh.
+   */
+  revision?(): number;
 }
 
 /**
@@ -33,6 +38,11 @@ export class StaticTopology implements Topology {
 
   synced(): boolean {
     return true;
+  }
+
+  /** Its answers never change. */
+  revision(): number {
+    return 0;
   }
 
   endpointsFor(target: ClusterTarget): TopologyAnswer {

@@ -108,3 +108,61 @@ describe('applyOperations: the one meaning of each operation', () => {
     ).toThrow(ConcurrentChangeError);
   });
 });
+
+describe('applyOperations: copy-on-write', () => {
+  const many = (n: number): RawState => ({
+    frontends: [frontend()],
+    backends: Array.from({ length: n }, (_, i) => ({
+      ...backend,
+      name: `b${i}`,
+      servers: [{ ...(backend.servers[0] as RawBackend['servers'][number]) }],
+    })),
+    maps: [{ name: 'sni', entries: new Map([['a.example.com', 'b0']]) }],
+  });
+
+  it('leaves its input as it was and shares only the objects no operation touched', () => {
+    const before = many(50);
+    const snapshot = structuredClone(before);
+    const server = { name: 'srv1', address: '127.0.0.9', port: 30009, check: false, owned: true };
+    const after = applyOperations(
+      before,
+      [
+        { kind: 'update_server', backend: 'b3', server, changes: [] },
+        { kind: 'delete_server', backend: 'b4', server },
+        {
+          kind: 'set_map_entry',
+          map: 'sni',
+          host: 'c.example.com',
+          backend: 'b5',
+          previous: null,
+          cluster: 'c',
+        },
+      ],
+      registry,
+    );
+    expect(before).toEqual(snapshot);
+    expect(after.backends[3]?.servers[0]).toMatchObject({ address: '127.0.0.9', port: 30009, check: false });
+    expect(after.backends[4]?.servers).toEqual([]);
+    expect(after.maps?.[0]?.entries.get('c.example.com')).toBe('b5');
+    const shared = after.backends.filter((b, i) => b === before.backends[i]).length;
+    expect(shared).toBe(48);
+    expect(after.frontends[0]).toBe(before.frontends[0]);
+  });
+
+  it('changes nothing it was given when an operation fails midway', () => {
+    const before = many(3);
+    const snapshot = structuredClone(before);
+    const server = { name: 'srv1', address: '127.0.0.9', port: 1, check: true, owned: true };
+    expect(() =>
+      applyOperations(
+        before,
+        [
+          { kind: 'update_server', backend: 'b1', server, changes: [] },
+          { kind: 'delete_backend', name: 'missing' },
+        ],
+        registry,
+      ),
+    ).toThrow(ConcurrentChangeError);
+    expect(before).toEqual(snapshot);
+  });
+});
