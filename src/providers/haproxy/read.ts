@@ -1,6 +1,8 @@
 import { readFile } from 'node:fs/promises';
-import type { RawBackend, RawFrontend, RawState } from '../../haproxy/model.js';
+import type { Owner, RawBackend, RawFrontend, RawMap, RawState } from '../../haproxy/model.js';
+import { CLUSTER_TAG } from '../../registry/registry.js';
 import { TerminalError } from '../provider.js';
+import { mapPath, parseShowMap, showMapCommand } from './map-file.js';
 import { generationCarrier, generationOf } from './owned-file.js';
 import { OwnedFileParseError, type ParsedOwnedFile, parseOwnedFile } from './owned-file-parse.js';
 import {
@@ -11,7 +13,7 @@ import {
   type RunningProxy,
   type RunningServer,
 } from './runtime-text.js';
-import { readCommand, type Session } from './session.js';
+import { mapDirOf, readCommand, type Session } from './session.js';
 
 /** What one read found: the owned file, what HAProxy runs, and the raw state made of both. */
 export interface Reading {
@@ -40,7 +42,15 @@ export class OwnedFileCache {
   constructor(
     private readonly path: string,
     private readonly defaultsName: string,
+    private readonly mapDir: string,
   ) {}
+
+  /** What this service just wrote to the file, so that the next read does not parse it again. */
+  remember(text: string, state: RawState): void {
+    const generation = generationOf(state);
+    const parsed = { state, generation: generationCarrier(state) === null ? null : generation };
+    this.cache = { text, parsed, generation };
+  }
 
   async read(): Promise<OwnedFile> {
     let text: string;
@@ -52,7 +62,7 @@ export class OwnedFileCache {
     }
     if (this.cache?.text === text) return this.cache;
     try {
-      const parsed = parseOwnedFile(text, this.defaultsName);
+      const parsed = parseOwnedFile(text, this.defaultsName, this.mapDir);
       this.cache = { text, parsed, generation: generationOf(parsed.state) };
     } catch (err) {
       if (err instanceof OwnedFileParseError)
@@ -83,13 +93,23 @@ export async function takeReading(s: Session, owned: OwnedFileCache, signal: Abo
       { ownedFile: s.config.ownedFile },
       'HAProxy does not run the structure of the owned file; its objects are reported as missing so that the next apply reloads',
     );
-  return {
-    text,
-    parsed,
-    consistent,
-    proc: { reloads: proc.reloads, worker: proc.workers[0] },
-    ...stateOf(parsed.state, running, consistent),
-  };
+  const { raw, inFile } = stateOf(parsed.state, running, consistent, s.owner);
+  if (consistent) {
+    const maps = await readMaps(s, parsed.state, signal);
+    if (maps.length > 0) raw.maps = maps;
+  }
+  return { text, parsed, consistent, proc: { reloads: proc.reloads, worker: proc.workers[0] }, raw, inFile };
+}
+
+/** The SNI maps the owned frontends route by, as the current worker runs them. */
+async function readMaps(s: Session, file: RawState, signal: AbortSignal): Promise<RawMap[]> {
+  const maps: RawMap[] = [];
+  for (const f of file.frontends) {
+    if (!f.sniMap || maps.some((m) => m.name === f.sniMap)) continue;
+    const answer = await readCommand(s, showMapCommand(mapPath(mapDirOf(s), f.sniMap)), signal);
+    maps.push({ name: f.sniMap, entries: parseShowMap(answer) });
+  }
+  return maps;
 }
 
 /**
@@ -153,13 +173,14 @@ function stateOf(
   file: RawState,
   running: Running,
   consistent: boolean,
+  owner: Owner,
 ): { raw: RawState; inFile: Set<string> } {
   const fileNames = new Set([...file.frontends.map((f) => f.name), ...file.backends.map((b) => b.name)]);
   const inFile = new Set(fileNames);
   if (!consistent) for (const f of file.frontends) inFile.delete(f.name);
   for (const b of file.backends) if (!running.backends.has(b.name)) inFile.delete(b.name);
 
-  const withServers = (b: RawBackend) => withRuntimeServers(b, running.serversOf.get(b.name) ?? []);
+  const withServers = (b: RawBackend) => withRuntimeServers(b, running.serversOf.get(b.name) ?? [], owner);
   const ownFrontends: RawFrontend[] = consistent ? file.frontends : [];
   const ownBackends = file.backends.filter((b) => running.backends.has(b.name)).map(withServers);
   const foreignFrontends: RawFrontend[] = [...running.frontends.values()]
@@ -186,9 +207,14 @@ function stateOf(
   };
 }
 
-/** `b` with the servers the worker runs (runtime drift included), tagged as the owned file tags them. */
-function withRuntimeServers(b: RawBackend, servers: readonly RunningServer[]): RawBackend {
+/**
+ * `b` with the servers the worker runs (runtime drift included), tagged as the owned file tags them. In a
+ * slot backend of ours (no cluster tag), a server the file does not name yet is ours: added at runtime and
+ * not persisted before a crash, or added by hand (which the planner then removes).
+ */
+function withRuntimeServers(b: RawBackend, servers: readonly RunningServer[], owner: Owner): RawBackend {
   const tagsOf = new Map(b.servers.map((srv) => [srv.name, srv.tags]));
+  const untracked = owner.owns(b.tags) && b.tags[CLUSTER_TAG] === undefined ? owner.tags() : {};
   return {
     ...b,
     servers: servers.map((srv) => ({
@@ -196,7 +222,7 @@ function withRuntimeServers(b: RawBackend, servers: readonly RunningServer[]): R
       address: srv.address,
       port: srv.port,
       check: srv.check,
-      tags: tagsOf.get(srv.name) ?? {},
+      tags: tagsOf.get(srv.name) ?? untracked,
     })),
   };
 }

@@ -1,9 +1,10 @@
 import type { RawBackend, RawState } from '../../haproxy/model.js';
 import type { Operation } from '../../plan/plan.js';
 import { errorText } from '../provider.js';
+import { mapPath, mapRuntime } from './map-file.js';
 import { sleep } from './master-cli.js';
 import { DYNAMIC_ALGORITHMS, runtime } from './runtime-text.js';
-import { type Session, writeOwnedFile } from './session.js';
+import { mapDirOf, type Session } from './session.js';
 
 /** Runtime commands per master-CLI line: ~100 address changes stay well inside HAProxy's 16 kB buffer. */
 const MOVES_PER_LINE = 100;
@@ -12,15 +13,23 @@ type Cmd = { command: string; ok: RegExp };
 type CreateServer = Extract<Operation, { kind: 'create_server' }>;
 type DeleteServer = Extract<Operation, { kind: 'delete_server' }>;
 type UpdateServer = Extract<Operation, { kind: 'update_server' }>;
+type SetEntry = Extract<Operation, { kind: 'set_map_entry' }>;
+type DeleteEntry = Extract<Operation, { kind: 'delete_map_entry' }>;
 
 class RuntimeCommandError extends Error {
   override readonly name = 'RuntimeCommandError';
 }
 
-/** Whether the runtime API can apply these operations without a reload. */
+/**
+ * Whether the runtime API can apply these operations without a reload: servers on backends that run (added
+ * only under a dynamic algorithm), and entries of SNI maps the worker runs.
+ */
 export function runtimeOnly(operations: readonly Operation[], current: RawState): boolean {
   const backends = new Map(current.backends.map((b) => [b.name, b]));
+  const maps = new Set((current.maps ?? []).map((m) => m.name));
   return operations.every((op) => {
+    if (op.kind === 'set_map_entry') return maps.has(op.map) && backends.has(op.backend);
+    if (op.kind === 'delete_map_entry') return maps.has(op.map);
     const backend = 'backend' in op && typeof op.backend === 'string' ? backends.get(op.backend) : undefined;
     if (op.kind === 'delete_server') return backend !== undefined;
     if (op.kind === 'create_server') return backend !== undefined && DYNAMIC_ALGORITHMS.has(backend.balance);
@@ -34,18 +43,18 @@ export function runtimeOnly(operations: readonly Operation[], current: RawState)
 }
 
 /**
- * Servers only: the file first (a crash after it leaves servers HAProxy does not run yet, which the next
- * read sees and plans again), then the runtime API on the current worker. A command that fails undoes
- * the ones before it, best effort, and the caller falls back to a reload of the same file.
+ * Servers and map entries, through the runtime API on the current worker, in the plan's order (a new
+ * route's servers before its map entry; a deleted route's entry before its servers). The files HAProxy
+ * loads are written after, off this path (`persist.ts`): until then a reload by anyone loses the change,
+ * which the next read sees (a new worker) and plans again. A command that fails undoes the ones before it,
+ * best effort, and the caller falls back to a reload.
  */
 export async function applyAtRuntime(
   s: Session,
   operations: readonly Operation[],
   current: RawState,
-  text: string,
   signal: AbortSignal,
 ): Promise<void> {
-  await writeOwnedFile(s, text);
   const started = Date.now();
   const change = new RuntimeChange(s, current, signal);
   try {
@@ -57,7 +66,7 @@ export async function applyAtRuntime(
   }
   s.logger.info(
     { operations: operations.length, ms: Date.now() - started },
-    'servers changed through the runtime API, no reload',
+    'changed through the runtime API, no reload',
   );
 }
 
@@ -84,6 +93,26 @@ class RuntimeChange {
     if (op.kind === 'update_server') await this.move(op);
     else if (op.kind === 'create_server') await this.createServer(op);
     else if (op.kind === 'delete_server') await this.deleteServer(op);
+    else if (op.kind === 'set_map_entry') await this.setEntry(op);
+    else if (op.kind === 'delete_map_entry') await this.deleteEntry(op);
+  }
+
+  /** `add map` for a new key (a second `add` would make a duplicate entry), `set map` to move one. */
+  private async setEntry(op: SetEntry): Promise<void> {
+    const path = mapPath(mapDirOf(this.s), op.map);
+    if (op.previous === null) {
+      await run(this.s, mapRuntime.add(path, op.host, op.backend), this.signal);
+      this.undos.push(mapRuntime.del(path, op.host));
+    } else {
+      await run(this.s, mapRuntime.set(path, op.host, op.backend), this.signal);
+      this.undos.push(mapRuntime.set(path, op.host, op.previous));
+    }
+  }
+
+  private async deleteEntry(op: DeleteEntry): Promise<void> {
+    const path = mapPath(mapDirOf(this.s), op.map);
+    await run(this.s, mapRuntime.del(path, op.host), this.signal);
+    this.undos.push(mapRuntime.add(path, op.host, op.backend));
   }
 
   /**
