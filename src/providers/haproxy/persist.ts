@@ -74,6 +74,8 @@ export async function persistReading(
   const { text: onDisk } = await owned.read();
   if (onDisk !== reading.text) return false;
   const fileState = fileStateOf(reading.raw, reading.inFile);
+  // Nothing of ours runs: nothing to keep (an empty owned file stays as the operator created it).
+  if (fileState.frontends.length === 0 && fileState.backends.length === 0) return true;
   const text = renderOwnedFile(fileState, defaultsName, mapDirOf(s));
   // The owned file first: a crash between the two leaves servers no entry names, never an entry that
   // names a slot without its servers.
