@@ -161,6 +161,31 @@ describe(`haproxy provider, map routing, on HAProxy ${version}`, () => {
     expect(await provider.readState(signal())).not.toBe(cached);
   });
 
+  it('after a crash between a runtime change and its persistence, the next read writes the files', async () => {
+    await converge([claim('x', a.port)]);
+    await provider.flush();
+    // What a service killed right after its runtime commands leaves: the route runs, the files lack it.
+    const slot = 'kubebyon_slot_00002';
+    await haproxy.masterCli(`@1 add server ${slot}/srv1 127.0.0.1:${b.port}`);
+    await haproxy.masterCli(`@1 enable server ${slot}/srv1`);
+    await haproxy.masterCli(`@1 add map ${mapFile()} api.y.example.com ${slot}`);
+    await reaches('y', 'b');
+    expect(persisted().map.has('api.y.example.com')).toBe(false);
+    const restarted = stockProviderFor(haproxy);
+    const state = interpret(await restarted.readState(signal()));
+    // The runtime server counts as ours, so the route is taken back as it is: nothing to plan.
+    expect(state.backends.find((x) => x.name === slot)?.servers).toEqual([
+      expect.objectContaining({ port: b.port, owned: true }),
+    ]);
+    expect(persisted().map.get('api.y.example.com')).toBe(slot);
+    expect(persisted().servers).toContainEqual([slot, [b.port]]);
+    const before = await reloads();
+    await haproxy.masterCli('reload');
+    await waitFor(reloads, 10_000, 'the reload', { ok: (n) => n > before });
+    await reaches('y', 'b');
+    await reaches('x', 'a');
+  });
+
   it('moves an install from per-route rules to the map in one reload, every route answering', async () => {
     const rules = { ...render, routing: 'rules' as const };
     const claims = [claim('p', a.port), claim('q', b.port)];
