@@ -11,15 +11,20 @@ type Named = { name: string };
  * in each provider's writer. Pure and strict about existence only (ownership is the registry's to refuse,
  * before a plan reaches a provider): an operation on a missing object, or a creation of one that exists,
  * means the plan was made from another state (`ConcurrentChangeError`: read and plan again).
+ *
+ * Copy on write: `state` is never changed, and the result shares with it every object no operation touched
+ * (a frontend, backend or map is copied the first time an operation changes it), so a plan of a few
+ * operations over thousands of routes costs no deep copy. Neither `state` nor the result may be changed in
+ * place afterwards.
  */
 export function applyOperations(state: RawState, operations: readonly Operation[], owner: Owner): RawState {
-  const next = structuredClone(state);
   // By name, in listing order (a Map keeps insertion order): one lookup per operation, not one scan.
   const w: Working = {
-    frontends: new Map(next.frontends.map((f) => [f.name, f])),
-    backends: new Map(next.backends.map((b) => [b.name, b])),
-    maps: new Map((next.maps ?? []).map((m) => [m.name, m])),
+    frontends: new Map(state.frontends.map((f) => [f.name, f])),
+    backends: new Map(state.backends.map((b) => [b.name, b])),
+    maps: new Map((state.maps ?? []).map((m) => [m.name, m])),
     owner,
+    copied: new Set(),
   };
   for (const op of operations) apply(w, op);
   const result: RawState = { frontends: [...w.frontends.values()], backends: [...w.backends.values()] };
@@ -32,16 +37,38 @@ interface Working {
   backends: Map<string, RawBackend>;
   maps: Map<string, RawMap>;
   owner: Owner;
+  /** Objects this application made (new or copied): changed in place from then on. */
+  copied: Set<object>;
 }
 
 /** A frontend that routes by a map brings the map (empty) when it is not there yet. */
 function mapOf(w: Working, name: string): RawMap {
-  let m = w.maps.get(name);
-  if (!m) {
-    m = { name, entries: new Map() };
-    w.maps.set(name, m);
-  }
-  return m;
+  const m = w.maps.get(name);
+  if (m && w.copied.has(m)) return m;
+  const copy: RawMap = { name, entries: new Map(m?.entries ?? []) };
+  w.copied.add(copy);
+  w.maps.set(name, copy);
+  return copy;
+}
+
+/** The frontend `name`, copied for writing. */
+function frontendToChange(w: Working, name: string): RawFrontend {
+  const f = find(w.frontends, name, 'frontend');
+  if (w.copied.has(f)) return f;
+  const copy: RawFrontend = { ...f, rules: [...f.rules] };
+  w.copied.add(copy);
+  w.frontends.set(name, copy);
+  return copy;
+}
+
+/** The backend `name`, copied for writing (its servers too: an update changes one in place). */
+function backendToChange(w: Working, name: string): RawBackend {
+  const b = find(w.backends, name, 'backend');
+  if (w.copied.has(b)) return b;
+  const copy: RawBackend = { ...b, servers: b.servers.map((s) => ({ ...s })) };
+  w.copied.add(copy);
+  w.backends.set(name, copy);
+  return copy;
 }
 
 function find<T extends Named>(items: Map<string, T> | T[], name: string, what: string): T {
@@ -67,8 +94,7 @@ function apply(w: Working, op: Operation): void {
       noProxy(w, op.frontend.name);
       const { name, bind, inspectDelayMs, defaultBackend } = op.frontend;
       const sniMap = op.frontend.sniMap ?? null;
-      const tags = w.owner.tags();
-      w.frontends.set(name, {
+      const created: RawFrontend = {
         name,
         bind,
         inspectDelayMs,
@@ -76,15 +102,17 @@ function apply(w: Working, op: Operation): void {
         acceptsTlsHello: true,
         rules: [],
         ...(sniMap !== null ? { sniMap } : {}),
-        tags,
-      });
+        tags: w.owner.tags(),
+      };
+      w.copied.add(created);
+      w.frontends.set(name, created);
       if (sniMap !== null) mapOf(w, sniMap);
       return;
     }
     case 'update_frontend': {
       const { bind, inspectDelayMs, defaultBackend } = op.frontend;
       const sniMap = op.frontend.sniMap ?? null;
-      const f = find(w.frontends, op.frontend.name, 'frontend');
+      const f = frontendToChange(w, op.frontend.name);
       Object.assign(f, { bind, inspectDelayMs, defaultBackend, acceptsTlsHello: true });
       if (sniMap !== null) {
         f.sniMap = sniMap;
@@ -114,7 +142,7 @@ function apply(w: Working, op: Operation): void {
       w.frontends.delete(op.name);
       return;
     case 'set_switching_rules': {
-      const f = find(w.frontends, op.frontend, 'frontend');
+      const f = frontendToChange(w, op.frontend);
       f.rules = switchingRules(f.rules, op, w.owner);
       return;
     }
@@ -127,15 +155,19 @@ function applyToBackend(w: Working, op: Operation): void {
   switch (op.kind) {
     case 'create_backend':
       noProxy(w, op.backend.name);
-      w.backends.set(op.backend.name, {
-        name: op.backend.name,
-        balance: op.backend.balance,
-        servers: [],
-        tags: w.owner.tags(op.backend.cluster),
-      });
-      return;
+      {
+        const created: RawBackend = {
+          name: op.backend.name,
+          balance: op.backend.balance,
+          servers: [],
+          tags: w.owner.tags(op.backend.cluster),
+        };
+        w.copied.add(created);
+        w.backends.set(created.name, created);
+        return;
+      }
     case 'update_backend': {
-      const b = find(w.backends, op.backend.name, 'backend');
+      const b = backendToChange(w, op.backend.name);
       Object.assign(b, { balance: op.backend.balance, tags: w.owner.tags(op.backend.cluster) });
       return;
     }
@@ -144,23 +176,19 @@ function applyToBackend(w: Working, op: Operation): void {
       w.backends.delete(op.name);
       return;
     case 'create_server': {
-      const b = find(w.backends, op.backend, 'backend');
+      const b = backendToChange(w, op.backend);
       absent(b.servers, op.server.name, `server ${op.backend}/`);
       const { name, address, port, check } = op.server;
       b.servers.push({ name, address, port, check, tags: w.owner.tags() });
       return;
     }
     case 'update_server': {
-      const s = find(
-        find(w.backends, op.backend, 'backend').servers,
-        op.server.name,
-        `server ${op.backend}/`,
-      );
+      const s = find(backendToChange(w, op.backend).servers, op.server.name, `server ${op.backend}/`);
       Object.assign(s, { address: op.server.address, port: op.server.port, check: op.server.check });
       return;
     }
     case 'delete_server': {
-      const b = find(w.backends, op.backend, 'backend');
+      const b = backendToChange(w, op.backend);
       find(b.servers, op.server.name, `server ${op.backend}/`);
       b.servers = b.servers.filter((s) => s.name !== op.server.name);
       return;

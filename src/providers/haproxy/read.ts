@@ -1,4 +1,4 @@
-import { readFile } from 'node:fs/promises';
+import { readFile, stat } from 'node:fs/promises';
 import type { Owner, RawBackend, RawFrontend, RawMap, RawState } from '../../haproxy/model.js';
 import { CLUSTER_TAG } from '../../registry/registry.js';
 import { TerminalError } from '../provider.js';
@@ -33,6 +33,8 @@ interface OwnedFile {
   parsed: ParsedOwnedFile;
   /** The generation of the parsed structure (what the file's `id` should say, if it was not edited). */
   generation: number;
+  /** The file's inode, size and modification time when `text` was read (null: not known). */
+  signature: string | null;
 }
 
 /** The owned file as last read, parsed again only when its text changes. */
@@ -49,10 +51,20 @@ export class OwnedFileCache {
   remember(text: string, state: RawState): void {
     const generation = generationOf(state);
     const parsed = { state, generation: generationCarrier(state) === null ? null : generation };
-    this.cache = { text, parsed, generation };
+    this.cache = { text, parsed, generation, signature: null };
   }
 
   async read(): Promise<OwnedFile> {
+    // A file whose inode, size and modification time are as last read is not read again (every write of
+    // ours is a rename, a new inode): a pass over thousands of routes does not re-read a megabyte.
+    const signature = await stat(this.path).then(
+      (st) => `${st.ino}:${st.size}:${st.mtimeMs}`,
+      (err: NodeJS.ErrnoException) => {
+        if (err.code === 'ENOENT') return null;
+        throw err;
+      },
+    );
+    if (this.cache && signature !== null && this.cache.signature === signature) return this.cache;
     let text: string;
     try {
       text = await readFile(this.path, 'utf8');
@@ -60,10 +72,13 @@ export class OwnedFileCache {
       if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
       text = '';
     }
-    if (this.cache?.text === text) return this.cache;
+    if (this.cache?.text === text) {
+      this.cache.signature = signature;
+      return this.cache;
+    }
     try {
       const parsed = parseOwnedFile(text, this.defaultsName, this.mapDir);
-      this.cache = { text, parsed, generation: generationOf(parsed.state) };
+      this.cache = { text, parsed, generation: generationOf(parsed.state), signature };
     } catch (err) {
       if (err instanceof OwnedFileParseError)
         throw new TerminalError(
