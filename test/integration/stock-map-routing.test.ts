@@ -161,6 +161,21 @@ describe(`haproxy provider, map routing, on HAProxy ${version}`, () => {
     expect(await provider.readState(signal())).not.toBe(cached);
   });
 
+  it('a reload by someone else right after a runtime change loses nothing once the next pass has run', async () => {
+    await converge([claim('x', a.port)]);
+    const before = await reloads();
+    const added = await converge([claim('x', a.port), claim('y', b.port)]);
+    expect(added.report.reload).toBe('none');
+    // Before the files follow (~100 ms later): the new worker loads files that may lack the route.
+    await haproxy.masterCli('reload');
+    await waitFor(reloads, 10_000, 'the reload', { ok: (n) => n > before });
+    // The next pass (an ordinary read: the provider sees the new worker by itself) puts back what is missing.
+    await converge([claim('x', a.port), claim('y', b.port)]);
+    await reaches('y', 'b');
+    await reaches('x', 'a');
+    await waitFor(() => persisted().map.get('api.y.example.com'), 3_000, 'the map file to hold y');
+  });
+
   it('after a crash between a runtime change and its persistence, the next read writes the files', async () => {
     await converge([claim('x', a.port)]);
     await provider.flush();
