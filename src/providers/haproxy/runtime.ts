@@ -58,7 +58,21 @@ export async function applyAtRuntime(
   const started = Date.now();
   const change = new RuntimeChange(s, current, signal);
   try {
-    for (const op of operations) await change.apply(op);
+    for (let i = 0; i < operations.length; i++) {
+      const op = operations[i] as Operation;
+      const next = operations[i + 1];
+      // A new route's last server and its map entry: one line to the master, so the route is routable
+      // after one round trip (the entry still runs after the server is added and enabled).
+      if (
+        op.kind === 'create_server' &&
+        next?.kind === 'set_map_entry' &&
+        next.previous === null &&
+        next.backend === op.backend
+      ) {
+        await change.createServer(op, next);
+        i++;
+      } else await change.apply(op);
+    }
     await change.flushMoves();
   } catch (err) {
     await change.undo();
@@ -140,13 +154,35 @@ class RuntimeChange {
     }
   }
 
-  private async createServer(op: CreateServer): Promise<void> {
+  /**
+   * `add server`, `enable server` (dynamic servers start in maintenance, checks off), `enable health` when
+   * checked, and `entry`'s `add map` when given: one line, closed by `show version` so that a cut answer is
+   * told from commands that answer nothing. Only `add server` answers; any other text is a failure.
+   */
+  async createServer(op: CreateServer, entry?: SetEntry): Promise<void> {
+    await this.flushMoves();
     const { name, address, port, check } = op.server;
-    await run(this.s, runtime.add(op.backend, name, address, port, check), this.signal);
-    this.undos.push(runtime.del(op.backend, name), runtime.disable(op.backend, name));
-    // Dynamic servers start in maintenance, with their checks off.
-    await run(this.s, runtime.enable(op.backend, name), this.signal);
-    if (check) await run(this.s, runtime.enableHealth(op.backend, name), this.signal);
+    const add = runtime.add(op.backend, name, address, port, check);
+    const quiet = [runtime.enable(op.backend, name)];
+    if (check) quiet.push(runtime.enableHealth(op.backend, name));
+    let undoEntry: Cmd | undefined;
+    if (entry) {
+      const path = mapPath(mapDirOf(this.s), entry.map);
+      quiet.push(mapRuntime.add(path, entry.host, entry.backend));
+      undoEntry = mapRuntime.del(path, entry.host);
+    }
+    const line = [add, ...quiet].map((c) => c.command).join(';');
+    const answer = await this.s.cli.send(`${line};@1 show version`, this.signal);
+    const lines = answer
+      .split('\n')
+      .map((l) => l.trim())
+      .filter((l) => l !== '');
+    if (add.ok.test(lines[0] ?? ''))
+      this.undos.push(runtime.del(op.backend, name), runtime.disable(op.backend, name));
+    // The entry is undone even if its command did not run: the host had no entry (`previous` null).
+    if (undoEntry) this.undos.push(undoEntry);
+    if (!add.ok.test(lines[0] ?? '') || lines.length !== 2 || !/^[0-9]+\.[0-9]+/.test(lines[1] ?? ''))
+      throw new RuntimeCommandError(`"${line}" answered ${JSON.stringify(answer.trim().slice(0, 300))}`);
   }
 
   private async deleteServer(op: DeleteServer): Promise<void> {
