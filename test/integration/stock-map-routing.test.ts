@@ -144,7 +144,7 @@ describe(`haproxy provider, map routing, on HAProxy ${version}`, () => {
   it('answers a read from what it knows while nothing else changed, and reads all again after a reload', async () => {
     await converge([claim('x', a.port)]);
     const token = await provider.revision(signal());
-    expect(token).toMatch(/^[0-9]+:[0-9]+$/);
+    expect(token).toMatch(/^[0-9]+:[0-9]+:[0-9]+$/);
     const cached = await provider.readState(signal());
     expect(await provider.readState(signal())).toBe(cached);
     expect(await provider.readState(signal(), { fresh: true })).not.toBe(cached);

@@ -17,10 +17,9 @@ import type { StockHaproxyConfig } from './config.js';
 import { MasterCli } from './master-cli.js';
 import { defaultsNameFor, renderOwnedFile, UnsafeValueError } from './owned-file.js';
 import { Debounced, fileStateOf, persistReading, writeMapFiles } from './persist.js';
-import { OwnedFileCache, type Reading, takeReading, unchangedSince } from './read.js';
+import { OwnedFileCache, type Reading, takeReading, unchangedSince, workerGeneration } from './read.js';
 import { applyByReload } from './reload.js';
 import { applyAtRuntime, runtimeOnly } from './runtime.js';
-import { parseShowProc } from './runtime-text.js';
 import { readCommand, type Session } from './session.js';
 
 export interface StockHaproxyDeps {
@@ -83,10 +82,10 @@ export class StockHaproxyProvider implements Provider {
     return { version: `HAProxy ${answer.split('\n')[0]}`, endpoint: this.config.masterSocket };
   }
 
-  /** The master's reload count and current worker: any reload or restart, by anyone, changes it. */
+  /** The master's reload count, the current worker and its start: any reload or restart, by anyone, changes it. */
   async revision(signal: AbortSignal): Promise<string> {
-    const proc = parseShowProc(await readCommand(this.session, 'show proc', signal));
-    return `${proc.reloads}:${proc.workers[0] ?? 'none'}`;
+    const g = await workerGeneration(this.session, signal);
+    return `${g.reloads}:${g.worker ?? 'none'}:${g.startedAt ?? 'unknown'}`;
   }
 
   async readState(signal: AbortSignal, options: ReadOptions = {}): Promise<RawState> {

@@ -25,7 +25,7 @@ export interface Reading {
   /** False when HAProxy does not run the structure the owned file describes (an interrupted apply, an edit). */
   consistent: boolean;
   /** The master's reload count and current worker when it was taken: a reload since makes it stale. */
-  proc: { reloads: number; worker: number | undefined };
+  proc: Generation;
 }
 
 interface OwnedFile {
@@ -97,9 +97,35 @@ interface Running {
   serversOf: Map<string, RunningServer[]>;
 }
 
+/**
+ * Which HAProxy runs: the master's reload count, the current worker's pid and its start time. A reload
+ * changes the first two; a restart (a container restarted with the same pids and a count back at 0) the
+ * last. One master-CLI line.
+ */
+export interface Generation {
+  reloads: number;
+  worker: number | undefined;
+  startedAt: number | undefined;
+}
+
+export async function workerGeneration(s: Session, signal: AbortSignal): Promise<Generation> {
+  const answer = await readCommand(s, 'show proc;@1 show info', signal);
+  const proc = parseShowProc(answer);
+  const started = /^Start_time_sec:\s*([0-9]+)\s*$/m.exec(answer);
+  return {
+    reloads: proc.reloads,
+    worker: proc.workers[0],
+    startedAt: started ? Number(started[1]) : undefined,
+  };
+}
+
+export function sameGeneration(a: Generation, b: Generation): boolean {
+  return a.reloads === b.reloads && a.worker === b.worker && a.startedAt === b.startedAt;
+}
+
 /** Reads the owned file and what HAProxy runs, and makes one raw state of both. */
 export async function takeReading(s: Session, owned: OwnedFileCache, signal: AbortSignal): Promise<Reading> {
-  const proc = parseShowProc(await readCommand(s, 'show proc', signal));
+  const proc = await workerGeneration(s, signal);
   const { text, parsed, generation } = await owned.read();
   const running = await readRunning(s, parsed.state, signal);
   const consistent = runsTheFile(parsed, generation, running);
@@ -113,7 +139,7 @@ export async function takeReading(s: Session, owned: OwnedFileCache, signal: Abo
     const maps = await readMaps(s, parsed.state, signal);
     if (maps.length > 0) raw.maps = maps;
   }
-  return { text, parsed, consistent, proc: { reloads: proc.reloads, worker: proc.workers[0] }, raw, inFile };
+  return { text, parsed, consistent, proc, raw, inFile };
 }
 
 /** The SNI maps the owned frontends route by, as the current worker runs them. */
@@ -137,9 +163,9 @@ export async function unchangedSince(
   last: Reading,
   signal: AbortSignal,
 ): Promise<boolean> {
-  const proc = parseShowProc(await readCommand(s, 'show proc', signal));
+  const proc = await workerGeneration(s, signal);
   const { text } = await owned.read();
-  return text === last.text && proc.reloads === last.proc.reloads && proc.workers[0] === last.proc.worker;
+  return text === last.text && sameGeneration(proc, last.proc);
 }
 
 async function readRunning(s: Session, file: RawState, signal: AbortSignal): Promise<Running> {
