@@ -176,6 +176,20 @@ describe(`haproxy provider, map routing, on HAProxy ${version}`, () => {
     await waitFor(() => persisted().map.get('api.y.example.com'), 3_000, 'the map file to hold y');
   });
 
+  it('a runtime line that fails is undone and applied by a reload instead', async () => {
+    await converge([claim('x', a.port)]);
+    // Behind the provider's back (its cached read does not see it): the slot the next route takes gets a
+    // server of the same name, so `add server` fails in the middle of the route's line.
+    await haproxy.masterCli(`@1 add server kubebyon_slot_00002/srv1 127.0.0.1:${a.port}`);
+    const before = await reloads();
+    const added = await converge([claim('x', a.port), claim('y', b.port)]);
+    expect(added.plan.operations.map((o) => o.kind)).toEqual(['create_server', 'set_map_entry']);
+    expect(added.report.reload).toBe('succeeded');
+    expect(await reloads()).toBe(before + 1);
+    await reaches('y', 'b');
+    await reaches('x', 'a');
+  });
+
   it('after a crash between a runtime change and its persistence, the next read writes the files', async () => {
     await converge([claim('x', a.port)]);
     await provider.flush();
