@@ -1,7 +1,8 @@
 import type { RawBackend, RawState } from '../../haproxy/model.js';
+import { isHaproxyName } from '../../naming/names.js';
 import type { Operation } from '../../plan/plan.js';
 import { errorText } from '../provider.js';
-import { mapPath, mapRuntime } from './map-file.js';
+import { isMapKey, mapPath, mapRuntime } from './map-file.js';
 import { sleep } from './master-cli.js';
 import { DYNAMIC_ALGORITHMS, runtime } from './runtime-text.js';
 import { mapDirOf, type Session } from './session.js';
@@ -126,7 +127,9 @@ class RuntimeChange {
   private async deleteEntry(op: DeleteEntry): Promise<void> {
     const path = mapPath(mapDirOf(this.s), op.map);
     await run(this.s, mapRuntime.del(path, op.host), this.signal);
-    this.undos.push(mapRuntime.add(path, op.host, op.backend));
+    // A key added by hand that this service would never write is not put back by an undo either.
+    if (isMapKey(op.host) && isHaproxyName(op.backend))
+      this.undos.push(mapRuntime.add(path, op.host, op.backend));
   }
 
   /**
