@@ -250,8 +250,8 @@ async function delServer(s: Session, backend: string, name: string, signal: Abor
       return await run(s, runtime.del(backend, name), signal);
     } catch (err) {
       // Sessions that were just shut down may take a moment to let go of the server.
-      if (attempt >= 10) throw err;
-      await sleep(100, signal);
+      if (attempt >= 40) throw err;
+      await sleep(25, signal);
     }
   }
 }
