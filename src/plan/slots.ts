@@ -67,9 +67,12 @@ export function planRouting(
   }
 
   const size = slots.size;
-  const target = poolSize(size, want.routes.length, want.minSlots);
   const unplaced = want.routes.length - assignments.size;
   const mustGrow = unplaced > free.length;
+  // Slots draining in this plan are not free: when they leave too few, the pool grows past them too, or
+  // some routes would wait for the next plan although this one reloads anyway.
+  const short = size + unplaced - free.length;
+  const target = Math.max(poolSize(size, want.routes.length, want.minSlots), mustGrow ? short : 0);
   const growing = target > size && (grow === 'ahead' || mustGrow);
   const created = growing ? createSlots(want, takenNames(current.backends), target - size, ops) : [];
   free.push(...created);

@@ -10,6 +10,15 @@ import type { Operation } from '../../src/plan/plan.js';
 export function applyToState(state: HaproxyState, operations: readonly Operation[]): HaproxyState {
   const frontends = new Map(state.frontends.map((f) => [f.name, structuredClone(f)]));
   const backends = new Map(state.backends.map((b) => [b.name, structuredClone(b)]));
+  // Map routing: a frontend routing by a map brings it (empty); entries are set and deleted by host.
+  const maps = new Map((state.maps ?? []).map((m) => [m.name, new Map(m.entries)]));
+  const mapOf = (name: string) => maps.get(name) ?? maps.set(name, new Map()).get(name) ?? new Map();
+  const routeBy = (f: FrontendState, sniMap: string | null | undefined) => {
+    if (sniMap) {
+      f.sniMap = sniMap;
+      mapOf(sniMap);
+    } else delete f.sniMap;
+  };
   const backend = (name: string): BackendState => {
     const b = backends.get(name);
     if (!b) throw new Error(`operation on missing backend ${name}`);
@@ -34,6 +43,7 @@ export function applyToState(state: HaproxyState, operations: readonly Operation
           defaultBackend: op.frontend.defaultBackend,
           rules: [],
         });
+        routeBy(frontend(op.frontend.name), op.frontend.sniMap);
         break;
       case 'update_frontend':
         Object.assign(frontend(op.frontend.name), {
@@ -42,6 +52,7 @@ export function applyToState(state: HaproxyState, operations: readonly Operation
           acceptsTlsHello: true,
           defaultBackend: op.frontend.defaultBackend,
         });
+        routeBy(frontend(op.frontend.name), op.frontend.sniMap);
         break;
       case 'delete_frontend':
         frontend(op.name);
@@ -82,7 +93,18 @@ export function applyToState(state: HaproxyState, operations: readonly Operation
       case 'set_switching_rules':
         frontend(op.frontend).rules = op.rules.map((r) => ({ ...r }));
         break;
+      case 'set_map_entry':
+        if ((mapOf(op.map).get(op.host) ?? null) !== op.previous)
+          throw new Error(`map entry ${op.host} moved`);
+        mapOf(op.map).set(op.host, op.backend);
+        break;
+      case 'delete_map_entry':
+        if (mapOf(op.map).get(op.host) !== op.backend) throw new Error(`map entry ${op.host} moved`);
+        mapOf(op.map).delete(op.host);
+        break;
     }
   }
-  return { frontends: [...frontends.values()], backends: [...backends.values()] };
+  const result: HaproxyState = { frontends: [...frontends.values()], backends: [...backends.values()] };
+  if (maps.size > 0) result.maps = [...maps].map(([name, entries]) => ({ name, entries }));
+  return result;
 }

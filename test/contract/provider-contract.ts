@@ -35,10 +35,19 @@ const signal = () => AbortSignal.timeout(60_000);
 /** Sorted by name, so that two reads of the same configuration compare equal whatever the listing order. */
 export function canonical(state: HaproxyState): HaproxyState {
   const byName = <T extends { name: string }>(a: T, b: T) => compareStrings(a.name, b.name);
-  return {
+  const out: HaproxyState = {
     frontends: [...state.frontends].sort(byName),
     backends: [...state.backends].map((b) => ({ ...b, servers: [...b.servers].sort(byName) })).sort(byName),
   };
+  // Map routing: the maps of owned frontends, entries by host (an empty list of maps is no map).
+  if (state.maps && state.maps.length > 0)
+    out.maps = [...state.maps]
+      .map((m) => ({
+        name: m.name,
+        entries: new Map([...m.entries].sort(([a], [b]) => compareStrings(a, b))),
+      }))
+      .sort(byName);
+  return out;
 }
 
 function foreignOf(raw: RawState): RawState {

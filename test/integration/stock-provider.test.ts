@@ -21,6 +21,7 @@ import { interpret, isOwned, registry } from '../support/owner.js';
 import { freeLoopbackPort } from '../support/ports.js';
 import { operatorConfig, stockConfigFor, stockProviderFor } from '../support/stock-haproxy.js';
 import { type NamedTlsServer, sniProbe, startNamedTlsServer } from '../support/tls.js';
+import { waitFor } from '../support/wait.js';
 
 const version = haproxyVersionUnderTest();
 const signal = () => AbortSignal.timeout(60_000);
@@ -120,9 +121,15 @@ describe(`haproxy provider on HAProxy ${version}`, () => {
     for (let i = 0; i < 5; i++) expect(await sniProbe(port, 'x.example.com')).toEqual({ reached: 'c' });
 
     expect(haproxy.loadCount()).toBe(loads + 1);
-    // The owned file follows, so that the next reload or restart agrees with the runtime.
-    const file = parseOwnedFile(readFileSync(ownedPath, 'utf8')).state;
-    expect(file.backends[0]?.servers.map((s) => s.port)).toEqual([c.port]);
+    // The owned file follows shortly (batched, off the apply's path), so that the next reload or restart
+    // agrees with the runtime.
+    const ports = () =>
+      parseOwnedFile(readFileSync(ownedPath, 'utf8')).state.backends[0]?.servers.map((s) => s.port);
+    await waitFor(
+      () => JSON.stringify(ports()) === JSON.stringify([c.port]),
+      3_000,
+      'the owned file to follow',
+    );
   });
 
   it('moves 250 endpoints with no reload, many address changes to a master-CLI line', async () => {
@@ -240,7 +247,10 @@ describe(`haproxy provider on HAProxy ${version}`, () => {
       /changed/,
     );
     expect(await sniProbe(port, 'x.example.com')).toEqual({ reached: 'b' });
-    const drifted = (await read()).backends.find((x) => x.name === name);
+    // Drift made by hand at runtime is what a fresh read (the periodic resync's) is for.
+    const drifted = interpret(await provider.readState(signal(), { fresh: true })).backends.find(
+      (x) => x.name === name,
+    );
     expect(drifted?.servers).toEqual([expect.objectContaining({ name: 'srv1', port: b.port, owned: true })]);
     const loads = haproxy.loadCount();
     const { plan: fix, report } = await converge([claim('x', 'x.example.com', a.port)]);

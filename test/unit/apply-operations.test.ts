@@ -107,6 +107,41 @@ describe('applyOperations: the one meaning of each operation', () => {
       ),
     ).toThrow(ConcurrentChangeError);
   });
+
+  it('never changes the state it is given, and copies only what an operation touches', () => {
+    const s: RawState = {
+      ...state(frontend({ sniMap: 'm.map' })),
+      maps: [{ name: 'm.map', entries: new Map([['a.example.com', backend.name]]) }],
+    };
+    const snapshot = structuredClone(s);
+    const server = { name: 'srv1', address: '127.0.0.9', port: 30009, check: true, owned: true };
+    const next = applyOperations(
+      s,
+      [
+        { kind: 'update_server', backend: backend.name, server, changes: [] },
+        { kind: 'create_server', backend: backend.name, server: { ...server, name: 'srv2' } },
+        { kind: 'delete_map_entry', map: 'm.map', host: 'a.example.com', backend: backend.name },
+        {
+          kind: 'set_map_entry',
+          map: 'm.map',
+          host: 'b.example.com',
+          backend: backend.name,
+          previous: null,
+          cluster: 'b',
+        },
+      ],
+      registry,
+    );
+    expect(s).toEqual(snapshot);
+    expect(next.backends[0]?.servers.map((x) => [x.name, x.port])).toEqual([
+      ['srv1', 30009],
+      ['srv2', 30009],
+    ]);
+    expect([...(next.maps?.[0]?.entries ?? [])]).toEqual([['b.example.com', backend.name]]);
+    // Untouched objects are shared, not copied: a plan of a few operations costs no copy of the rest.
+    expect(next.backends[1]).toBe(s.backends[1]);
+    expect(next.frontends[0]).toBe(s.frontends[0]);
+  });
 });
 
 describe('applyOperations: copy-on-write', () => {

@@ -105,4 +105,15 @@ describe('map routing plan', () => {
     const created = p.operations.flatMap((o) => (o.kind === 'create_backend' ? [o.backend.name] : []));
     expect(created).not.toContain('kubebyon_slot_00001');
   });
+
+  it('grows past slots draining in the same plan, so every route is placed by the one plan that reloads', () => {
+    // Hosts of two routes change at once while a third arrives: both old entries drain, two slots are free.
+    const start = step({ frontends: [], backends: [] }, [route(1), route(2)]).raw;
+    const moved = (n: number, host: string): Route => ({ ...route(n), host });
+    const next = [moved(1, 'api.e.example.com'), moved(2, 'api.a.example.com'), route(3)];
+    const { p, raw } = step(start, next, 'when_needed');
+    expect(p.pool?.created).toBeGreaterThan(0);
+    expect([...(p.pool?.assignments.keys() ?? [])].sort()).toEqual(next.map((r) => r.host).sort());
+    expect(step(raw, next, 'when_needed').p.operations).toEqual([]);
+  });
 });

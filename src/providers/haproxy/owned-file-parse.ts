@@ -2,6 +2,7 @@ import { isIP } from 'node:net';
 import type { RawBackend, RawFrontend, RawRule, RawState, Tags } from '../../haproxy/model.js';
 import { isHaproxyName } from '../../naming/names.js';
 import { TAG_KEY, TAG_VALUE } from '../../registry/registry.js';
+import { MAP_USE_BACKEND, mapNameOf } from './map-file.js';
 import { BALANCE, DEFAULTS_BODY, DEFAULTS_NAME, HOST, TAG_MARK } from './owned-file.js';
 
 /**
@@ -58,8 +59,11 @@ interface Line {
   fail(why: string): never;
 }
 
-/** Reads back a file `renderOwnedFile` wrote, with the `defaults` name of its owner. */
-export function parseOwnedFile(text: string, defaultsName = DEFAULTS_NAME): ParsedOwnedFile {
+/**
+ * Reads back a file `renderOwnedFile` wrote, with the `defaults` name of its owner; an SNI map must be a
+ * file of `mapDir` (the owned file's folder).
+ */
+export function parseOwnedFile(text: string, defaultsName = DEFAULTS_NAME, mapDir?: string): ParsedOwnedFile {
   const state: RawState = { frontends: [], backends: [] };
   let generation: number | null = null;
   let section: Section = null;
@@ -89,7 +93,7 @@ export function parseOwnedFile(text: string, defaultsName = DEFAULTS_NAME): Pars
     } else if (body === 'mode tcp') {
       // Every owned section is TCP.
     } else if (section.kind === 'frontend') {
-      const id = frontendLine(line, section.f);
+      const id = frontendLine(line, section.f, mapDir);
       if (id !== undefined && state.frontends.length === 1) generation = id;
     } else {
       backendLine(line, section.b);
@@ -127,9 +131,10 @@ function sectionLine(line: Line, defaultsName: string, state: RawState): Section
 }
 
 /** A frontend directive into `f`; the frontend's `id` (the file's generation) is returned. */
-function frontendLine(line: Line, f: RawFrontend): number | undefined {
+function frontendLine(line: Line, f: RawFrontend, mapDir: string | undefined): number | undefined {
   const { body, words, fail } = line;
   const [kw, arg] = words;
+  const byMap = MAP_USE_BACKEND.exec(body);
   const delay = /^tcp-request inspect-delay ([0-9]+)ms$/.exec(body);
   const use = /^use_backend (\S+) if \{ req\.ssl_sni -i (\S+) \}$/.exec(body);
   if (kw === 'id' && /^[0-9]{1,10}$/.test(arg ?? '') && words.length === 2) return Number(arg);
@@ -139,6 +144,10 @@ function frontendLine(line: Line, f: RawFrontend): number | undefined {
     f.inspectDelayMs = Number(delay[1]);
   } else if (body === 'tcp-request content accept if { req.ssl_hello_type 1 }') {
     f.acceptsTlsHello = true;
+  } else if (byMap) {
+    const name = mapDir === undefined ? null : mapNameOf(mapDir, byMap[1] ?? '');
+    if (name === null || f.sniMap) fail("bad SNI map (one per frontend, in the owned file's folder)");
+    f.sniMap = name;
   } else if (use) {
     const rule: RawRule = {
       backend: use[1] ?? '',

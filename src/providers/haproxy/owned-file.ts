@@ -3,6 +3,10 @@ import { isIP } from 'node:net';
 import type { Bind, RawBackend, RawFrontend, RawServer, RawState, Tags } from '../../haproxy/model.js';
 import { isHaproxyName } from '../../naming/names.js';
 import { DEFAULT_OWNER_ID, TAG_KEY, TAG_VALUE } from '../../registry/registry.js';
+import { mapPath, mapUseBackendLine } from './map-file.js';
+import { HOST, UnsafeValueError } from './safe-values.js';
+
+export { HOST, UnsafeValueError };
 
 /**
  * The one configuration file the service owns, as text: rendered from raw objects (with their tags as a
@@ -43,13 +47,8 @@ export const DEFAULTS_BODY = [
   'timeout server-fin 30s',
 ] as const;
 
-export const HOST = /^[A-Za-z0-9.-]{1,253}$/;
 export const BALANCE = new Set(['leastconn', 'roundrobin', 'source', 'static-rr', 'first']);
 const GENERATION_BASE = 1_000_000_000;
-
-export class UnsafeValueError extends Error {
-  override readonly name = 'UnsafeValueError';
-}
 
 function need(ok: boolean, what: string, value: unknown): void {
   if (!ok) throw new UnsafeValueError(`refusing to write ${what} ${JSON.stringify(value)} to the owned file`);
@@ -84,17 +83,17 @@ export function generationOf(state: RawState): number {
   // Fixed key order: the same structure must hash alike whether rendered from a plan or parsed from disk.
   const tags = (t: Tags) => Object.entries(t).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
   const structure = {
-    f: [...state.frontends]
-      .sort(byName)
-      .map((f) => [
-        f.name,
-        f.bind && [f.bind.address, f.bind.port],
-        f.inspectDelayMs,
-        f.acceptsTlsHello,
-        f.defaultBackend,
-        f.rules.map((r) => [r.backend, r.host, tags(r.tags)]),
-        tags(f.tags),
-      ]),
+    f: [...state.frontends].sort(byName).map((f) => [
+      f.name,
+      f.bind && [f.bind.address, f.bind.port],
+      f.inspectDelayMs,
+      f.acceptsTlsHello,
+      f.defaultBackend,
+      f.rules.map((r) => [r.backend, r.host, tags(r.tags)]),
+      tags(f.tags),
+      // Only when set: files written before map routing keep their generation.
+      ...(f.sniMap ? [f.sniMap] : []),
+    ]),
     b: [...state.backends].sort(byName).map((b) => [b.name, b.balance, tags(b.tags)]),
   };
   const digest = createHash('sha256').update(JSON.stringify(structure)).digest();
@@ -123,7 +122,12 @@ function bindLine(bind: Bind): string {
   return `bind ${address('bind address', bind.address, true)}:${bind.port}`;
 }
 
-function renderFrontend(f: RawFrontend, generation: number | null, defaultsName: string): string[] {
+function renderFrontend(
+  f: RawFrontend,
+  generation: number | null,
+  defaultsName: string,
+  mapDir: string | undefined,
+): string[] {
   name('frontend name', f.name);
   need(f.bind !== null, 'frontend without bind', f.name);
   const lines = [`frontend ${f.name} from ${defaultsName}${tagComment(f.tags)}`];
@@ -138,6 +142,10 @@ function renderFrontend(f: RawFrontend, generation: number | null, defaultsName:
     name('backend name', r.backend);
     need(HOST.test(r.host), 'host', r.host);
     lines.push(`  use_backend ${r.backend} if { req.ssl_sni -i ${r.host} }${tagComment(r.tags)}`);
+  }
+  if (f.sniMap) {
+    need(mapDir !== undefined, 'SNI map without a folder', f.sniMap);
+    lines.push(`  ${mapUseBackendLine(mapPath(mapDir as string, f.sniMap))}`);
   }
   if (f.defaultBackend !== null) {
     name('default backend', f.defaultBackend);
@@ -171,8 +179,11 @@ const HEADER = [
   '# HAProxy loads it with -f after the operator-owned files.',
 ];
 
-/** The owned file for `state` (the objects that live in it: ours, and foreign rules/servers inside them). */
-export function renderOwnedFile(state: RawState, defaultsName = DEFAULTS_NAME): string {
+/**
+ * The owned file for `state` (the objects that live in it: ours, and foreign rules/servers inside them); a
+ * frontend's SNI map is the file `<mapDir>/<sniMap>` (the owned file's folder).
+ */
+export function renderOwnedFile(state: RawState, defaultsName = DEFAULTS_NAME, mapDir?: string): string {
   need(isHaproxyName(defaultsName), 'defaults name', defaultsName);
   const frontends = [...state.frontends].sort(byName);
   const backends = [...state.backends].sort(byName);
@@ -185,7 +196,7 @@ export function renderOwnedFile(state: RawState, defaultsName = DEFAULTS_NAME): 
   const generation = generationOf(state);
   const sections = [
     [`defaults ${defaultsName}`, ...DEFAULTS_BODY.map((l) => `  ${l}`)],
-    ...frontends.map((f, i) => renderFrontend(f, i === 0 ? generation : null, defaultsName)),
+    ...frontends.map((f, i) => renderFrontend(f, i === 0 ? generation : null, defaultsName, mapDir)),
     ...backends.map((b) => renderBackend(b, defaultsName)),
   ];
   return `${HEADER.join('\n')}\n\n${sections.map((s) => s.join('\n')).join('\n\n')}\n`;

@@ -1,3 +1,4 @@
+import { dirname } from 'node:path';
 import type { Logger } from 'pino';
 import type { Owner, RawState } from '../../haproxy/model.js';
 import { applyOperations } from '../../plan/apply.js';
@@ -9,12 +10,14 @@ import {
   type Provider,
   type ProviderInfo,
   type ProviderTraffic,
+  type ReadOptions,
   TerminalError,
 } from '../provider.js';
 import type { StockHaproxyConfig } from './config.js';
 import { MasterCli } from './master-cli.js';
 import { defaultsNameFor, renderOwnedFile, UnsafeValueError } from './owned-file.js';
-import { OwnedFileCache, type Reading, takeReading, unchangedSince } from './read.js';
+import { Debounced, fileStateOf, persistReading, writeMapFiles } from './persist.js';
+import { OwnedFileCache, type Reading, takeReading, unchangedSince, workerGeneration } from './read.js';
 import { applyByReload } from './reload.js';
 import { applyAtRuntime, runtimeOnly } from './runtime.js';
 import { readCommand, type Session } from './session.js';
@@ -35,10 +38,15 @@ export interface StockHaproxyDeps {
  *   worker's `show stat` and `show servers state` give what runs (servers as the runtime API left them, and
  *   the foreign proxies, untagged). The owned frontend's `id` is a hash of the file's structure, so a file
  *   that HAProxy has not loaded is noticed and reloaded rather than trusted.
- * - apply, servers only (`runtime.ts`): the file is rewritten first (no reload), then runtime commands on
- *   the current worker; a command that fails undoes the earlier ones and the apply falls back to a reload.
+ * - apply, servers and SNI map entries only (`runtime.ts`): runtime commands on the current worker; a
+ *   command that fails undoes the earlier ones and the apply falls back to a reload. The files follow
+ *   (`persist.ts`): batched, ~100 ms later, without a reload; any full read also writes them when they differ
+ *   from what runs (a crash before the write).
+ * - reads: a full read (`fresh`, or after any reload or file change) reads every server and map entry; else
+ *   the last read advanced by the applies made since answers, when `show proc` and the owned file prove that
+ *   nothing else changed HAProxy.
  * - apply, anything else (`reload.ts`): render the file, `haproxy -c` it with the operator's files, put it
- *   in place atomically, `reload` through the master, and confirm that the new worker runs the new
+ *   in place atomically (the map file with the new entries first), `reload` through the master, and confirm that the new worker runs the new
  *   structure; a reload HAProxy refuses puts the previous file back (`ReloadFailedError`, with HAProxy's
  *   words on 3.0).
  */
@@ -49,6 +57,9 @@ export class StockHaproxyProvider implements Provider {
   private readonly owned: OwnedFileCache;
   /** What each read found besides its raw state, for the apply handed that state (`apply(plan, current)`). */
   private readonly reads = new WeakMap<RawState, Reading>();
+  /** The last read, advanced by every runtime apply since: what HAProxy runs, as far as this provider knows. */
+  private latest: Reading | undefined;
+  private readonly persistence: Debounced;
   private readonly defaultsName: string;
   private queue: Promise<unknown> = Promise.resolve();
   private swept = false;
@@ -58,9 +69,10 @@ export class StockHaproxyProvider implements Provider {
     private readonly deps: StockHaproxyDeps,
   ) {
     this.cli = new MasterCli(config.masterSocket, undefined, deps.traffic);
-    this.session = { config, cli: this.cli, logger: deps.logger, traffic: deps.traffic };
+    this.session = { config, cli: this.cli, logger: deps.logger, traffic: deps.traffic, owner: deps.owner };
     this.defaultsName = defaultsNameFor(deps.owner.id);
-    this.owned = new OwnedFileCache(config.ownedFile, this.defaultsName);
+    this.owned = new OwnedFileCache(config.ownedFile, this.defaultsName, dirname(config.ownedFile));
+    this.persistence = new Debounced(() => this.serialized(() => this.persistLatest()));
   }
 
   async ping(signal: AbortSignal): Promise<ProviderInfo> {
@@ -70,17 +82,50 @@ export class StockHaproxyProvider implements Provider {
     return { version: `HAProxy ${answer.split('\n')[0]}`, endpoint: this.config.masterSocket };
   }
 
-  async readState(signal: AbortSignal): Promise<RawState> {
+  /** The master's reload count, the current worker and its start: any reload or restart, by anyone, changes it. */
+  async revision(signal: AbortSignal): Promise<string> {
+    const g = await workerGeneration(this.session, signal);
+    return `${g.reloads}:${g.worker ?? 'none'}:${g.startedAt ?? 'unknown'}`;
+  }
+
+  async readState(signal: AbortSignal, options: ReadOptions = {}): Promise<RawState> {
+    const last = this.latest;
+    if (!options.fresh && last && (await unchangedSince(this.session, this.owned, last, signal))) {
+      // An apply may have advanced it meanwhile: that one is as current.
+      const now = this.latest ?? last;
+      this.reads.set(now.raw, now);
+      return now.raw;
+    }
     const reading = await takeReading(this.session, this.owned, signal);
+    this.latest = reading;
     this.reads.set(reading.raw, reading);
+    // What runs and what the files say may differ (a crash before persistence): the files catch up.
+    if (reading.consistent)
+      await this.serialized(async () => {
+        if (this.latest === reading) await this.persist(reading);
+      });
     return reading.raw;
   }
 
   async apply(plan: Plan, current: RawState, signal: AbortSignal): Promise<ApplyReport> {
     signal.throwIfAborted();
     if (plan.operations.length === 0) return { reload: 'none', requests: 0 };
-    // One apply at a time: each reads, renders and replaces the one file.
-    const run = this.queue.then(() => this.applyNow(plan, current, signal));
+    return this.serialized(() => this.applyNow(plan, current, signal));
+  }
+
+  /** Writes now what runtime applies left unpersisted, and stops the timer. */
+  async close(): Promise<void> {
+    await this.persistence.flush();
+  }
+
+  /** Whatever runtime applies have not yet written to the files, written now (tests, shutdown). */
+  flush(): Promise<void> {
+    return this.persistence.flush();
+  }
+
+  /** One writer at a time: applies and persistence read, render and replace the same files. */
+  private serialized<T>(job: () => Promise<T>): Promise<T> {
+    const run = this.queue.then(job);
     this.queue = run.catch(() => {});
     return run;
   }
@@ -91,11 +136,12 @@ export class StockHaproxyProvider implements Provider {
     const sentBefore = this.cli.sent;
     const requests = () => this.cli.sent - sentBefore;
     const reading = await this.stillCurrent(current, signal);
-    const { fileState, text } = this.render(reading, plan);
+    const target = applyOperations(reading.raw, plan.operations, this.deps.owner);
 
     if (reading.consistent && runtimeOnly(plan.operations, reading.raw)) {
       try {
-        await applyAtRuntime(this.session, plan.operations, reading.raw, text, signal);
+        await applyAtRuntime(this.session, plan.operations, reading.raw, signal);
+        this.advance(reading, target);
         return { reload: 'none', requests: requests() };
       } catch (err) {
         if (signal.aborted) throw err;
@@ -105,8 +151,45 @@ export class StockHaproxyProvider implements Provider {
         );
       }
     }
-    await applyByReload(this.session, reading.text, fileState, text, signal);
+    // After a reload (or a failed one) the next read reads everything again.
+    this.latest = undefined;
+    const { fileState, text } = this.render(reading, plan, target);
+    const restoreMaps = await this.guard(() => writeMapFiles(this.session, fileState, target.maps));
+    try {
+      await applyByReload(this.session, reading.text, fileState, text, signal);
+    } catch (err) {
+      await restoreMaps();
+      throw err;
+    }
     return { reload: 'succeeded', requests: requests() };
+  }
+
+  /** The runtime apply done: the reading now describes what runs; the files follow soon. */
+  private advance(reading: Reading, target: RawState): void {
+    const next: Reading = { ...reading, raw: target };
+    this.latest = next;
+    this.reads.set(target, next);
+    this.persistence.schedule();
+  }
+
+  private async persistLatest(): Promise<void> {
+    const reading = this.latest;
+    if (reading) await this.persist(reading);
+  }
+
+  private async persist(reading: Reading): Promise<void> {
+    const started = Date.now();
+    try {
+      const written = await this.guard(() =>
+        persistReading(this.session, this.owned, reading, this.defaultsName),
+      );
+      // The file changed under us: nothing of what this provider knows is trusted until a full read.
+      if (!written && this.latest === reading) this.latest = undefined;
+      else this.deps.logger.debug({ ms: Date.now() - started }, 'persisted');
+    } catch (err) {
+      this.latest = undefined;
+      this.deps.logger.error({ err: errorText(err) }, 'could not write the runtime state to the files');
+    }
   }
 
   /**
@@ -133,20 +216,33 @@ export class StockHaproxyProvider implements Provider {
     return takeReading(this.session, this.owned, signal);
   }
 
-  /** The plan applied to what was read, and the owned file for the part of it that lives in the file. */
-  private render(reading: Reading, plan: Plan): { fileState: RawState; text: string } {
-    const target = applyOperations(reading.raw, plan.operations, this.deps.owner);
+  /** The owned file for the part of `target` (the plan applied to what was read) that lives in the file. */
+  private render(reading: Reading, plan: Plan, target: RawState): { fileState: RawState; text: string } {
     const inFile = new Set(reading.inFile);
     for (const op of plan.operations) {
       if (op.kind === 'create_frontend') inFile.add(op.frontend.name);
       if (op.kind === 'create_backend') inFile.add(op.backend.name);
     }
-    const fileState: RawState = {
-      frontends: target.frontends.filter((f) => inFile.has(f.name)),
-      backends: target.backends.filter((b) => inFile.has(b.name)),
-    };
+    const fileState = fileStateOf(target, inFile);
+    const text = this.guardSync(() =>
+      renderOwnedFile(fileState, this.defaultsName, dirname(this.config.ownedFile)),
+    );
+    return { fileState, text };
+  }
+
+  /** A value the files must not hold is a plan that retrying cannot fix. */
+  private async guard<T>(f: () => Promise<T>): Promise<T> {
     try {
-      return { fileState, text: renderOwnedFile(fileState, this.defaultsName) };
+      return await f();
+    } catch (err) {
+      if (err instanceof UnsafeValueError) throw new TerminalError(err.message);
+      throw err;
+    }
+  }
+
+  private guardSync<T>(f: () => T): T {
+    try {
+      return f();
     } catch (err) {
       if (err instanceof UnsafeValueError) throw new TerminalError(err.message);
       throw err;

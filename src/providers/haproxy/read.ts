@@ -1,6 +1,8 @@
-import { readFile } from 'node:fs/promises';
-import type { RawBackend, RawFrontend, RawState } from '../../haproxy/model.js';
+import { readFile, stat } from 'node:fs/promises';
+import type { Owner, RawBackend, RawFrontend, RawMap, RawState } from '../../haproxy/model.js';
+import { CLUSTER_TAG } from '../../registry/registry.js';
 import { TerminalError } from '../provider.js';
+import { mapPath, parseShowMap, showMapCommand } from './map-file.js';
 import { generationCarrier, generationOf } from './owned-file.js';
 import { OwnedFileParseError, type ParsedOwnedFile, parseOwnedFile } from './owned-file-parse.js';
 import {
@@ -11,7 +13,7 @@ import {
   type RunningProxy,
   type RunningServer,
 } from './runtime-text.js';
-import { readCommand, type Session } from './session.js';
+import { mapDirOf, readCommand, type Session } from './session.js';
 
 /** What one read found: the owned file, what HAProxy runs, and the raw state made of both. */
 export interface Reading {
@@ -23,7 +25,7 @@ export interface Reading {
   /** False when HAProxy does not run the structure the owned file describes (an interrupted apply, an edit). */
   consistent: boolean;
   /** The master's reload count and current worker when it was taken: a reload since makes it stale. */
-  proc: { reloads: number; worker: number | undefined };
+  proc: Generation;
 }
 
 interface OwnedFile {
@@ -31,6 +33,8 @@ interface OwnedFile {
   parsed: ParsedOwnedFile;
   /** The generation of the parsed structure (what the file's `id` should say, if it was not edited). */
   generation: number;
+  /** The file's inode, size and modification time when `text` was read (null: not known). */
+  signature: string | null;
 }
 
 /** The owned file as last read, parsed again only when its text changes. */
@@ -40,9 +44,27 @@ export class OwnedFileCache {
   constructor(
     private readonly path: string,
     private readonly defaultsName: string,
+    private readonly mapDir: string,
   ) {}
 
+  /** What this service just wrote to the file, so that the next read does not parse it again. */
+  remember(text: string, state: RawState): void {
+    const generation = generationOf(state);
+    const parsed = { state, generation: generationCarrier(state) === null ? null : generation };
+    this.cache = { text, parsed, generation, signature: null };
+  }
+
   async read(): Promise<OwnedFile> {
+    // A file whose inode, size and modification time are as last read is not read again (every write of
+    // ours is a rename, a new inode): a pass over thousands of routes does not re-read a megabyte.
+    const signature = await stat(this.path).then(
+      (st) => `${st.ino}:${st.size}:${st.mtimeMs}`,
+      (err: NodeJS.ErrnoException) => {
+        if (err.code === 'ENOENT') return null;
+        throw err;
+      },
+    );
+    if (this.cache && signature !== null && this.cache.signature === signature) return this.cache;
     let text: string;
     try {
       text = await readFile(this.path, 'utf8');
@@ -50,10 +72,13 @@ export class OwnedFileCache {
       if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
       text = '';
     }
-    if (this.cache?.text === text) return this.cache;
+    if (this.cache?.text === text) {
+      this.cache.signature = signature;
+      return this.cache;
+    }
     try {
-      const parsed = parseOwnedFile(text, this.defaultsName);
-      this.cache = { text, parsed, generation: generationOf(parsed.state) };
+      const parsed = parseOwnedFile(text, this.defaultsName, this.mapDir);
+      this.cache = { text, parsed, generation: generationOf(parsed.state), signature };
     } catch (err) {
       if (err instanceof OwnedFileParseError)
         throw new TerminalError(
@@ -72,9 +97,35 @@ interface Running {
   serversOf: Map<string, RunningServer[]>;
 }
 
+/**
+ * Which HAProxy runs: the master's reload count, the current worker's pid and its start time. A reload
+ * changes the first two; a restart (a container restarted with the same pids and a count back at 0) the
+ * last. One master-CLI line.
+ */
+export interface Generation {
+  reloads: number;
+  worker: number | undefined;
+  startedAt: number | undefined;
+}
+
+export async function workerGeneration(s: Session, signal: AbortSignal): Promise<Generation> {
+  const answer = await readCommand(s, 'show proc;@1 show info', signal);
+  const proc = parseShowProc(answer);
+  const started = /^Start_time_sec:\s*([0-9]+)\s*$/m.exec(answer);
+  return {
+    reloads: proc.reloads,
+    worker: proc.workers[0],
+    startedAt: started ? Number(started[1]) : undefined,
+  };
+}
+
+export function sameGeneration(a: Generation, b: Generation): boolean {
+  return a.reloads === b.reloads && a.worker === b.worker && a.startedAt === b.startedAt;
+}
+
 /** Reads the owned file and what HAProxy runs, and makes one raw state of both. */
 export async function takeReading(s: Session, owned: OwnedFileCache, signal: AbortSignal): Promise<Reading> {
-  const proc = parseShowProc(await readCommand(s, 'show proc', signal));
+  const proc = await workerGeneration(s, signal);
   const { text, parsed, generation } = await owned.read();
   const running = await readRunning(s, parsed.state, signal);
   const consistent = runsTheFile(parsed, generation, running);
@@ -83,13 +134,23 @@ export async function takeReading(s: Session, owned: OwnedFileCache, signal: Abo
       { ownedFile: s.config.ownedFile },
       'HAProxy does not run the structure of the owned file; its objects are reported as missing so that the next apply reloads',
     );
-  return {
-    text,
-    parsed,
-    consistent,
-    proc: { reloads: proc.reloads, worker: proc.workers[0] },
-    ...stateOf(parsed.state, running, consistent),
-  };
+  const { raw, inFile } = stateOf(parsed.state, running, consistent, s.owner);
+  if (consistent) {
+    const maps = await readMaps(s, parsed.state, signal);
+    if (maps.length > 0) raw.maps = maps;
+  }
+  return { text, parsed, consistent, proc, raw, inFile };
+}
+
+/** The SNI maps the owned frontends route by, as the current worker runs them. */
+async function readMaps(s: Session, file: RawState, signal: AbortSignal): Promise<RawMap[]> {
+  const maps: RawMap[] = [];
+  for (const f of file.frontends) {
+    if (!f.sniMap || maps.some((m) => m.name === f.sniMap)) continue;
+    const answer = await readCommand(s, showMapCommand(mapPath(mapDirOf(s), f.sniMap)), signal);
+    maps.push({ name: f.sniMap, entries: parseShowMap(answer) });
+  }
+  return maps;
 }
 
 /**
@@ -102,9 +163,9 @@ export async function unchangedSince(
   last: Reading,
   signal: AbortSignal,
 ): Promise<boolean> {
-  const proc = parseShowProc(await readCommand(s, 'show proc', signal));
+  const proc = await workerGeneration(s, signal);
   const { text } = await owned.read();
-  return text === last.text && proc.reloads === last.proc.reloads && proc.workers[0] === last.proc.worker;
+  return text === last.text && sameGeneration(proc, last.proc);
 }
 
 async function readRunning(s: Session, file: RawState, signal: AbortSignal): Promise<Running> {
@@ -153,13 +214,14 @@ function stateOf(
   file: RawState,
   running: Running,
   consistent: boolean,
+  owner: Owner,
 ): { raw: RawState; inFile: Set<string> } {
   const fileNames = new Set([...file.frontends.map((f) => f.name), ...file.backends.map((b) => b.name)]);
   const inFile = new Set(fileNames);
   if (!consistent) for (const f of file.frontends) inFile.delete(f.name);
   for (const b of file.backends) if (!running.backends.has(b.name)) inFile.delete(b.name);
 
-  const withServers = (b: RawBackend) => withRuntimeServers(b, running.serversOf.get(b.name) ?? []);
+  const withServers = (b: RawBackend) => withRuntimeServers(b, running.serversOf.get(b.name) ?? [], owner);
   const ownFrontends: RawFrontend[] = consistent ? file.frontends : [];
   const ownBackends = file.backends.filter((b) => running.backends.has(b.name)).map(withServers);
   const foreignFrontends: RawFrontend[] = [...running.frontends.values()]
@@ -186,9 +248,14 @@ function stateOf(
   };
 }
 
-/** `b` with the servers the worker runs (runtime drift included), tagged as the owned file tags them. */
-function withRuntimeServers(b: RawBackend, servers: readonly RunningServer[]): RawBackend {
+/**
+ * `b` with the servers the worker runs (runtime drift included), tagged as the owned file tags them. In a
+ * slot backend of ours (no cluster tag), a server the file does not name yet is ours: added at runtime and
+ * not persisted before a crash, or added by hand (which the planner then removes).
+ */
+function withRuntimeServers(b: RawBackend, servers: readonly RunningServer[], owner: Owner): RawBackend {
   const tagsOf = new Map(b.servers.map((srv) => [srv.name, srv.tags]));
+  const untracked = owner.owns(b.tags) && b.tags[CLUSTER_TAG] === undefined ? owner.tags() : {};
   return {
     ...b,
     servers: servers.map((srv) => ({
@@ -196,7 +263,7 @@ function withRuntimeServers(b: RawBackend, servers: readonly RunningServer[]): R
       address: srv.address,
       port: srv.port,
       check: srv.check,
-      tags: tagsOf.get(srv.name) ?? {},
+      tags: tagsOf.get(srv.name) ?? untracked,
     })),
   };
 }

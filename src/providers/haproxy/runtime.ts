@@ -1,9 +1,11 @@
 import type { RawBackend, RawState } from '../../haproxy/model.js';
+import { isHaproxyName } from '../../naming/names.js';
 import type { Operation } from '../../plan/plan.js';
 import { errorText } from '../provider.js';
+import { isMapKey, mapPath, mapRuntime } from './map-file.js';
 import { sleep } from './master-cli.js';
 import { DYNAMIC_ALGORITHMS, runtime } from './runtime-text.js';
-import { type Session, writeOwnedFile } from './session.js';
+import { mapDirOf, type Session } from './session.js';
 
 /** Runtime commands per master-CLI line: ~100 address changes stay well inside HAProxy's 16 kB buffer. */
 const MOVES_PER_LINE = 100;
@@ -12,15 +14,23 @@ type Cmd = { command: string; ok: RegExp };
 type CreateServer = Extract<Operation, { kind: 'create_server' }>;
 type DeleteServer = Extract<Operation, { kind: 'delete_server' }>;
 type UpdateServer = Extract<Operation, { kind: 'update_server' }>;
+type SetEntry = Extract<Operation, { kind: 'set_map_entry' }>;
+type DeleteEntry = Extract<Operation, { kind: 'delete_map_entry' }>;
 
 class RuntimeCommandError extends Error {
   override readonly name = 'RuntimeCommandError';
 }
 
-/** Whether the runtime API can apply these operations without a reload. */
+/**
+ * Whether the runtime API can apply these operations without a reload: servers on backends that run (added
+ * only under a dynamic algorithm), and entries of SNI maps the worker runs.
+ */
 export function runtimeOnly(operations: readonly Operation[], current: RawState): boolean {
   const backends = new Map(current.backends.map((b) => [b.name, b]));
+  const maps = new Set((current.maps ?? []).map((m) => m.name));
   return operations.every((op) => {
+    if (op.kind === 'set_map_entry') return maps.has(op.map) && backends.has(op.backend);
+    if (op.kind === 'delete_map_entry') return maps.has(op.map);
     const backend = 'backend' in op && typeof op.backend === 'string' ? backends.get(op.backend) : undefined;
     if (op.kind === 'delete_server') return backend !== undefined;
     if (op.kind === 'create_server') return backend !== undefined && DYNAMIC_ALGORITHMS.has(backend.balance);
@@ -34,22 +44,36 @@ export function runtimeOnly(operations: readonly Operation[], current: RawState)
 }
 
 /**
- * Servers only: the file first (a crash after it leaves servers HAProxy does not run yet, which the next
- * read sees and plans again), then the runtime API on the current worker. A command that fails undoes
- * the ones before it, best effort, and the caller falls back to a reload of the same file.
+ * Servers and map entries, through the runtime API on the current worker, in the plan's order (a new
+ * route's servers before its map entry; a deleted route's entry before its servers). The files HAProxy
+ * loads are written after, off this path (`persist.ts`): until then a reload by anyone loses the change,
+ * which the next read sees (a new worker) and plans again. A command that fails undoes the ones before it,
+ * best effort, and the caller falls back to a reload.
  */
 export async function applyAtRuntime(
   s: Session,
   operations: readonly Operation[],
   current: RawState,
-  text: string,
   signal: AbortSignal,
 ): Promise<void> {
-  await writeOwnedFile(s, text);
   const started = Date.now();
   const change = new RuntimeChange(s, current, signal);
   try {
-    for (const op of operations) await change.apply(op);
+    for (let i = 0; i < operations.length; i++) {
+      const op = operations[i] as Operation;
+      const next = operations[i + 1];
+      // A new route's last server and its map entry: one line to the master, so the route is routable
+      // after one round trip (the entry still runs after the server is added and enabled).
+      if (
+        op.kind === 'create_server' &&
+        next?.kind === 'set_map_entry' &&
+        next.previous === null &&
+        next.backend === op.backend
+      ) {
+        await change.createServer(op, next);
+        i++;
+      } else await change.apply(op);
+    }
     await change.flushMoves();
   } catch (err) {
     await change.undo();
@@ -57,7 +81,7 @@ export async function applyAtRuntime(
   }
   s.logger.info(
     { operations: operations.length, ms: Date.now() - started },
-    'servers changed through the runtime API, no reload',
+    'changed through the runtime API, no reload',
   );
 }
 
@@ -84,6 +108,28 @@ class RuntimeChange {
     if (op.kind === 'update_server') await this.move(op);
     else if (op.kind === 'create_server') await this.createServer(op);
     else if (op.kind === 'delete_server') await this.deleteServer(op);
+    else if (op.kind === 'set_map_entry') await this.setEntry(op);
+    else if (op.kind === 'delete_map_entry') await this.deleteEntry(op);
+  }
+
+  /** `add map` for a new key (a second `add` would make a duplicate entry), `set map` to move one. */
+  private async setEntry(op: SetEntry): Promise<void> {
+    const path = mapPath(mapDirOf(this.s), op.map);
+    if (op.previous === null) {
+      await run(this.s, mapRuntime.add(path, op.host, op.backend), this.signal);
+      this.undos.push(mapRuntime.del(path, op.host));
+    } else {
+      await run(this.s, mapRuntime.set(path, op.host, op.backend), this.signal);
+      this.undos.push(mapRuntime.set(path, op.host, op.previous));
+    }
+  }
+
+  private async deleteEntry(op: DeleteEntry): Promise<void> {
+    const path = mapPath(mapDirOf(this.s), op.map);
+    await run(this.s, mapRuntime.del(path, op.host), this.signal);
+    // A key added by hand that this service would never write is not put back by an undo either.
+    if (isMapKey(op.host) && isHaproxyName(op.backend))
+      this.undos.push(mapRuntime.add(path, op.host, op.backend));
   }
 
   /**
@@ -111,13 +157,35 @@ class RuntimeChange {
     }
   }
 
-  private async createServer(op: CreateServer): Promise<void> {
+  /**
+   * `add server`, `enable server` (dynamic servers start in maintenance, checks off), `enable health` when
+   * checked, and `entry`'s `add map` when given: one line, closed by `show version` so that a cut answer is
+   * told from commands that answer nothing. Only `add server` answers; any other text is a failure.
+   */
+  async createServer(op: CreateServer, entry?: SetEntry): Promise<void> {
+    await this.flushMoves();
     const { name, address, port, check } = op.server;
-    await run(this.s, runtime.add(op.backend, name, address, port, check), this.signal);
-    this.undos.push(runtime.del(op.backend, name), runtime.disable(op.backend, name));
-    // Dynamic servers start in maintenance, with their checks off.
-    await run(this.s, runtime.enable(op.backend, name), this.signal);
-    if (check) await run(this.s, runtime.enableHealth(op.backend, name), this.signal);
+    const add = runtime.add(op.backend, name, address, port, check);
+    const quiet = [runtime.enable(op.backend, name)];
+    if (check) quiet.push(runtime.enableHealth(op.backend, name));
+    let undoEntry: Cmd | undefined;
+    if (entry) {
+      const path = mapPath(mapDirOf(this.s), entry.map);
+      quiet.push(mapRuntime.add(path, entry.host, entry.backend));
+      undoEntry = mapRuntime.del(path, entry.host);
+    }
+    const line = [add, ...quiet].map((c) => c.command).join(';');
+    const answer = await this.s.cli.send(`${line};@1 show version`, this.signal);
+    const lines = answer
+      .split('\n')
+      .map((l) => l.trim())
+      .filter((l) => l !== '');
+    if (add.ok.test(lines[0] ?? ''))
+      this.undos.push(runtime.del(op.backend, name), runtime.disable(op.backend, name));
+    // The entry is undone even if its command did not run: the host had no entry (`previous` null).
+    if (undoEntry) this.undos.push(undoEntry);
+    if (!add.ok.test(lines[0] ?? '') || lines.length !== 2 || !/^[0-9]+\.[0-9]+/.test(lines[1] ?? ''))
+      throw new RuntimeCommandError(`"${line}" answered ${JSON.stringify(answer.trim().slice(0, 300))}`);
   }
 
   private async deleteServer(op: DeleteServer): Promise<void> {
@@ -182,8 +250,8 @@ async function delServer(s: Session, backend: string, name: string, signal: Abor
       return await run(s, runtime.del(backend, name), signal);
     } catch (err) {
       // Sessions that were just shut down may take a moment to let go of the server.
-      if (attempt >= 10) throw err;
-      await sleep(100, signal);
+      if (attempt >= 40) throw err;
+      await sleep(25, signal);
     }
   }
 }

@@ -1,0 +1,128 @@
+import { readFile } from 'node:fs/promises';
+import type { RawMap, RawState } from '../../haproxy/model.js';
+import { writeFileAtomic } from '../../store/atomic-file.js';
+import { errorText } from '../provider.js';
+import { mapPath, renderMapFile } from './map-file.js';
+import { renderOwnedFile } from './owned-file.js';
+import type { OwnedFileCache, Reading } from './read.js';
+import { mapDirOf, OWNED_FILE_MODE, type Session, writeOwnedFile } from './session.js';
+
+/**
+ * Persistence of what runs, off the critical path: a runtime apply changes the worker at once; the files
+ * HAProxy loads (the owned file's servers, the SNI map file) follow, batched, without a reload, so that the
+ * next reload or restart (ours or anyone's) comes back with every acknowledged route.
+ */
+
+/** The part of `state` that lives in the owned file (the sections it holds). */
+export function fileStateOf(state: RawState, inFile: ReadonlySet<string>): RawState {
+  return {
+    frontends: state.frontends.filter((f) => inFile.has(f.name)),
+    backends: state.backends.filter((b) => inFile.has(b.name)),
+  };
+}
+
+async function readText(path: string): Promise<string | null> {
+  try {
+    return await readFile(path, 'utf8');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
+    throw err;
+  }
+}
+
+/**
+ * Writes the map file of every owned frontend that routes by a map, with the entries `maps` gives (none: an
+ * empty map), where the file on disk differs. Returns what undoes it: the previous contents put back.
+ */
+export async function writeMapFiles(
+  s: Session,
+  fileState: RawState,
+  maps: readonly RawMap[] | undefined,
+): Promise<() => Promise<void>> {
+  const previous: Array<{ path: string; text: string }> = [];
+  for (const name of new Set(fileState.frontends.map((f) => f.sniMap).filter((m) => !!m))) {
+    const path = mapPath(mapDirOf(s), name as string);
+    const text = renderMapFile(maps?.find((m) => m.name === name)?.entries ?? new Map());
+    const before = await readText(path);
+    if (before === text) continue;
+    await writeFileAtomic(path, text, OWNED_FILE_MODE);
+    s.traffic?.bytes('sent', Buffer.byteLength(text));
+    // A file that was not there is left: the previous owned file does not name it.
+    if (before !== null) previous.push({ path, text: before });
+  }
+  return async () => {
+    for (const p of previous)
+      await writeFileAtomic(p.path, p.text, OWNED_FILE_MODE).catch((err) =>
+        s.logger.warn({ err: errorText(err), path: p.path }, 'could not put the previous map file back'),
+      );
+  };
+}
+
+/**
+ * Writes the owned file and the map files for what `reading` says runs, where they differ from it. Only
+ * while the owned file is still the one `reading` was taken with: else it changed under us, and nothing is
+ * written (the caller reads again). Returns whether it wrote (or found nothing to write).
+ */
+export async function persistReading(
+  s: Session,
+  owned: OwnedFileCache,
+  reading: Reading,
+  defaultsName: string,
+): Promise<boolean> {
+  if (!reading.consistent) return false;
+  const started = Date.now();
+  const { text: onDisk } = await owned.read();
+  if (onDisk !== reading.text) return false;
+  const fileState = fileStateOf(reading.raw, reading.inFile);
+  // Nothing of ours runs: nothing to keep (an empty owned file stays as the operator created it).
+  if (fileState.frontends.length === 0 && fileState.backends.length === 0) return true;
+  const text = renderOwnedFile(fileState, defaultsName, mapDirOf(s));
+  // The owned file first: a crash between the two leaves servers no entry names, never an entry that
+  // names a slot without its servers.
+  if (text !== reading.text) {
+    await writeOwnedFile(s, text);
+    owned.remember(text, fileState);
+    reading.text = text;
+  }
+  await writeMapFiles(s, fileState, reading.raw.maps);
+  s.logger.debug({ ms: Date.now() - started }, 'runtime state persisted to the files HAProxy loads');
+  return true;
+}
+
+/**
+ * Runs `write` soon after the last `schedule()` (`delayMs`), and never later than `maxDelayMs` after the
+ * first one not yet written: a burst of runtime applies costs one write.
+ */
+export class Debounced {
+  private timer: NodeJS.Timeout | undefined;
+  private firstAt = 0;
+  private running: Promise<void> = Promise.resolve();
+
+  constructor(
+    private readonly write: () => Promise<void>,
+    private readonly delayMs = 100,
+    private readonly maxDelayMs = 1_000,
+  ) {}
+
+  get pending(): boolean {
+    return this.timer !== undefined;
+  }
+
+  schedule(): void {
+    const now = Date.now();
+    if (this.timer === undefined) this.firstAt = now;
+    else clearTimeout(this.timer);
+    const wait = Math.max(0, Math.min(this.delayMs, this.firstAt + this.maxDelayMs - now));
+    this.timer = setTimeout(() => void this.flush(), wait);
+  }
+
+  /** Writes now what is scheduled (if anything), and waits for any write under way. */
+  async flush(): Promise<void> {
+    if (this.timer !== undefined) {
+      clearTimeout(this.timer);
+      this.timer = undefined;
+      this.running = this.running.then(this.write, this.write);
+    }
+    await this.running.catch(() => {});
+  }
+}
