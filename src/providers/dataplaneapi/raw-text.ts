@@ -52,6 +52,8 @@ function touched(operations: readonly Operation[]) {
   for (const op of operations) {
     switch (op.kind) {
       case 'create_frontend':
+        // The map rule needs the map's path in the API's storage: a transaction writes it.
+        if (op.frontend.sniMap) throw new RawEditUnsupported('a frontend that routes by a map');
         t.created.add(op.frontend.name);
         break;
       case 'create_backend':

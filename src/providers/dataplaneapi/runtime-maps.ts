@@ -1,0 +1,221 @@
+import type { RawServer, RawState } from '../../haproxy/model.js';
+import type { Operation, Plan } from '../../plan/plan.js';
+import type { DataplaneClient } from './client.js';
+import { DataplaneHttpError } from './client.js';
+import { storageName } from './map-routing.js';
+import { checkedHost, checkedName, checkedPort, checkedServerAddress } from './mapping.js';
+import type { Counter } from './options.js';
+
+/**
+ * Map routing's runtime path: servers of slot backends and SNI map entries changed through HAProxy's runtime
+ * API (`/services/haproxy/runtime/...`), no configuration write, no reload. Steps run in plan order (a new
+ * route's servers before its map entry; a deleted route's entry before its servers), one request each, with
+ * no undo: when one fails, what ran stays, and the loop reads and plans again. Map entries are sent with
+ * `force_sync`, so the map file holds them too; servers are written to the configuration later
+ * (`persist.ts`).
+ */
+export type RuntimeOp = Extract<
+  Operation,
+  { kind: 'create_server' | 'update_server' | 'delete_server' | 'set_map_entry' | 'delete_map_entry' }
+>;
+
+/** Balance algorithms HAProxy can add servers to at runtime. */
+const DYNAMIC_BALANCE = new Set(['leastconn', 'roundrobin', 'first', 'random']);
+
+/**
+ * The plan's operations when all of them can run at runtime: server and map-entry changes only, at least one
+ * of them not a plain endpoint move (those keep their own path), servers without health checks (a check
+ * needs more than `add server`), in backends that exist with a dynamic balance, map entries of a map an
+ * existing frontend routes by (HAProxy has it loaded). Else undefined: the plan is written and reloaded.
+ */
+export function runtimeMapOps(plan: Plan, current: RawState): RuntimeOp[] | undefined {
+  const ops: RuntimeOp[] = [];
+  const backends = new Map(current.backends.map((b) => [b.name, b]));
+  const maps = new Set(current.frontends.flatMap((f) => (f.sniMap ? [f.sniMap] : [])));
+  let movesOnly = true;
+  for (const op of plan.operations) {
+    switch (op.kind) {
+      case 'set_map_entry':
+      case 'delete_map_entry':
+        if (!maps.has(op.map)) return undefined;
+        movesOnly = false;
+        ops.push(op);
+        break;
+      case 'create_server':
+      case 'update_server':
+      case 'delete_server': {
+        const b = backends.get(op.backend);
+        if (!b || !DYNAMIC_BALANCE.has(b.balance) || op.server.check) return undefined;
+        if (op.kind !== 'update_server') movesOnly = false;
+        ops.push(op);
+        break;
+      }
+      default:
+        return undefined;
+    }
+  }
+  return movesOnly ? undefined : ops;
+}
+
+/** Sends `ops` in order; `stored(map)` is the map's name in the API's storage. */
+export async function applyRuntimeOps(
+  client: DataplaneClient,
+  ops: readonly RuntimeOp[],
+  signal: AbortSignal,
+  counter: Counter,
+): Promise<void> {
+  for (const op of ops) {
+    signal.throwIfAborted();
+    switch (op.kind) {
+      case 'create_server':
+        await addServer(client, op.backend, op.server, signal, counter);
+        break;
+      case 'update_server':
+        // Runtime servers have no endpoint change of their own: the old one goes, the new one comes.
+        await removeServer(client, op.backend, op.server.name, signal, counter);
+        await addServer(client, op.backend, op.server, signal, counter);
+        break;
+      case 'delete_server':
+        await removeServer(client, op.backend, op.server.name, signal, counter);
+        break;
+      case 'set_map_entry':
+        await setEntry(client, op, signal, counter);
+        break;
+      case 'delete_map_entry':
+        counter.requests++;
+        await client.DELETE('/services/haproxy/runtime/maps/{parent_name}/entries/{id}', {
+          params: {
+            path: { parent_name: storageName(op.map), id: checkedHost(op.host) },
+            query: { force_sync: true },
+          },
+          signal,
+        });
+        break;
+    }
+  }
+}
+
+async function setEntry(
+  client: DataplaneClient,
+  op: Extract<RuntimeOp, { kind: 'set_map_entry' }>,
+  signal: AbortSignal,
+  counter: Counter,
+): Promise<void> {
+  const parent_name = storageName(op.map);
+  const key = checkedHost(op.host);
+  const value = checkedName(op.backend, 'backend');
+  counter.requests++;
+  if (op.previous === null) {
+    await client.POST('/services/haproxy/runtime/maps/{parent_name}/entries', {
+      params: { path: { parent_name }, query: { force_sync: true } },
+      body: { key, value },
+      signal,
+    });
+    return;
+  }
+  await client.PUT('/services/haproxy/runtime/maps/{parent_name}/entries/{id}', {
+    params: { path: { parent_name, id: key }, query: { force_sync: true } },
+    body: { value },
+    signal,
+  });
+}
+
+/** `add server` then `enable server`: HAProxy creates a runtime server in maintenance. */
+async function addServer(
+  client: DataplaneClient,
+  backend: string,
+  s: { name: string; address: string; port: number },
+  signal: AbortSignal,
+  counter: Counter,
+): Promise<void> {
+  const path = { parent_name: checkedName(backend, 'backend') };
+  const name = checkedName(s.name, 'server');
+  counter.requests++;
+  await client.POST('/services/haproxy/runtime/backends/{parent_name}/servers', {
+    params: { path },
+    body: { name, address: checkedServerAddress(s.address), port: checkedPort(s.port, 'server') },
+    signal,
+  });
+  counter.requests++;
+  await client.PUT('/services/haproxy/runtime/backends/{parent_name}/servers/{name}', {
+    params: { path: { ...path, name } },
+    body: { admin_state: 'ready' },
+    signal,
+  });
+}
+
+/** Maintenance first (no new connections), then `del server`; a server already gone is removed. */
+async function removeServer(
+  client: DataplaneClient,
+  backend: string,
+  server: string,
+  signal: AbortSignal,
+  counter: Counter,
+): Promise<void> {
+  const path = { parent_name: checkedName(backend, 'backend'), name: checkedName(server, 'server') };
+  try {
+    counter.requests++;
+    await client.PUT('/services/haproxy/runtime/backends/{parent_name}/servers/{name}', {
+      params: { path },
+      body: { admin_state: 'maint' },
+      signal,
+    });
+  } catch (err) {
+    if (err instanceof DataplaneHttpError && err.status === 404) return;
+    throw err;
+  }
+  counter.requests++;
+  await client.DELETE('/services/haproxy/runtime/backends/{parent_name}/servers/{name}', {
+    params: { path },
+    signal,
+  });
+}
+
+/** The entries HAProxy runs in map `name` (logical), host -> backend. */
+export async function readMapEntries(
+  client: DataplaneClient,
+  name: string,
+  signal: AbortSignal,
+  counter: Counter,
+): Promise<Map<string, string>> {
+  counter.requests++;
+  const res = await client.GET('/services/haproxy/runtime/maps/{parent_name}/entries', {
+    params: { path: { parent_name: storageName(name) } },
+    signal,
+  });
+  const entries = new Map<string, string>();
+  for (const e of res.data ?? []) if (e.key && e.value !== undefined) entries.set(e.key, e.value);
+  return entries;
+}
+
+/** Every server HAProxy runs, by backend, from one stats request (no request per backend). */
+export async function readRunningServers(
+  client: DataplaneClient,
+  signal: AbortSignal,
+  counter: Counter,
+): Promise<Map<string, Array<Pick<RawServer, 'name' | 'address' | 'port'>>>> {
+  counter.requests++;
+  const res = await client.GET('/services/haproxy/stats/native', {
+    params: { query: { type: 'server' } },
+    signal,
+  });
+  const out = new Map<string, Array<Pick<RawServer, 'name' | 'address' | 'port'>>>();
+  const collections = Array.isArray(res.data) ? res.data : [res.data];
+  for (const c of collections)
+    for (const s of c?.stats ?? []) {
+      if (s.type !== 'server' || !s.backend_name || !s.name) continue;
+      const endpoint = parseAddr(s.stats?.addr);
+      if (!endpoint) continue;
+      const list = out.get(s.backend_name) ?? [];
+      list.push({ name: s.name, ...endpoint });
+      out.set(s.backend_name, list);
+    }
+  return out;
+}
+
+/** `1.2.3.4:80` or `[::1]:80`. */
+function parseAddr(addr: string | undefined): { address: string; port: number } | undefined {
+  const m = /^\[?([^\]]+?)\]?:(\d+)$/.exec(addr ?? '');
+  if (!m?.[1] || !m[2]) return undefined;
+  return { address: m[1], port: Number(m[2]) };
+}
