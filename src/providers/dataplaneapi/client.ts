@@ -183,10 +183,10 @@ export function createClient(options: ClientOptions): DataplaneClient {
       form !== undefined
         ? undefined
         : init?.body === undefined
-        ? undefined
-        : typeof init.body === 'string'
-          ? init.body
-          : JSON.stringify(init.body);
+          ? undefined
+          : typeof init.body === 'string'
+            ? init.body
+            : JSON.stringify(init.body);
     if (data !== undefined) options.onBytes?.('sent', Buffer.byteLength(data));
     let res: AxiosResponse<unknown>;
     try {

@@ -13,7 +13,7 @@ import { validateHost } from '../../routes/host.js';
 import { TerminalError } from '../provider.js';
 import type { TagStore } from './capability.js';
 import type { Schemas } from './client.js';
-import { type MapNames, mapRuleFile } from './map-routing.js';
+import { type MapNames, mapRuleFile } from './map-names.js';
 import { ownTags, sectionTags, taggedByDescription } from './tags.js';
 
 /**
@@ -123,7 +123,9 @@ export function readFrontend(
     rules: all
       .filter((r) => mapRuleFile(r) === undefined)
       .map((r): RawRule => ({ backend: r.name, host: ruleHost(r), tags: children.rule(r) })),
-    ...(mapFile !== undefined ? { sniMap: names ? names.logical(mapFile) : (mapFile.split('/').pop() ?? mapFile) } : {}),
+    ...(mapFile !== undefined
+      ? { sniMap: names ? names.logical(mapFile) : (mapFile.split('/').pop() ?? mapFile) }
+      : {}),
     tags: sectionTags(f),
   };
 }
@@ -146,12 +148,7 @@ export function readBackend(b: ApiBackend, store: TagStore): RawBackend {
   return { name: b.name, balance: b.balance?.algorithm ?? '', servers, tags };
 }
 
-export function readState(
-  snapshot: Snapshot,
-  owner: Owner,
-  store: TagStore,
-  names?: MapNames,
-): RawState {
+export function readState(snapshot: Snapshot, owner: Owner, store: TagStore, names?: MapNames): RawState {
   const backendTags = backendTagsOf(snapshot.backends);
   return {
     frontends: snapshot.frontends.map((f) => readFrontend(f, owner, childTags(f, backendTags), names)),

@@ -1,15 +1,22 @@
-import type { RawState } from '../../haproxy/model.js';
+import type { RawServer, RawState } from '../../haproxy/model.js';
+import { applyOperations } from '../../plan/apply.js';
 import type { Plan } from '../../plan/plan.js';
-import type { ApplyReport, Provider, ProviderInfo } from '../provider.js';
+import type { ApplyReport, Provider, ProviderInfo, ReadOptions } from '../provider.js';
 import { createClient, type DataplaneClient } from './client.js';
 import { translate } from './errors.js';
+import { MapNames, mapRuleFile } from './map-names.js';
+import { MapFiles, mapText } from './map-routing.js';
+import { MapState } from './map-state.js';
 import type { Snapshot } from './mapping.js';
 import type { WritePlan } from './objects.js';
 import type { Applied, Counter, DataplaneProviderOptions } from './options.js';
+import { Persistence } from './persist.js';
 import { RawFile } from './raw-file.js';
+import { lineTagsFor } from './raw-lines.js';
 import { Reads } from './read.js';
 import { Reloads } from './reload.js';
 import { applyRuntime } from './runtime.js';
+import { applyRuntimeOps, type RuntimeOp, runtimeMapOps } from './runtime-maps.js';
 import { Session } from './session.js';
 import { snapshotAfter } from './snapshot-after.js';
 import { Transactions } from './transaction.js';
@@ -36,6 +43,10 @@ export class DataplaneProvider implements Provider {
   private readonly transactions: Transactions;
   private readonly rawFile: RawFile;
   private readonly session: Session;
+  private readonly names: MapNames;
+  private readonly mapFiles: MapFiles;
+  private readonly persistence: Persistence;
+  private readonly maps: MapState;
 
   constructor(private readonly o: DataplaneProviderOptions) {
     this.client = createClient({
@@ -52,7 +63,17 @@ export class DataplaneProvider implements Provider {
     });
     this.reloads = new Reloads(this.client, o);
     const capabilities = () => this.session.capabilities;
-    this.reads = new Reads(this.client, o.owner, capabilities);
+    this.names = new MapNames(o.sniMaps ?? []);
+    this.reads = new Reads(this.client, o.owner, capabilities, this.names);
+    this.mapFiles = new MapFiles(this.client);
+    this.persistence = new Persistence(this.client, {
+      debounceMs: o.persistDebounceMs ?? 100,
+      maxDelayMs: o.persistMaxDelayMs ?? 1000,
+      logger: o.logger,
+      lines: () => lineTagsFor(capabilities()),
+      written: (version) => this.maps.movedTo(version),
+    });
+    this.maps = new MapState(this.client, o.owner, capabilities, this.persistence);
     this.transactions = new Transactions(this.client, this.reloads, o);
     this.rawFile = new RawFile(this.client, this.reloads, { ...o, capabilities });
     this.session = new Session(
@@ -83,10 +104,36 @@ export class DataplaneProvider implements Provider {
     }
   }
 
-  async readState(signal: AbortSignal): Promise<RawState> {
+  /**
+   * The configuration as read; where a frontend routes by a map, completed with what HAProxy runs (map
+   * entries, servers), kept while the configuration version and HAProxy's worker stay the same (`fresh`:
+   * read all of it again).
+   */
+  async readState(signal: AbortSignal, options: ReadOptions = {}): Promise<RawState> {
     await this.ready(signal);
     try {
-      return await this.reads.handOut(signal);
+      const snapshot = await this.reads.read(signal);
+      if (!routesByMap(snapshot)) return this.reads.handOutFrom(snapshot);
+      const counter = { requests: 0 };
+      const { pid } = await this.maps.worker(signal, counter);
+      const kept = options.fresh ? undefined : this.maps.cached(snapshot.version, pid);
+      if (kept) {
+        if (kept.snapshot) this.reads.register(kept.state, kept.snapshot);
+        return kept.state;
+      }
+      const raw = this.reads.handOutFrom(snapshot);
+      await this.maps.complete(raw, signal, counter);
+      this.maps.remember(raw, pid, snapshot.version, snapshot);
+      return raw;
+    } catch (err) {
+      throw this.translate(err);
+    }
+  }
+
+  /** Changes whenever another HAProxy process runs (a reload or restart by anyone). */
+  async revision(signal: AbortSignal): Promise<string> {
+    try {
+      return (await this.maps.worker(signal, { requests: 0 })).revision;
     } catch (err) {
       throw this.translate(err);
     }
@@ -97,13 +144,26 @@ export class DataplaneProvider implements Provider {
     if (plan.operations.length === 0) return { reload: 'none', requests: 0 };
     await this.ready(signal);
     const counter = { requests: 0 };
+    for (const name of mapsOf(plan)) this.names.learn(name);
+    const runtimeOps = runtimeMapOps(plan, current);
+    if (runtimeOps) return this.applyAtRuntime(plan, runtimeOps, current, signal, counter);
     let after: Snapshot | undefined;
     try {
-      const snapshot = await this.reads.snapshotOf(current, signal);
+      // Servers added at runtime reach the file before anything is written (and reloaded) from it.
+      const flushed = this.persistence.isPending;
+      if (flushed) await this.persistence.flush();
+      const snapshot = flushed ? await this.reads.read(signal) : await this.reads.snapshotOf(current, signal);
+      const files = await this.writeMaps(plan, current, signal, counter);
+      this.maps.forget();
       const work = planWrites(plan, snapshot, {
         runtimeMaxServers: this.o.runtimeMaxServers,
         owner: this.o.owner,
         tags: this.session.capabilities,
+        mapFile: (name) => {
+          const file = files.get(name);
+          if (file === undefined) throw new Error(`map ${name} was not stored before the writes`);
+          return file;
+        },
       });
       signal.throwIfAborted();
       if (work.kind === 'none') return { reload: 'none', requests: 0 };
@@ -127,6 +187,63 @@ export class DataplaneProvider implements Provider {
     }
   }
 
+  /**
+   * Map routing's runtime path: no configuration write, no reload. The servers changed are written to the
+   * file soon after (`persist.ts`); what is kept for the next pass is the state with the plan applied.
+   */
+  private async applyAtRuntime(
+    plan: Plan,
+    ops: RuntimeOp[],
+    current: RawState,
+    signal: AbortSignal,
+    counter: { requests: number },
+  ): Promise<ApplyReport> {
+    const after = applyOperations(current, plan.operations, this.o.owner);
+    const touched = new Map<string, RawServer[]>();
+    for (const op of ops)
+      if ('server' in op)
+        touched.set(op.backend, after.backends.find((b) => b.name === op.backend)?.servers ?? []);
+    try {
+      await applyRuntimeOps(this.client, ops, signal, counter);
+    } catch (err) {
+      // Some steps may have run: the next read reads what HAProxy runs (and persists what it finds).
+      this.maps.forget();
+      throw this.translate(err);
+    }
+    this.maps.applied(after);
+    this.persistence.schedule(touched);
+    return { reload: 'none', requests: counter.requests };
+  }
+
+  /**
+   * The SNI maps a reload path needs in the API's storage, by name -> path: a map the plan's frontend starts
+   * routing by, and a map whose entries the plan changes, hold the plan's target entries (the reload loads
+   * them); a map only kept is left as it is.
+   */
+  private async writeMaps(
+    plan: Plan,
+    current: RawState,
+    signal: AbortSignal,
+    counter: { requests: number },
+  ): Promise<Map<string, string>> {
+    const names = mapsOf(plan);
+    const files = new Map<string, string>();
+    if (names.size === 0) return files;
+    const target = applyOperations(current, plan.operations, this.o.owner);
+    const routing = new Set(current.frontends.flatMap((f) => (f.sniMap ? [f.sniMap] : [])));
+    const changed = new Set(
+      plan.operations.flatMap((op) =>
+        op.kind === 'set_map_entry' || op.kind === 'delete_map_entry' ? [op.map] : [],
+      ),
+    );
+    for (const name of names) {
+      const entries = target.maps?.find((m) => m.name === name)?.entries ?? new Map<string, string>();
+      const content = changed.has(name) || !routing.has(name) ? mapText(entries) : undefined;
+      files.set(name, await this.mapFiles.write(name, content, signal, counter));
+    }
+    return files;
+  }
+
   /** The plan's writes by the path that fits them: runtime, edited file, or transaction. */
   private async send(
     plan: Plan,
@@ -148,7 +265,29 @@ export class DataplaneProvider implements Provider {
   }
 
   async close(): Promise<void> {
+    // What runs at runtime reaches the file before the provider goes (best effort: the next start persists
+    // what it finds missing).
+    await this.persistence.flush().catch(() => {});
+    this.persistence.close();
     await this.transactions.close();
     this.client.close();
   }
+}
+
+/** Whether a frontend of `snapshot` routes by an SNI map. */
+function routesByMap(snapshot: Snapshot): boolean {
+  return snapshot.frontends.some((f) =>
+    (f.backend_switching_rule_list ?? []).some((r) => mapRuleFile(r) !== undefined),
+  );
+}
+
+/** The SNI maps a plan names: a frontend's, and those of its map entries. */
+function mapsOf(plan: Plan): Set<string> {
+  const names = new Set<string>();
+  for (const op of plan.operations) {
+    if ((op.kind === 'create_frontend' || op.kind === 'update_frontend') && op.frontend.sniMap)
+      names.add(op.frontend.sniMap);
+    if (op.kind === 'set_map_entry' || op.kind === 'delete_map_entry') names.add(op.map);
+  }
+  return names;
 }

@@ -2,7 +2,7 @@ import type { RawServer, RawState } from '../../haproxy/model.js';
 import type { Operation, Plan } from '../../plan/plan.js';
 import type { DataplaneClient } from './client.js';
 import { DataplaneHttpError } from './client.js';
-import { storageName } from './map-routing.js';
+import { storageName } from './map-names.js';
 import { checkedHost, checkedName, checkedPort, checkedServerAddress } from './mapping.js';
 import type { Counter } from './options.js';
 

@@ -1,5 +1,6 @@
 import type { Tags } from '../../haproxy/model.js';
 import type { BackendSettings, Operation } from '../../plan/plan.js';
+import { mapRuleFile, mapRuleName } from './map-names.js';
 import {
   type ApiBackend,
   type ApiFrontend,
@@ -15,7 +16,6 @@ import {
   ruleHost,
   ruleKey,
 } from './mapping.js';
-import { mapRuleFile, mapRuleName } from './map-routing.js';
 import {
   absentOrRefuse,
   clone,
