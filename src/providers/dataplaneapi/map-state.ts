@@ -70,16 +70,22 @@ export class MapState {
     ]);
     raw.maps = maps.map((name, i) => ({ name, entries: entries[i] as Map<string, string> }));
     const drift = new Map<string, RawServer[]>();
+    // A server not in the file yet is as the service's last apply left it (runtime servers carry no check
+    // flag or tags of their own).
+    const known = new Map(
+      (this.view?.state.backends ?? []).flatMap((b) => b.servers.map((s) => [`${b.name}/${s.name}`, s])),
+    );
     for (const b of raw.backends) {
       if (!this.owner.owns(b.tags)) continue;
       const inFile = new Map(b.servers.map((s) => [s.name, s]));
-      const runs = (running.get(b.name) ?? []).map(
-        (s): RawServer => ({
+      const runs = (running.get(b.name) ?? []).map((s): RawServer => {
+        const was = inFile.get(s.name) ?? known.get(`${b.name}/${s.name}`);
+        return {
           ...s,
-          check: inFile.get(s.name)?.check ?? false,
-          tags: inFile.get(s.name)?.tags ?? (this.tags().serverTags ? this.owner.tags() : b.tags),
-        }),
-      );
+          check: was?.check ?? false,
+          tags: was?.tags ?? (this.tags().serverTags ? this.owner.tags() : b.tags),
+        };
+      });
       if (key(runs) !== key(b.servers)) drift.set(b.name, runs);
       b.servers = runs;
     }

@@ -244,6 +244,11 @@ export class DataplaneProvider implements Provider {
     return files;
   }
 
+  /** The last write of runtime servers to the file: how long it took, and how many backends it wrote. */
+  lastPersistence(): { ms: number; backends: number } | undefined {
+    return this.persistence.last;
+  }
+
   /** The plan's writes by the path that fits them: runtime, edited file, or transaction. */
   private async send(
     plan: Plan,

@@ -24,9 +24,11 @@ const DYNAMIC_BALANCE = new Set(['leastconn', 'roundrobin', 'first', 'random']);
 
 /**
  * The plan's operations when all of them can run at runtime: server and map-entry changes only, at least one
- * of them not a plain endpoint move (those keep their own path), servers without health checks (a check
- * needs more than `add server`), in backends that exist with a dynamic balance, map entries of a map an
- * existing frontend routes by (HAProxy has it loaded). Else undefined: the plan is written and reloaded.
+ * of them not a plain endpoint move (those keep their own path), in backends that exist with a dynamic
+ * balance, map entries of a map an existing frontend routes by (HAProxy has it loaded). Else undefined: the
+ * plan is written and reloaded. A server's `check` is sent with `add server`; HAProxy runs a runtime server's
+ * health checks only once enabled (`enable health`, which the API does not offer), so they start with the
+ * next reload, which loads the persisted line.
  */
 export function runtimeMapOps(plan: Plan, current: RawState): RuntimeOp[] | undefined {
   const ops: RuntimeOp[] = [];
@@ -45,7 +47,7 @@ export function runtimeMapOps(plan: Plan, current: RawState): RuntimeOp[] | unde
       case 'update_server':
       case 'delete_server': {
         const b = backends.get(op.backend);
-        if (!b || !DYNAMIC_BALANCE.has(b.balance) || op.server.check) return undefined;
+        if (!b || !DYNAMIC_BALANCE.has(b.balance)) return undefined;
         if (op.kind !== 'update_server') movesOnly = false;
         ops.push(op);
         break;
@@ -124,7 +126,7 @@ async function setEntry(
 async function addServer(
   client: DataplaneClient,
   backend: string,
-  s: { name: string; address: string; port: number },
+  s: { name: string; address: string; port: number; check: boolean },
   signal: AbortSignal,
   counter: Counter,
 ): Promise<void> {
@@ -133,7 +135,12 @@ async function addServer(
   counter.requests++;
   await client.POST('/services/haproxy/runtime/backends/{parent_name}/servers', {
     params: { path },
-    body: { name, address: checkedServerAddress(s.address), port: checkedPort(s.port, 'server') },
+    body: {
+      name,
+      address: checkedServerAddress(s.address),
+      port: checkedPort(s.port, 'server'),
+      ...(s.check ? { check: 'enabled' as const } : {}),
+    },
     signal,
   });
   counter.requests++;

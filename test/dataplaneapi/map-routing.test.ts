@@ -1,0 +1,147 @@
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import type { RenderOptions } from '../../src/haproxy/render.js';
+import type { DataplaneProvider } from '../../src/providers/dataplaneapi/provider.js';
+import { sniProbe } from '../support/tls.js';
+import { waitFor } from '../support/wait.js';
+import {
+  type Harness,
+  pass,
+  rawConfig,
+  record,
+  resetToForeign,
+  source,
+  startHarness,
+  versionUnderTest,
+} from './harness.js';
+
+/**
+ * Map routing through a real Data Plane API: routes added, moved and deleted at runtime with no reload and
+ * reachable by a real TLS handshake carrying SNI; the runtime servers written to the file without a reload,
+ * so that a reload afterwards keeps every route; an install of per-route backends moved over in one pass.
+ */
+const SNI_MAP = 'kubebyon-test.sni.map';
+const STORED = 'kubebyon-test_sni.map';
+
+describe.skipIf(!source)(`Data Plane API map routing on HAProxy ${versionUnderTest()}`, () => {
+  let h: Harness;
+  let provider: DataplaneProvider;
+  let map: RenderOptions;
+  const alpha = () => record('alpha', 'alpha.example.com', h.alpha.port);
+  const beta = () => record('beta', 'beta.example.com', h.beta.port);
+
+  beforeAll(async () => {
+    h = await startHarness();
+    map = { ...h.render, routing: 'map', sniMap: SNI_MAP, minSlots: 4, healthChecks: false };
+  });
+  afterAll(async () => {
+    await h?.close();
+  });
+  beforeEach(async () => {
+    await resetToForeign(h.tb);
+    provider = h.provider({ sniMaps: [SNI_MAP] });
+  });
+
+  /** Servers of slot backends as the file holds them, `backend/address:port`. */
+  async function slotServersInFile(): Promise<string[]> {
+    const out: string[] = [];
+    let backend = '';
+    for (const line of (await rawConfig(h.tb)).split('\n')) {
+      const b = /^backend (\S+)/.exec(line);
+      if (b?.[1]) backend = b[1];
+      const s = /^\s+server \S+ (\S+)/.exec(line);
+      if (s?.[1] && /slot_\d+$/.test(backend)) out.push(`${backend.replace(/^.*(slot_\d+)$/, '$1')}/${s[1]}`);
+    }
+    return out.sort();
+  }
+
+  it('adds, moves and deletes routes at runtime, persists them without a reload, and a reload keeps them', async () => {
+    const first = await pass(h, provider, [alpha()], map);
+    expect(first.result.ok, first.result.error).toBe(true);
+    expect(await sniProbe(h.sniPort, 'alpha.example.com')).toEqual({ reached: 'alpha' });
+    const loads = h.tb.loadCount();
+
+    const t0 = performance.now();
+    const add = await pass(h, provider, [alpha(), beta()], map);
+    const addMs = performance.now() - t0;
+    expect(add.result.ok, add.result.error).toBe(true);
+    expect(await sniProbe(h.sniPort, 'BETA.example.com')).toEqual({ reached: 'beta' });
+
+    const moved = record('alpha', 'alpha.example.com', h.gamma.port);
+    const move = await pass(h, provider, [moved, beta()], map);
+    expect(move.result.ok, move.result.error).toBe(true);
+    expect(await sniProbe(h.sniPort, 'alpha.example.com')).toEqual({ reached: 'gamma' });
+
+    const t1 = performance.now();
+    const del = await pass(h, provider, [moved], map);
+    const delMs = performance.now() - t1;
+    expect(del.result.ok, del.result.error).toBe(true);
+    expect(await sniProbe(h.sniPort, 'beta.example.com')).toEqual({ reached: 'console' });
+    expect(h.tb.loadCount()).toBe(loads);
+
+    // Written to the file within about a second, still without a reload.
+    await waitFor(
+      async () => (await slotServersInFile()).join() === `slot_00001/127.0.0.1:${h.gamma.port}`,
+      5_000,
+      'the runtime servers in the file',
+      { everyMs: 50 },
+    ).catch(async (err) => {
+      throw new Error(`${err}: ${(await slotServersInFile()).join()}`);
+    });
+    expect(h.tb.loadCount()).toBe(loads);
+    const stored = await h.tb.api.get(`/services/haproxy/runtime/maps/${STORED}/entries`);
+    expect(
+      (stored.data as Array<{ key: string; value: string }>).map(
+        (e) => `${e.key} ${e.value.replace(/^.*(slot_\d+)$/, '$1')}`,
+      ),
+    ).toEqual(['alpha.example.com slot_00001']);
+    console.log(
+      `[${versionUnderTest()} ${h.tb.version}] add pass ${addMs.toFixed(0)} ms, delete pass ${delMs.toFixed(0)} ms, persistence`,
+      provider.lastPersistence(),
+    );
+
+    // A reload by someone else: the route is in the files HAProxy loads.
+    await h.tb.masterCli('reload');
+    await waitFor(() => h.tb.loadCount() > loads, 10_000, 'the forced reload', { everyMs: 25 });
+    await waitFor(
+      async () => JSON.stringify(await sniProbe(h.sniPort, 'alpha.example.com')) === '{"reached":"gamma"}',
+      5_000,
+      'alpha after the reload',
+    );
+    const again = await pass(h, h.provider({ sniMaps: [SNI_MAP] }), [moved], map);
+    expect(again.result.ok, again.result.error).toBe(true);
+    expect(again.changed).toBe(false);
+  });
+
+  it('finds runtime servers missing from the file (a crash before persistence) and writes them', async () => {
+    expect((await pass(h, provider, [alpha()], map)).result.ok).toBe(true);
+    // A provider that would persist only after a minute stands for one killed before it did.
+    const doomed = h.provider({ sniMaps: [SNI_MAP], persistDebounceMs: 60_000, persistMaxDelayMs: 60_000 });
+    const loads = h.tb.loadCount();
+    expect((await pass(h, doomed, [alpha(), beta()], map)).result.ok).toBe(true);
+    expect(await sniProbe(h.sniPort, 'beta.example.com')).toEqual({ reached: 'beta' });
+    expect(await slotServersInFile()).toHaveLength(1);
+    // The next process reads what HAProxy runs and writes what the file lacks.
+    const next = h.provider({ sniMaps: [SNI_MAP] });
+    const report = await pass(h, next, [alpha(), beta()], map);
+    expect(report.changed).toBe(false);
+    await waitFor(async () => (await slotServersInFile()).length === 2, 5_000, 'both servers in the file');
+    expect(h.tb.loadCount()).toBe(loads);
+  });
+
+  it('moves an install of per-route backends and rules to the map in one pass with one reload', async () => {
+    const rules = await pass(h, provider, [alpha(), beta()], h.render);
+    expect(rules.result.ok, rules.result.error).toBe(true);
+    const loads = h.tb.loadCount();
+    const upgrade = await pass(h, h.provider({ sniMaps: [SNI_MAP] }), [alpha(), beta()], map);
+    expect(upgrade.result.ok, upgrade.result.error).toBe(true);
+    await waitFor(() => h.tb.loadCount() === loads + 1, 10_000, 'one reload');
+    expect(await sniProbe(h.sniPort, 'alpha.example.com')).toEqual({ reached: 'alpha' });
+    expect(await sniProbe(h.sniPort, 'beta.example.com')).toEqual({ reached: 'beta' });
+    const text = await rawConfig(h.tb);
+    expect(text).toContain(`use_backend %[req.ssl_sni,lower,map(`);
+    expect(text).not.toMatch(/use_backend \S+ if \{ req\.ssl_sni/);
+    const converged = await pass(h, h.provider({ sniMaps: [SNI_MAP] }), [alpha(), beta()], map);
+    expect(converged.changed).toBe(false);
+    expect(h.tb.loadCount()).toBe(loads + 1);
+  });
+});
