@@ -1,7 +1,8 @@
+import { connect, createServer } from 'node:tls';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { RenderOptions } from '../../src/haproxy/render.js';
 import type { DataplaneProvider } from '../../src/providers/dataplaneapi/provider.js';
-import { sniProbe } from '../support/tls.js';
+import { sniProbe, testKeyPair } from '../support/tls.js';
 import { waitFor } from '../support/wait.js';
 import {
   type Harness,
@@ -26,6 +27,12 @@ describe.skipIf(!source)(`Data Plane API map routing on HAProxy ${versionUnderTe
   let h: Harness;
   let provider: DataplaneProvider;
   let map: RenderOptions;
+  const made: DataplaneProvider[] = [];
+  const mapProvider = (o: Parameters<Harness['provider']>[0] = {}) => {
+    const p = h.provider({ sniMaps: [SNI_MAP], ...o });
+    made.push(p);
+    return p;
+  };
   const alpha = () => record('alpha', 'alpha.example.com', h.alpha.port);
   const beta = () => record('beta', 'beta.example.com', h.beta.port);
 
@@ -37,8 +44,10 @@ describe.skipIf(!source)(`Data Plane API map routing on HAProxy ${versionUnderTe
     await h?.close();
   });
   beforeEach(async () => {
+    // A write of runtime servers still due from the last test would race the reset.
+    for (const p of made.splice(0)) await p.persisted().catch(() => {});
     await resetToForeign(h.tb);
-    provider = h.provider({ sniMaps: [SNI_MAP] });
+    provider = mapProvider();
   });
 
   /** Servers of slot backends as the file holds them, `backend/address:port`. */
@@ -107,21 +116,63 @@ describe.skipIf(!source)(`Data Plane API map routing on HAProxy ${versionUnderTe
       5_000,
       'alpha after the reload',
     );
-    const again = await pass(h, h.provider({ sniMaps: [SNI_MAP] }), [moved], map);
+    const again = await pass(h, mapProvider(), [moved], map);
     expect(again.result.ok, again.result.error).toBe(true);
     expect(again.changed).toBe(false);
+  });
+
+  it('deletes a route whose server holds an open stream (like a watch)', async () => {
+    // A backend that keeps every connection open, as an API server does for a watch.
+    const held = createServer(testKeyPair(), (socket) => socket.write('held\n'));
+    await new Promise<void>((resolve) => held.listen(0, '127.0.0.1', () => resolve()));
+    const port = (held.address() as { port: number }).port;
+    const watch = record('watch', 'watch.example.com', port);
+    try {
+      expect((await pass(h, provider, [alpha(), watch], map)).result.ok).toBe(true);
+      const stream = connect({
+        host: '127.0.0.1',
+        port: h.sniPort,
+        servername: 'watch.example.com',
+        rejectUnauthorized: false,
+      });
+      await new Promise<void>((resolve) => stream.once('data', () => resolve()));
+      const closed = new Promise<void>((resolve) => stream.once('close', () => resolve()));
+      const loads = h.tb.loadCount();
+      // The route closes at once; HAProxy refuses to delete a server with a connection and the API has no
+      // `shutdown sessions`: the server drains in maintenance, and the pass does not fail for it.
+      const del = await pass(h, provider, [alpha()], map);
+      expect(del.result.ok, del.result.error).toBe(true);
+      expect(await sniProbe(h.sniPort, 'watch.example.com')).toEqual({ reached: 'console' });
+      expect(stream.destroyed).toBe(false);
+      stream.destroy();
+      await closed;
+      // Once HAProxy has closed the stream a pass deletes the server, and then there is nothing left to do.
+      await waitFor(
+        async () => {
+          const p = await pass(h, provider, [alpha()], map);
+          return p.result.ok && !p.changed;
+        },
+        10_000,
+        'the drained server deleted',
+        { everyMs: 100 },
+      );
+      expect((await pass(h, mapProvider(), [alpha()], map)).changed).toBe(false);
+      expect(h.tb.loadCount()).toBe(loads);
+    } finally {
+      held.close();
+    }
   });
 
   it('finds runtime servers missing from the file (a crash before persistence) and writes them', async () => {
     expect((await pass(h, provider, [alpha()], map)).result.ok).toBe(true);
     // A provider that would persist only after a minute stands for one killed before it did.
-    const doomed = h.provider({ sniMaps: [SNI_MAP], persistDebounceMs: 60_000, persistMaxDelayMs: 60_000 });
+    const doomed = mapProvider({ persistDebounceMs: 60_000, persistMaxDelayMs: 60_000 });
     const loads = h.tb.loadCount();
     expect((await pass(h, doomed, [alpha(), beta()], map)).result.ok).toBe(true);
     expect(await sniProbe(h.sniPort, 'beta.example.com')).toEqual({ reached: 'beta' });
     expect(await slotServersInFile()).toHaveLength(1);
     // The next process reads what HAProxy runs and writes what the file lacks.
-    const next = h.provider({ sniMaps: [SNI_MAP] });
+    const next = mapProvider();
     const report = await pass(h, next, [alpha(), beta()], map);
     expect(report.changed).toBe(false);
     await waitFor(async () => (await slotServersInFile()).length === 2, 5_000, 'both servers in the file');
@@ -132,7 +183,7 @@ describe.skipIf(!source)(`Data Plane API map routing on HAProxy ${versionUnderTe
     const rules = await pass(h, provider, [alpha(), beta()], h.render);
     expect(rules.result.ok, rules.result.error).toBe(true);
     const loads = h.tb.loadCount();
-    const upgrade = await pass(h, h.provider({ sniMaps: [SNI_MAP] }), [alpha(), beta()], map);
+    const upgrade = await pass(h, mapProvider(), [alpha(), beta()], map);
     expect(upgrade.result.ok, upgrade.result.error).toBe(true);
     await waitFor(() => h.tb.loadCount() === loads + 1, 10_000, 'one reload');
     expect(await sniProbe(h.sniPort, 'alpha.example.com')).toEqual({ reached: 'alpha' });
@@ -140,7 +191,7 @@ describe.skipIf(!source)(`Data Plane API map routing on HAProxy ${versionUnderTe
     const text = await rawConfig(h.tb);
     expect(text).toContain(`use_backend %[req.ssl_sni,lower,map(`);
     expect(text).not.toMatch(/use_backend \S+ if \{ req\.ssl_sni/);
-    const converged = await pass(h, h.provider({ sniMaps: [SNI_MAP] }), [alpha(), beta()], map);
+    const converged = await pass(h, mapProvider(), [alpha(), beta()], map);
     expect(converged.changed).toBe(false);
     expect(h.tb.loadCount()).toBe(loads + 1);
   });

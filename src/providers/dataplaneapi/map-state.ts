@@ -78,15 +78,20 @@ export class MapState {
     for (const b of raw.backends) {
       if (!this.owner.owns(b.tags)) continue;
       const inFile = new Map(b.servers.map((s) => [s.name, s]));
-      const runs = (running.get(b.name) ?? []).map((s): RawServer => {
+      const list = running.get(b.name) ?? [];
+      const runs = list.map((s): RawServer => {
         const was = inFile.get(s.name) ?? known.get(`${b.name}/${s.name}`);
         return {
-          ...s,
+          name: s.name,
+          address: s.address,
+          port: s.port,
           check: was?.check ?? false,
           tags: was?.tags ?? (this.tags().serverTags ? this.owner.tags() : b.tags),
         };
       });
-      if (key(runs) !== key(b.servers)) drift.set(b.name, runs);
+      // A server in maintenance is draining (a delete waits for its streams): it stays out of the file.
+      const serving = runs.filter((_, i) => !list[i]?.maint);
+      if (key(serving) !== key(b.servers.filter((s) => !draining(list, s.name)))) drift.set(b.name, serving);
       b.servers = runs;
     }
     this.persistence.schedule(drift);
@@ -111,6 +116,10 @@ export class MapState {
   forget(): void {
     this.view = undefined;
   }
+}
+
+function draining(list: ReadonlyArray<{ name: string; maint: boolean }>, name: string): boolean {
+  return list.some((s) => s.name === name && s.maint);
 }
 
 function key(servers: ReadonlyArray<{ name: string; address: string; port: number }>): string {

@@ -203,14 +203,17 @@ export class DataplaneProvider implements Provider {
     for (const op of ops)
       if ('server' in op)
         touched.set(op.backend, after.backends.find((b) => b.name === op.backend)?.servers ?? []);
+    let draining = 0;
     try {
-      await applyRuntimeOps(this.client, ops, signal, counter);
+      ({ draining } = await applyRuntimeOps(this.client, ops, signal, counter));
     } catch (err) {
       // Some steps may have run: the next read reads what HAProxy runs (and persists what it finds).
       this.maps.forget();
       throw this.translate(err);
     }
-    this.maps.applied(after);
+    // A server left draining still runs: the next pass reads what runs and deletes it once it can.
+    if (draining > 0) this.maps.forget();
+    else this.maps.applied(after);
     this.persistence.schedule(touched);
     return { reload: 'none', requests: counter.requests };
   }
@@ -242,6 +245,11 @@ export class DataplaneProvider implements Provider {
       files.set(name, await this.mapFiles.write(name, content, signal, counter));
     }
     return files;
+  }
+
+  /** Resolves once what was changed at runtime is in the file (rejects when the write fails). */
+  async persisted(): Promise<void> {
+    await this.persistence.flush();
   }
 
   /** The last write of runtime servers to the file: how long it took, and how many backends it wrote. */

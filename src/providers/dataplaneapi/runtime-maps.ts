@@ -1,4 +1,4 @@
-import type { RawServer, RawState } from '../../haproxy/model.js';
+import type { RawState } from '../../haproxy/model.js';
 import type { Operation, Plan } from '../../plan/plan.js';
 import type { DataplaneClient } from './client.js';
 import { DataplaneHttpError } from './client.js';
@@ -59,13 +59,14 @@ export function runtimeMapOps(plan: Plan, current: RawState): RuntimeOp[] | unde
   return movesOnly ? undefined : ops;
 }
 
-/** Sends `ops` in order; `stored(map)` is the map's name in the API's storage. */
+/** Sends `ops` in order; answers how many servers were left draining (not deleted yet). */
 export async function applyRuntimeOps(
   client: DataplaneClient,
   ops: readonly RuntimeOp[],
   signal: AbortSignal,
   counter: Counter,
-): Promise<void> {
+): Promise<{ draining: number }> {
+  let draining = 0;
   for (const op of ops) {
     signal.throwIfAborted();
     switch (op.kind) {
@@ -73,12 +74,13 @@ export async function applyRuntimeOps(
         await addServer(client, op.backend, op.server, signal, counter);
         break;
       case 'update_server':
-        // Runtime servers have no endpoint change of their own: the old one goes, the new one comes.
-        await removeServer(client, op.backend, op.server.name, signal, counter);
-        await addServer(client, op.backend, op.server, signal, counter);
+        // Runtime servers have no endpoint change of their own: the old one goes, the new one comes. One
+        // that cannot go yet (streams open) is in maintenance: its move waits for the next pass.
+        if (await removeServer(client, op.backend, op.server.name, signal, counter)) draining++;
+        else await addServer(client, op.backend, op.server, signal, counter);
         break;
       case 'delete_server':
-        await removeServer(client, op.backend, op.server.name, signal, counter);
+        if (await removeServer(client, op.backend, op.server.name, signal, counter)) draining++;
         break;
       case 'set_map_entry':
         await setEntry(client, op, signal, counter);
@@ -95,6 +97,7 @@ export async function applyRuntimeOps(
         break;
     }
   }
+  return { draining };
 }
 
 async function setEntry(
@@ -151,14 +154,19 @@ async function addServer(
   });
 }
 
-/** Maintenance first (no new connections), then `del server`; a server already gone is removed. */
+/**
+ * Maintenance first (no new connections), then `del server`; a server already gone is removed. HAProxy
+ * refuses to delete a server that still has connections (a watch held open), and the API offers no
+ * `shutdown sessions`: such a server is left draining in maintenance (its route is already closed to new
+ * connections, the file no longer has it) and the next pass deletes it once its streams have closed.
+ */
 async function removeServer(
   client: DataplaneClient,
   backend: string,
   server: string,
   signal: AbortSignal,
   counter: Counter,
-): Promise<void> {
+): Promise<boolean> {
   const path = { parent_name: checkedName(backend, 'backend'), name: checkedName(server, 'server') };
   try {
     counter.requests++;
@@ -168,14 +176,28 @@ async function removeServer(
       signal,
     });
   } catch (err) {
-    if (err instanceof DataplaneHttpError && err.status === 404) return;
+    if (err instanceof DataplaneHttpError && err.status === 404) return false;
     throw err;
   }
   counter.requests++;
-  await client.DELETE('/services/haproxy/runtime/backends/{parent_name}/servers/{name}', {
-    params: { path },
-    signal,
-  });
+  try {
+    await client.DELETE('/services/haproxy/runtime/backends/{parent_name}/servers/{name}', {
+      params: { path },
+      signal,
+    });
+  } catch (err) {
+    if (err instanceof DataplaneHttpError && /still has connections/i.test(err.apiMessage)) return true;
+    throw err;
+  }
+  return false;
+}
+
+/** A server as HAProxy runs it; `maint`: in maintenance (e.g. left draining by a delete). */
+export interface RunningServer {
+  name: string;
+  address: string;
+  port: number;
+  maint: boolean;
 }
 
 /** The entries HAProxy runs in map `name` (logical), host -> backend. */
@@ -200,13 +222,13 @@ export async function readRunningServers(
   client: DataplaneClient,
   signal: AbortSignal,
   counter: Counter,
-): Promise<Map<string, Array<Pick<RawServer, 'name' | 'address' | 'port'>>>> {
+): Promise<Map<string, RunningServer[]>> {
   counter.requests++;
   const res = await client.GET('/services/haproxy/stats/native', {
     params: { query: { type: 'server' } },
     signal,
   });
-  const out = new Map<string, Array<Pick<RawServer, 'name' | 'address' | 'port'>>>();
+  const out = new Map<string, RunningServer[]>();
   const collections = Array.isArray(res.data) ? res.data : [res.data];
   for (const c of collections)
     for (const s of c?.stats ?? []) {
@@ -214,7 +236,7 @@ export async function readRunningServers(
       const endpoint = parseAddr(s.stats?.addr);
       if (!endpoint) continue;
       const list = out.get(s.backend_name) ?? [];
-      list.push({ name: s.name, ...endpoint });
+      list.push({ name: s.name, ...endpoint, maint: /^MAINT/i.test(s.stats?.status ?? '') });
       out.set(s.backend_name, list);
     }
   return out;
