@@ -163,6 +163,33 @@ describe.skipIf(!source)(`Data Plane API map routing on HAProxy ${versionUnderTe
     }
   });
 
+  it('a reload by someone else before persistence: the revision changes and a fresh pass puts the route back', async () => {
+    expect((await pass(h, provider, [alpha()], map)).result.ok).toBe(true);
+    const slow = mapProvider({ persistDebounceMs: 60_000, persistMaxDelayMs: 60_000 });
+    expect((await pass(h, slow, [alpha(), beta()], map)).result.ok).toBe(true);
+    const before = await slow.revision(AbortSignal.timeout(5_000));
+    const loads = h.tb.loadCount();
+    await h.tb.masterCli('reload');
+    await waitFor(() => h.tb.loadCount() > loads, 10_000, 'the reload', { everyMs: 25 });
+    // The map file kept beta's entry (force_sync) but the new worker lost its runtime server.
+    await waitFor(
+      async () => (await slow.revision(AbortSignal.timeout(5_000))) !== before,
+      5_000,
+      'a new revision',
+    );
+    expect(await sniProbe(h.sniPort, 'beta.example.com')).not.toEqual({ reached: 'beta' });
+    const t0 = performance.now();
+    const repair = await pass(h, slow, [alpha(), beta()], map);
+    const repairMs = performance.now() - t0;
+    expect(repair.result.ok, repair.result.error).toBe(true);
+    expect(repair.changed).toBe(true);
+    expect(await sniProbe(h.sniPort, 'beta.example.com')).toEqual({ reached: 'beta' });
+    expect(h.tb.loadCount()).toBe(loads + 1);
+    console.log(
+      `[${versionUnderTest()} ${h.tb.version}] repair pass after a reload ${repairMs.toFixed(0)} ms`,
+    );
+  });
+
   it('finds runtime servers missing from the file (a crash before persistence) and writes them', async () => {
     expect((await pass(h, provider, [alpha()], map)).result.ok).toBe(true);
     // A provider that would persist only after a minute stands for one killed before it did.
