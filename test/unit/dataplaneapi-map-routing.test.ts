@@ -234,5 +234,13 @@ describe('dataplaneapi provider, map routing, against the fake API', () => {
       ops([{ kind: 'create_backend', backend: { name: 's2', balance: 'leastconn' } }, entry]),
     ).toBeUndefined();
     expect(ops([{ ...entry, map: 'other.map' }])).toBeUndefined();
+    // Rules routing: the server goes into the configuration.
+    const rules = { ...current, frontends: [{ ...current.frontends[0], sniMap: null }] };
+    expect(
+      runtimeMapOps(
+        { operations: [{ kind: 'create_server', backend: 's1', server }], conflicts: [] } as never,
+        rules as never,
+      ),
+    ).toBeUndefined();
   });
 });

@@ -25,7 +25,7 @@ const DYNAMIC_BALANCE = new Set(['leastconn', 'roundrobin', 'first', 'random']);
 /**
  * The plan's operations when all of them can run at runtime: server and map-entry changes only, at least one
  * of them not a plain endpoint move (those keep their own path), in backends that exist with a dynamic
- * balance, map entries of a map an existing frontend routes by (HAProxy has it loaded). Else undefined: the
+ * balance and that only a map routes to (no rule, no default names them), map entries of a map an existing frontend routes by (HAProxy has it loaded). Else undefined: the
  * plan is written and reloaded. A server's `check` is sent with `add server`; HAProxy runs a runtime server's
  * health checks only once enabled (`enable health`, which the API does not offer), so they start with the
  * next reload, which loads the persisted line.
@@ -34,6 +34,11 @@ export function runtimeMapOps(plan: Plan, current: RawState): RuntimeOp[] | unde
   const ops: RuntimeOp[] = [];
   const backends = new Map(current.backends.map((b) => [b.name, b]));
   const maps = new Set(current.frontends.flatMap((f) => (f.sniMap ? [f.sniMap] : [])));
+  // Only where a map routes: backends a rule or a default names keep the configuration's own path.
+  if (maps.size === 0) return undefined;
+  const named = new Set(
+    current.frontends.flatMap((f) => [...f.rules.map((r) => r.backend), f.defaultBackend ?? '']),
+  );
   let movesOnly = true;
   for (const op of plan.operations) {
     switch (op.kind) {
@@ -47,7 +52,7 @@ export function runtimeMapOps(plan: Plan, current: RawState): RuntimeOp[] | unde
       case 'update_server':
       case 'delete_server': {
         const b = backends.get(op.backend);
-        if (!b || !DYNAMIC_BALANCE.has(b.balance)) return undefined;
+        if (!b || !DYNAMIC_BALANCE.has(b.balance) || named.has(b.name)) return undefined;
         if (op.kind !== 'update_server') movesOnly = false;
         ops.push(op);
         break;
