@@ -106,11 +106,14 @@ export class MapState {
     if (this.view) this.view = { ...this.view, state: structuredClone(state) };
   }
 
-  /** The file moved by a write of ours that changed servers only: the state holds, the objects read do not. */
-  movedTo(version: number | undefined): void {
+  /**
+   * The file moved from `from` to `to` by a write of ours that changed servers only: the state kept still
+   * holds, with `snapshot` (the objects read, those servers patched in) when known.
+   */
+  movedTo(from: number | undefined, to: number | undefined, snapshot: Snapshot | undefined): void {
     if (!this.view) return;
-    if (version === undefined) this.view = undefined;
-    else this.view = { ...this.view, version, snapshot: undefined };
+    if (to === undefined || from !== this.view.version) this.view = undefined;
+    else this.view = { ...this.view, version: to, snapshot };
   }
 
   forget(): void {

@@ -17,8 +17,15 @@ export interface PersistOptions {
   logger: Logger;
   /** How server lines carry tags in this API version. */
   lines: () => LineTags;
-  /** Called with the version the write left (the configuration's objects are unchanged but for servers). */
-  written: (version: number | undefined) => void;
+  /**
+   * Called after a write: the version the file was read at and the one the write left (the configuration's
+   * objects are unchanged but for the servers written).
+   */
+  written: (
+    from: number | undefined,
+    to: number | undefined,
+    servers: ReadonlyMap<string, RawServer[]>,
+  ) => void;
 }
 
 const ATTEMPTS = 3;
@@ -142,7 +149,7 @@ export class Persistence {
           body: edited,
         });
         this.last = { ms: Date.now() - started, backends: batch.size };
-        this.o.written(versionOf(pushed.headers));
+        this.o.written(version, versionOf(pushed.headers), batch);
         return;
       } catch (err) {
         const conflict = err instanceof DataplaneHttpError && err.status === 409;

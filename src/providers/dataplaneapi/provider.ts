@@ -4,8 +4,8 @@ import type { Plan } from '../../plan/plan.js';
 import type { ApplyReport, Provider, ProviderInfo, ReadOptions } from '../provider.js';
 import { createClient, type DataplaneClient } from './client.js';
 import { translate } from './errors.js';
-import { MapNames, mapRuleFile } from './map-names.js';
-import { MapFiles, mapText } from './map-routing.js';
+import { MapNames } from './map-names.js';
+import { MapFiles, mapsOf, routesByMap } from './map-routing.js';
 import { MapState } from './map-state.js';
 import type { Snapshot } from './mapping.js';
 import type { WritePlan } from './objects.js';
@@ -18,7 +18,8 @@ import { Reloads } from './reload.js';
 import { applyRuntime } from './runtime.js';
 import { applyRuntimeOps, type RuntimeOp, runtimeMapOps } from './runtime-maps.js';
 import { Session } from './session.js';
-import { snapshotAfter } from './snapshot-after.js';
+import { snapshotAfter, withServersSent } from './snapshot-after.js';
+import { tagWriter } from './tags.js';
 import { Transactions } from './transaction.js';
 import { planWrites } from './writes.js';
 
@@ -71,7 +72,7 @@ export class DataplaneProvider implements Provider {
       maxDelayMs: o.persistMaxDelayMs ?? 1000,
       logger: o.logger,
       lines: () => lineTagsFor(capabilities()),
-      written: (version) => this.maps.movedTo(version),
+      written: (from, to, servers) => this.persistedServers(from, to, servers),
     });
     this.maps = new MapState(this.client, o.owner, capabilities, this.persistence);
     this.transactions = new Transactions(this.client, this.reloads, o);
@@ -153,7 +154,7 @@ export class DataplaneProvider implements Provider {
       const flushed = this.persistence.isPending;
       if (flushed) await this.persistence.flush();
       const snapshot = flushed ? await this.reads.read(signal) : await this.reads.snapshotOf(current, signal);
-      const files = await this.writeMaps(plan, current, signal, counter);
+      const files = await this.mapFiles.forPlan(plan, current, this.o.owner, signal, counter);
       this.maps.forget();
       const work = planWrites(plan, snapshot, {
         runtimeMaxServers: this.o.runtimeMaxServers,
@@ -219,32 +220,23 @@ export class DataplaneProvider implements Provider {
   }
 
   /**
-   * The SNI maps a reload path needs in the API's storage, by name -> path: a map the plan's frontend starts
-   * routing by, and a map whose entries the plan changes, hold the plan's target entries (the reload loads
-   * them); a map only kept is left as it is.
+   * Our own write of servers moved the file from `from` to `to`: the objects read stay valid with those
+   * servers patched in, so the next pass needs no new read of both lists (which costs a parse of the file).
    */
-  private async writeMaps(
-    plan: Plan,
-    current: RawState,
-    signal: AbortSignal,
-    counter: { requests: number },
-  ): Promise<Map<string, string>> {
-    const names = mapsOf(plan);
-    const files = new Map<string, string>();
-    if (names.size === 0) return files;
-    const target = applyOperations(current, plan.operations, this.o.owner);
-    const routing = new Set(current.frontends.flatMap((f) => (f.sniMap ? [f.sniMap] : [])));
-    const changed = new Set(
-      plan.operations.flatMap((op) =>
-        op.kind === 'set_map_entry' || op.kind === 'delete_map_entry' ? [op.map] : [],
-      ),
-    );
-    for (const name of names) {
-      const entries = target.maps?.find((m) => m.name === name)?.entries ?? new Map<string, string>();
-      const content = changed.has(name) || !routing.has(name) ? mapText(entries) : undefined;
-      files.set(name, await this.mapFiles.write(name, content, signal, counter));
+  private persistedServers(
+    from: number | undefined,
+    to: number | undefined,
+    servers: ReadonlyMap<string, RawServer[]>,
+  ): void {
+    const read = this.reads.current;
+    if (read === undefined || from !== read.version || to === undefined) {
+      this.maps.movedTo(from, undefined, undefined);
+      return;
     }
-    return files;
+    const t = { owner: this.o.owner, writer: tagWriter(this.session.capabilities) };
+    const snapshot = withServersSent(read, to, servers, t);
+    this.reads.keep(snapshot);
+    this.maps.movedTo(from, to, snapshot);
   }
 
   /** Resolves once what was changed at runtime is in the file (rejects when the write fails). */
@@ -285,22 +277,4 @@ export class DataplaneProvider implements Provider {
     await this.transactions.close();
     this.client.close();
   }
-}
-
-/** Whether a frontend of `snapshot` routes by an SNI map. */
-function routesByMap(snapshot: Snapshot): boolean {
-  return snapshot.frontends.some((f) =>
-    (f.backend_switching_rule_list ?? []).some((r) => mapRuleFile(r) !== undefined),
-  );
-}
-
-/** The SNI maps a plan names: a frontend's, and those of its map entries. */
-function mapsOf(plan: Plan): Set<string> {
-  const names = new Set<string>();
-  for (const op of plan.operations) {
-    if ((op.kind === 'create_frontend' || op.kind === 'update_frontend') && op.frontend.sniMap)
-      names.add(op.frontend.sniMap);
-    if (op.kind === 'set_map_entry' || op.kind === 'delete_map_entry') names.add(op.map);
-  }
-  return names;
 }

@@ -81,6 +81,11 @@ export class Reads {
     this.state = snapshot ? readState(snapshot, this.owner, this.tags(), this.names) : undefined;
   }
 
+  /** The objects last read or kept, if any. */
+  get current(): Snapshot | undefined {
+    return this.snapshot;
+  }
+
   /** What was read no longer tells what is there: the next read lists both sections again. */
   forget(): void {
     this.keep(undefined);
