@@ -4,7 +4,7 @@ import type { DataplaneClient } from './client.js';
 import type { Snapshot } from './mapping.js';
 import type { Counter } from './options.js';
 import type { Persistence } from './persist.js';
-import { readMapEntries, readRunningServers } from './runtime-maps.js';
+import { readMapEntries, readRunningServers, readStoredEntries } from './runtime-maps.js';
 
 /**
  * What HAProxy runs, for map routing: the configuration as read, with the SNI maps' runtime entries and the
@@ -26,6 +26,12 @@ const START_SLACK_S = 3;
 export class MapState {
   private view: View | undefined;
   private process: { pid: number; start: number; generation: number } | undefined;
+  /**
+   * Whether the API can drive runtime servers on this HAProxy: seen working on 3.0; on 2.6 the API adds one
+   * (201) but then answers 404 `no data for <backend>/<server>` to every GET, PUT and DELETE of it, so it
+   * could never be enabled. Unknown until the first read of the worker.
+   */
+  runtimeServers: boolean | undefined;
 
   constructor(
     private readonly client: DataplaneClient,
@@ -40,6 +46,8 @@ export class MapState {
     const res = await this.client.GET('/services/haproxy/runtime/info', { signal });
     const info = (Array.isArray(res.data) ? res.data[0] : res.data)?.info;
     const pid = info?.pid ?? 0;
+    const major = /^(\d+)\.\d+/.exec(String(info?.version ?? ''))?.[1];
+    if (major !== undefined) this.runtimeServers = Number(major) >= 3;
     const start = Math.floor(Date.now() / 1000) - (info?.uptime ?? 0);
     const p = this.process;
     // The same pid in a restarted container is another process: its start time tells.
@@ -64,6 +72,13 @@ export class MapState {
   async complete(raw: RawState, signal: AbortSignal, counter: Counter): Promise<void> {
     const maps = [...new Set(raw.frontends.flatMap((f) => (f.sniMap ? [f.sniMap] : [])))];
     if (maps.length === 0) return;
+    if (this.runtimeServers === false) {
+      // HAProxy 2.6: the API's runtime reads answer nothing usable (stats empty, map entries parsed from the
+      // master's help text), and every change was written and reloaded: the files are what runs.
+      const entries = await Promise.all(maps.map((m) => readStoredEntries(this.client, m, signal, counter)));
+      raw.maps = maps.map((name, i) => ({ name, entries: entries[i] as Map<string, string> }));
+      return;
+    }
     const [running, ...entries] = await Promise.all([
       readRunningServers(this.client, signal, counter),
       ...maps.map((m) => readMapEntries(this.client, m, signal, counter)),

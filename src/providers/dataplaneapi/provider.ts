@@ -146,7 +146,8 @@ export class DataplaneProvider implements Provider {
     await this.ready(signal);
     const counter = { requests: 0 };
     for (const name of mapsOf(plan)) this.names.learn(name);
-    const runtimeOps = runtimeMapOps(plan, current);
+    // Unknown (no read of the worker yet) counts as able: a failure there makes the loop read again.
+    const runtimeOps = this.maps.runtimeServers === false ? undefined : runtimeMapOps(plan, current);
     if (runtimeOps) return this.applyAtRuntime(plan, runtimeOps, current, signal, counter);
     let after: Snapshot | undefined;
     try {

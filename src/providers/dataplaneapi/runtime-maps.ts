@@ -253,3 +253,23 @@ function parseAddr(addr: string | undefined): { address: string; port: number } 
   if (!m?.[1] || !m[2]) return undefined;
   return { address: m[1], port: Number(m[2]) };
 }
+
+/** The entries of map `name` (logical) as its file in the API's storage holds them. */
+export async function readStoredEntries(
+  client: DataplaneClient,
+  name: string,
+  signal: AbortSignal,
+  counter: Counter,
+): Promise<Map<string, string>> {
+  counter.requests++;
+  const res = await client.GET('/services/haproxy/storage/maps/{name}', {
+    params: { path: { name: storageName(name) } },
+    signal,
+  });
+  const entries = new Map<string, string>();
+  for (const line of String(typeof res.data === 'string' ? res.data : '').split('\n')) {
+    const [host, backend] = line.trim().split(/\s+/);
+    if (host && backend && !host.startsWith('#')) entries.set(host, backend);
+  }
+  return entries;
+}
