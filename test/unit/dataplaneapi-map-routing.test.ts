@@ -12,6 +12,7 @@ import { readFrontend } from '../../src/providers/dataplaneapi/mapping.js';
 import { withServers } from '../../src/providers/dataplaneapi/persist.js';
 import { DataplaneProvider } from '../../src/providers/dataplaneapi/provider.js';
 import { lineTagsFor } from '../../src/providers/dataplaneapi/raw-lines.js';
+import { editConfigText } from '../../src/providers/dataplaneapi/raw-text.js';
 import { runtimeMapOps } from '../../src/providers/dataplaneapi/runtime-maps.js';
 import { resolveRoutes } from '../../src/routes/route.js';
 import { type FakeDataplaneApi, startFakeDataplaneApi } from '../support/fake-dataplaneapi.js';
@@ -62,6 +63,25 @@ describe('map names and the map rule, as the real API stores and reads them', ()
     expect(f.rules.map((r) => r.backend)).toEqual(['b1']);
   });
 
+  it('the edited file ignores map entries (they are the map file’s) while it adds slots', () => {
+    const text = 'backend s1\n  mode tcp\n  balance leastconn\n';
+    const before = {
+      frontends: [],
+      backends: [{ name: 's1', balance: 'leastconn', servers: [], tags: registry.tags() }],
+    };
+    const out = editConfigText(
+      text,
+      before,
+      [
+        { kind: 'delete_map_entry', map: SNI_MAP, host: 'gone.example.com', backend: 's1' },
+        { kind: 'create_backend', backend: { name: 's2', balance: 'leastconn' } },
+      ],
+      registry,
+      { ownership: 'description', serverTags: false } as never,
+    );
+    expect(out).toContain('backend s2');
+  });
+
   it('persistence rewrites only the named backends’ server lines', () => {
     const text =
       'backend s1\n  mode tcp\n  server old 10.0.0.1:1\n\nbackend other\n  server keep 10.0.0.2:2\n';
@@ -99,7 +119,7 @@ describe('dataplaneapi provider, map routing, against the fake API', () => {
       prepareTransactions: false,
       owner: registry,
       logger: silent,
-      sniMaps: [SNI_MAP],
+      // No sniMaps: the default map name is the owner's (`sniMapNameFor`), read back as such.
       persistDebounceMs: 20,
       persistMaxDelayMs: 200,
     });

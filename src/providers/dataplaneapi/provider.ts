@@ -1,4 +1,5 @@
 import type { RawServer, RawState } from '../../haproxy/model.js';
+import { sniMapNameFor } from '../../naming/names.js';
 import { applyOperations } from '../../plan/apply.js';
 import type { Plan } from '../../plan/plan.js';
 import type { ApplyReport, Provider, ProviderInfo, ReadOptions } from '../provider.js';
@@ -64,7 +65,8 @@ export class DataplaneProvider implements Provider {
     });
     this.reloads = new Reloads(this.client, o);
     const capabilities = () => this.session.capabilities;
-    this.names = new MapNames(o.sniMaps ?? []);
+    // The service names its map after its owner id (`sniMapNameFor`), so a restart reads it back by that name.
+    this.names = new MapNames([sniMapNameFor(o.owner.id), ...(o.sniMaps ?? [])]);
     this.reads = new Reads(this.client, o.owner, capabilities, this.names);
     this.mapFiles = new MapFiles(this.client);
     this.persistence = new Persistence(this.client, {
