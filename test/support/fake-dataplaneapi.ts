@@ -16,6 +16,13 @@ import { OpenApiRequestValidator } from './openapi-validator.js';
  */
 export { FAKE_VERSIONS, type FakeVersion } from './fake-dataplaneapi-versions.js';
 
+import {
+  type FakeRuntime,
+  newFakeRuntime,
+  reloadRuntime,
+  runtimeRoute,
+} from './fake-dataplaneapi-runtime.js';
+
 export interface Exchange {
   note: string;
   request: { method: string; path: string; body: unknown };
@@ -67,6 +74,10 @@ export interface FakeDataplaneApi {
   /** Runtime server changes (no reload) and reloads so far. */
   runtimeChanges: number;
   reloads: number;
+  /** Map files, runtime map entries and runtime servers (map routing). */
+  runtime: FakeRuntime;
+  /** The text last pushed to `POST /configuration/raw`. */
+  rawPushed: string | undefined;
   spec: Record<string, unknown>;
   close(): Promise<void>;
 }
@@ -104,10 +115,14 @@ export async function startFakeDataplaneApi(
         backends: new Map((c.backends ?? []).map((b) => [b.name, clone(b)])),
       };
       transactions.clear();
+      fake.runtime = newFakeRuntime();
+      fake.rawPushed = undefined;
       version++;
     },
     runtimeChanges: 0,
     reloads: 0,
+    runtime: newFakeRuntime(),
+    rawPushed: undefined,
     spec,
     close: async () => {},
   };
@@ -146,7 +161,8 @@ export async function startFakeDataplaneApi(
       );
     }
     const isText = String(req.headers['content-type'] ?? '').startsWith('text/plain');
-    const body: unknown = rawBody === '' ? undefined : isText ? rawBody : JSON.parse(rawBody);
+    const isForm = String(req.headers['content-type'] ?? '').startsWith('multipart/form-data');
+    const body: unknown = rawBody === '' || isForm ? undefined : isText ? rawBody : JSON.parse(rawBody);
     for (const problem of validator.check({ method, url: `${path}${url.search}`, body }))
       fake.violations.push(problem);
 
@@ -182,12 +198,14 @@ export async function startFakeDataplaneApi(
       if (method === 'GET' && path === '/services/haproxy/configuration/version')
         return send(res, 200, version);
       if (method === 'GET' && path === '/services/haproxy/configuration/raw')
-        return send(res, 200, `# _version=${version}\n`);
+        return send(res, 200, `# _version=${version}\n${fake.rawPushed ?? rawOf(fake.config)}`);
       if (method === 'POST' && path === '/services/haproxy/configuration/raw') {
         bumpOutside();
+        fake.rawPushed = String(body ?? '').replace(/^# _version=\d+\n/, '');
         if (q.get('skip_reload') !== 'true') {
           pid++;
           fake.reloads++;
+          reloadRuntime(fake.runtime);
         }
         return send(res, 201, String(body ?? ''));
       }
@@ -237,6 +255,7 @@ export async function startFakeDataplaneApi(
           if (replay) return send(res, replay.status, replay.body, withoutVersion(replay.headers));
           pid++;
           fake.reloads++;
+          reloadRuntime(fake.runtime);
           if (q.get('force_reload') === 'true')
             return send(res, 200, { _version: t.version, id, status: 'success' });
           return send(
@@ -308,6 +327,8 @@ export async function startFakeDataplaneApi(
         fake.runtimeChanges++;
         return send(res, 200, server);
       }
+      const answer = runtimeRoute(fake.runtime, fake.config.backends, method, path, body, rawBody);
+      if (answer) return send(res, answer.status, answer.body);
       return error(res, 404, `the fake does not serve ${method} ${path}`);
     } catch (err) {
       const status = (err as { status?: number }).status;
@@ -335,6 +356,18 @@ export async function startFakeDataplaneApi(
       server.close(() => resolve());
     });
   return fake;
+}
+
+/** A minimal file for the raw path: one section per backend with its servers. */
+function rawOf(config: Config): string {
+  const lines: string[] = [];
+  for (const [name, b] of config.backends) {
+    lines.push(`backend ${name}`, '  mode tcp');
+    for (const s of Object.values((b.servers ?? {}) as Record<string, Obj>))
+      lines.push(`  server ${s.name} ${s.address}:${s.port}`);
+    lines.push('');
+  }
+  return lines.join('\n');
 }
 
 // A replayed answer carries the recorded Configuration-Version; the fake's own is the one that matters.

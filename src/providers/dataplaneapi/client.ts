@@ -108,6 +108,15 @@ export interface DataplaneClient {
     path: P,
     init: RequestInit<Op<P, 'delete'>>,
   ): Promise<Success<Op<P, 'delete'>>>;
+  /**
+   * A multipart upload of one file (`POST /services/haproxy/storage/maps`, field `file_upload`): the one
+   * operation whose body is not JSON or text.
+   */
+  upload(
+    path: '/services/haproxy/storage/maps',
+    file: { field: string; name: string; content: string },
+    init?: { signal?: AbortSignal },
+  ): Promise<{ status: number; data: unknown; headers: Record<string, string> }>;
   /** The API root without `/v3`, for messages. */
   readonly url: string;
   close(): void;
@@ -157,7 +166,12 @@ export function createClient(options: ClientOptions): DataplaneClient {
     proxy: false,
   });
 
-  async function send(method: Method, template: string, init: RequestInit<unknown> | undefined) {
+  async function send(
+    method: Method,
+    template: string,
+    init: RequestInit<unknown> | undefined,
+    form?: FormData,
+  ) {
     const params = init?.params as
       | { query?: Record<string, unknown>; path?: Record<string, unknown> }
       | undefined;
@@ -166,11 +180,13 @@ export function createClient(options: ClientOptions): DataplaneClient {
     options.onRequest?.(method, path);
     // Serialized here, once, so that the bytes sent can be counted.
     const data =
-      init?.body === undefined
+      form !== undefined
         ? undefined
-        : typeof init.body === 'string'
-          ? init.body
-          : JSON.stringify(init.body);
+        : init?.body === undefined
+          ? undefined
+          : typeof init.body === 'string'
+            ? init.body
+            : JSON.stringify(init.body);
     if (data !== undefined) options.onBytes?.('sent', Buffer.byteLength(data));
     let res: AxiosResponse<unknown>;
     try {
@@ -178,12 +194,15 @@ export function createClient(options: ClientOptions): DataplaneClient {
         method,
         url: path,
         ...(params?.query ? { params: params.query } : {}),
-        ...(data !== undefined ? { data } : {}),
+        ...(data !== undefined ? { data } : form !== undefined ? { data: form } : {}),
         ...(init?.signal ? { signal: init.signal } : {}),
         timeout: init?.timeoutMs ?? options.timeoutMs,
         headers: {
           ...init?.headers,
-          'Content-Type': typeof init?.body === 'string' ? 'text/plain' : 'application/json',
+          // axios sets the multipart boundary itself.
+          ...(form !== undefined
+            ? {}
+            : { 'Content-Type': typeof init?.body === 'string' ? 'text/plain' : 'application/json' }),
         },
         // Text answers (the raw configuration) stay text.
         transformResponse: (body: unknown, headers) => {
@@ -219,6 +238,12 @@ export function createClient(options: ClientOptions): DataplaneClient {
     POST: (path, init) => send('post', path, init as RequestInit<unknown>) as never,
     PUT: (path, init) => send('put', path, init as RequestInit<unknown>) as never,
     DELETE: (path, init) => send('delete', path, init as RequestInit<unknown>) as never,
+    upload(path, file, init) {
+      const form = new FormData();
+      form.append(file.field, new Blob([file.content], { type: 'text/plain' }), file.name);
+      options.onBytes?.('sent', Buffer.byteLength(file.content));
+      return send('post', path, { ...(init?.signal ? { signal: init.signal } : {}) } as never, form);
+    },
     close() {
       httpAgent.destroy();
       httpsAgent.destroy();

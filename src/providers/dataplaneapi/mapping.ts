@@ -13,6 +13,7 @@ import { validateHost } from '../../routes/host.js';
 import { TerminalError } from '../provider.js';
 import type { TagStore } from './capability.js';
 import type { Schemas } from './client.js';
+import { type MapNames, mapRuleFile } from './map-names.js';
 import { ownTags, sectionTags, taggedByDescription } from './tags.js';
 
 /**
@@ -97,21 +98,34 @@ export function backendTagsOf(backends: readonly ApiBackend[]): (name: string) =
   return (name) => tags.get(name) ?? {};
 }
 
-/** A frontend as raw state; its bind is the one `owner` tagged (another tool may have added more), else the first. */
-export function readFrontend(f: ApiFrontend, owner: Owner, children: ChildTags): RawFrontend {
+/**
+ * A frontend as raw state; its bind is the one `owner` tagged (another tool may have added more), else the
+ * first. The map rule (`use_backend %[req.ssl_sni,lower,map(<file>)]`) is read as `sniMap`, not as a rule.
+ */
+export function readFrontend(
+  f: ApiFrontend,
+  owner: Owner,
+  children: ChildTags,
+  names?: MapNames,
+): RawFrontend {
   const binds = Object.values(f.binds ?? {}).sort(byName);
   const bind = binds.find((b) => owner.owns(children.bind(b))) ?? binds[0];
   const tcp = f.tcp_request_rule_list ?? [];
   const delay = tcp.find((r) => r.type === 'inspect-delay');
+  const all = f.backend_switching_rule_list ?? [];
+  const mapFile = all.map(mapRuleFile).find((file) => file !== undefined);
   return {
     name: f.name,
     bind: bind && typeof bind.port === 'number' ? { address: bind.address || '*', port: bind.port } : null,
     inspectDelayMs: typeof delay?.timeout === 'number' ? delay.timeout : null,
     acceptsTlsHello: tcp.some(isHelloAccept),
     defaultBackend: f.default_backend ?? null,
-    rules: (f.backend_switching_rule_list ?? []).map(
-      (r): RawRule => ({ backend: r.name, host: ruleHost(r), tags: children.rule(r) }),
-    ),
+    rules: all
+      .filter((r) => mapRuleFile(r) === undefined)
+      .map((r): RawRule => ({ backend: r.name, host: ruleHost(r), tags: children.rule(r) })),
+    ...(mapFile !== undefined
+      ? { sniMap: names ? names.logical(mapFile) : (mapFile.split('/').pop() ?? mapFile) }
+      : {}),
     tags: sectionTags(f),
   };
 }
@@ -134,10 +148,10 @@ export function readBackend(b: ApiBackend, store: TagStore): RawBackend {
   return { name: b.name, balance: b.balance?.algorithm ?? '', servers, tags };
 }
 
-export function readState(snapshot: Snapshot, owner: Owner, store: TagStore): RawState {
+export function readState(snapshot: Snapshot, owner: Owner, store: TagStore, names?: MapNames): RawState {
   const backendTags = backendTagsOf(snapshot.backends);
   return {
-    frontends: snapshot.frontends.map((f) => readFrontend(f, owner, childTags(f, backendTags))),
+    frontends: snapshot.frontends.map((f) => readFrontend(f, owner, childTags(f, backendTags), names)),
     backends: snapshot.backends.map((b) => readBackend(b, store)),
   };
 }

@@ -32,6 +32,15 @@ export interface DataplaneProviderOptions {
   prepareTransactions?: boolean;
   /** Where the ids of open transactions are kept across a crash; in memory only when absent. */
   ledgerFile?: string;
+  /**
+   * The SNI maps' names as plans give them (map routing): the API's storage renames a map on upload, and a
+   * frontend's map is read back by this name. Names plans use are learnt as well.
+   */
+  sniMaps?: string[];
+  /** Servers added or removed at runtime are written to the file this long after the last change... */
+  persistDebounceMs?: number;
+  /** ...and at most this long after the first (default 1000). */
+  persistMaxDelayMs?: number;
   /** Whose tags what is written carries (the registry's owner). */
   owner: Owner;
   logger: Logger;

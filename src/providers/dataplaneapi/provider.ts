@@ -1,17 +1,26 @@
-import type { RawState } from '../../haproxy/model.js';
+import type { RawServer, RawState } from '../../haproxy/model.js';
+import { sniMapNameFor } from '../../naming/names.js';
+import { applyOperations } from '../../plan/apply.js';
 import type { Plan } from '../../plan/plan.js';
-import type { ApplyReport, Provider, ProviderInfo } from '../provider.js';
+import type { ApplyReport, Provider, ProviderInfo, ReadOptions } from '../provider.js';
 import { createClient, type DataplaneClient } from './client.js';
 import { translate } from './errors.js';
+import { MapNames } from './map-names.js';
+import { MapFiles, mapsOf, routesByMap } from './map-routing.js';
+import { MapState } from './map-state.js';
 import type { Snapshot } from './mapping.js';
 import type { WritePlan } from './objects.js';
 import type { Applied, Counter, DataplaneProviderOptions } from './options.js';
+import { Persistence } from './persist.js';
 import { RawFile } from './raw-file.js';
+import { lineTagsFor } from './raw-lines.js';
 import { Reads } from './read.js';
 import { Reloads } from './reload.js';
 import { applyRuntime } from './runtime.js';
+import { applyRuntimeOps, type RuntimeOp, runtimeMapOps } from './runtime-maps.js';
 import { Session } from './session.js';
-import { snapshotAfter } from './snapshot-after.js';
+import { snapshotAfter, withServersSent } from './snapshot-after.js';
+import { tagWriter } from './tags.js';
 import { Transactions } from './transaction.js';
 import { planWrites } from './writes.js';
 
@@ -36,6 +45,10 @@ export class DataplaneProvider implements Provider {
   private readonly transactions: Transactions;
   private readonly rawFile: RawFile;
   private readonly session: Session;
+  private readonly names: MapNames;
+  private readonly mapFiles: MapFiles;
+  private readonly persistence: Persistence;
+  private readonly maps: MapState;
 
   constructor(private readonly o: DataplaneProviderOptions) {
     this.client = createClient({
@@ -52,7 +65,18 @@ export class DataplaneProvider implements Provider {
     });
     this.reloads = new Reloads(this.client, o);
     const capabilities = () => this.session.capabilities;
-    this.reads = new Reads(this.client, o.owner, capabilities);
+    // The service names its map after its owner id (`sniMapNameFor`), so a restart reads it back by that name.
+    this.names = new MapNames([sniMapNameFor(o.owner.id), ...(o.sniMaps ?? [])]);
+    this.reads = new Reads(this.client, o.owner, capabilities, this.names);
+    this.mapFiles = new MapFiles(this.client);
+    this.persistence = new Persistence(this.client, {
+      debounceMs: o.persistDebounceMs ?? 100,
+      maxDelayMs: o.persistMaxDelayMs ?? 1000,
+      logger: o.logger,
+      lines: () => lineTagsFor(capabilities()),
+      written: (from, to, servers) => this.persistedServers(from, to, servers),
+    });
+    this.maps = new MapState(this.client, o.owner, capabilities, this.persistence);
     this.transactions = new Transactions(this.client, this.reloads, o);
     this.rawFile = new RawFile(this.client, this.reloads, { ...o, capabilities });
     this.session = new Session(
@@ -83,10 +107,36 @@ export class DataplaneProvider implements Provider {
     }
   }
 
-  async readState(signal: AbortSignal): Promise<RawState> {
+  /**
+   * The configuration as read; where a frontend routes by a map, completed with what HAProxy runs (map
+   * entries, servers), kept while the configuration version and HAProxy's worker stay the same (`fresh`:
+   * read all of it again).
+   */
+  async readState(signal: AbortSignal, options: ReadOptions = {}): Promise<RawState> {
     await this.ready(signal);
     try {
-      return await this.reads.handOut(signal);
+      const snapshot = await this.reads.read(signal);
+      if (!routesByMap(snapshot)) return this.reads.handOutFrom(snapshot);
+      const counter = { requests: 0 };
+      const { pid } = await this.maps.worker(signal, counter);
+      const kept = options.fresh ? undefined : this.maps.cached(snapshot.version, pid);
+      if (kept) {
+        if (kept.snapshot) this.reads.register(kept.state, kept.snapshot);
+        return kept.state;
+      }
+      const raw = this.reads.handOutFrom(snapshot);
+      await this.maps.complete(raw, signal, counter);
+      this.maps.remember(raw, pid, snapshot.version, snapshot);
+      return raw;
+    } catch (err) {
+      throw this.translate(err);
+    }
+  }
+
+  /** Changes whenever another HAProxy process runs (a reload or restart by anyone). */
+  async revision(signal: AbortSignal): Promise<string> {
+    try {
+      return (await this.maps.worker(signal, { requests: 0 })).revision;
     } catch (err) {
       throw this.translate(err);
     }
@@ -97,13 +147,27 @@ export class DataplaneProvider implements Provider {
     if (plan.operations.length === 0) return { reload: 'none', requests: 0 };
     await this.ready(signal);
     const counter = { requests: 0 };
+    for (const name of mapsOf(plan)) this.names.learn(name);
+    // Unknown (no read of the worker yet) counts as able: a failure there makes the loop read again.
+    const runtimeOps = this.maps.runtimeServers === false ? undefined : runtimeMapOps(plan, current);
+    if (runtimeOps) return this.applyAtRuntime(plan, runtimeOps, current, signal, counter);
     let after: Snapshot | undefined;
     try {
-      const snapshot = await this.reads.snapshotOf(current, signal);
+      // Servers added at runtime reach the file before anything is written (and reloaded) from it.
+      const flushed = this.persistence.isPending;
+      if (flushed) await this.persistence.flush();
+      const snapshot = flushed ? await this.reads.read(signal) : await this.reads.snapshotOf(current, signal);
+      const files = await this.mapFiles.forPlan(plan, current, this.o.owner, signal, counter);
+      this.maps.forget();
       const work = planWrites(plan, snapshot, {
         runtimeMaxServers: this.o.runtimeMaxServers,
         owner: this.o.owner,
         tags: this.session.capabilities,
+        mapFile: (name) => {
+          const file = files.get(name);
+          if (file === undefined) throw new Error(`map ${name} was not stored before the writes`);
+          return file;
+        },
       });
       signal.throwIfAborted();
       if (work.kind === 'none') return { reload: 'none', requests: 0 };
@@ -127,6 +191,67 @@ export class DataplaneProvider implements Provider {
     }
   }
 
+  /**
+   * Map routing's runtime path: no configuration write, no reload. The servers changed are written to the
+   * file soon after (`persist.ts`); what is kept for the next pass is the state with the plan applied.
+   */
+  private async applyAtRuntime(
+    plan: Plan,
+    ops: RuntimeOp[],
+    current: RawState,
+    signal: AbortSignal,
+    counter: { requests: number },
+  ): Promise<ApplyReport> {
+    const after = applyOperations(current, plan.operations, this.o.owner);
+    const touched = new Map<string, RawServer[]>();
+    for (const op of ops)
+      if ('server' in op)
+        touched.set(op.backend, after.backends.find((b) => b.name === op.backend)?.servers ?? []);
+    let draining = 0;
+    try {
+      ({ draining } = await applyRuntimeOps(this.client, ops, signal, counter));
+    } catch (err) {
+      // Some steps may have run: the next read reads what HAProxy runs (and persists what it finds).
+      this.maps.forget();
+      throw this.translate(err);
+    }
+    // A server left draining still runs: the next pass reads what runs and deletes it once it can.
+    if (draining > 0) this.maps.forget();
+    else this.maps.applied(after);
+    this.persistence.schedule(touched);
+    return { reload: 'none', requests: counter.requests };
+  }
+
+  /**
+   * Our own write of servers moved the file from `from` to `to`: the objects read stay valid with those
+   * servers patched in, so the next pass needs no new read of both lists (which costs a parse of the file).
+   */
+  private persistedServers(
+    from: number | undefined,
+    to: number | undefined,
+    servers: ReadonlyMap<string, RawServer[]>,
+  ): void {
+    const read = this.reads.current;
+    if (read === undefined || from !== read.version || to === undefined) {
+      this.maps.movedTo(from, undefined, undefined);
+      return;
+    }
+    const t = { owner: this.o.owner, writer: tagWriter(this.session.capabilities) };
+    const snapshot = withServersSent(read, to, servers, t);
+    this.reads.keep(snapshot);
+    this.maps.movedTo(from, to, snapshot);
+  }
+
+  /** Resolves once what was changed at runtime is in the file (rejects when the write fails). */
+  async persisted(): Promise<void> {
+    await this.persistence.flush();
+  }
+
+  /** The last write of runtime servers to the file: how long it took, and how many backends it wrote. */
+  lastPersistence(): { ms: number; backends: number } | undefined {
+    return this.persistence.last;
+  }
+
   /** The plan's writes by the path that fits them: runtime, edited file, or transaction. */
   private async send(
     plan: Plan,
@@ -148,6 +273,10 @@ export class DataplaneProvider implements Provider {
   }
 
   async close(): Promise<void> {
+    // What runs at runtime reaches the file before the provider goes (best effort: the next start persists
+    // what it finds missing).
+    await this.persistence.flush().catch(() => {});
+    this.persistence.close();
     await this.transactions.close();
     this.client.close();
   }

@@ -52,6 +52,8 @@ function touched(operations: readonly Operation[]) {
   for (const op of operations) {
     switch (op.kind) {
       case 'create_frontend':
+        // The map rule needs the map's path in the API's storage: a transaction writes it.
+        if (op.frontend.sniMap) throw new RawEditUnsupported('a frontend that routes by a map');
         t.created.add(op.frontend.name);
         break;
       case 'create_backend':
@@ -94,7 +96,9 @@ export function editConfigText(
   store: TagStore,
 ): string {
   const t = touched(operations);
-  const after = applyOperations(before, operations, owner);
+  // Map entries are the map file's (written apart), not the text's: `before` holds none to check them against.
+  const inText = operations.filter((op) => op.kind !== 'set_map_entry' && op.kind !== 'delete_map_entry');
+  const after = applyOperations(before, inText, owner);
   const lines = lineTagsFor(store);
   const backendTags = new Map(before.backends.map((b) => [b.name, b.tags]));
   const c = parse(text);

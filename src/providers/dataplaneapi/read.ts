@@ -2,6 +2,7 @@ import type { Owner, RawState } from '../../haproxy/model.js';
 import { ConcurrentChangeError } from '../provider.js';
 import type { TagStore } from './capability.js';
 import { type DataplaneClient, versionOf } from './client.js';
+import type { MapNames } from './map-names.js';
 import { readState, type Snapshot } from './mapping.js';
 
 const READ_ATTEMPTS = 3;
@@ -21,14 +22,26 @@ export class Reads {
     private readonly owner: Owner,
     /** Where the API keeps tags; known once the API has been checked, before the first read. */
     private readonly tags: () => TagStore,
+    /** The logical names of SNI maps, for frontends that route by one. */
+    private readonly names?: MapNames,
   ) {}
 
   /** The state as of now, a copy of its own for the caller. */
   async handOut(signal: AbortSignal): Promise<RawState> {
-    const snapshot = await this.read(signal);
-    const raw = structuredClone(this.state ?? readState(snapshot, this.owner, this.tags()));
+    return this.handOutFrom(await this.read(signal));
+  }
+
+  /** The state of `snapshot` (a read of this object's), a copy of its own for the caller. */
+  handOutFrom(snapshot: Snapshot): RawState {
+    const kept = this.snapshot === snapshot ? this.state : undefined;
+    const raw = structuredClone(kept ?? readState(snapshot, this.owner, this.tags(), this.names));
     this.handedOut.set(raw, snapshot);
     return raw;
+  }
+
+  /** `raw` was made from `snapshot` (a state the provider built from it): an apply handed it finds it. */
+  register(raw: RawState, snapshot: Snapshot): void {
+    this.handedOut.set(raw, snapshot);
   }
 
   /**
@@ -65,7 +78,12 @@ export class Reads {
   /** What the API holds now, when known (our own writes applied to what was read); else nothing is kept. */
   keep(snapshot: Snapshot | undefined): void {
     this.snapshot = snapshot;
-    this.state = snapshot ? readState(snapshot, this.owner, this.tags()) : undefined;
+    this.state = snapshot ? readState(snapshot, this.owner, this.tags(), this.names) : undefined;
+  }
+
+  /** The objects last read or kept, if any. */
+  get current(): Snapshot | undefined {
+    return this.snapshot;
   }
 
   /** What was read no longer tells what is there: the next read lists both sections again. */

@@ -1,5 +1,6 @@
 import type { Tags } from '../../haproxy/model.js';
 import type { BackendSettings, Operation } from '../../plan/plan.js';
+import { mapRuleFile, mapRuleName } from './map-names.js';
 import {
   type ApiBackend,
   type ApiFrontend,
@@ -51,6 +52,21 @@ export interface FrontendWork {
 /** What the sections are written with: the tagging, and the tags of each backend as read (rules by shape). */
 export interface SectionContext extends Tagging {
   backendTags: (name: string) => Tags;
+  /** The path of a map in the API's storage (map routing), resolved before the writes are planned. */
+  mapFile?: (name: string) => string;
+}
+
+/** The map rule for `sniMap`: last, after every other rule (a host rule still wins over the map). */
+function mapRule(c: SectionContext, sniMap: string): ApiRule {
+  const file = c.mapFile?.(sniMap);
+  if (file === undefined) throw new RefusedOperationError(`map ${sniMap} is not in the API's storage`);
+  return { name: mapRuleName(file) };
+}
+
+/** `rules` without any map rule, then `map` (the rule to keep or write), if any. */
+function withMap(rules: ApiRule[], map: ApiRule | undefined): ApiRule[] {
+  const others = rules.filter((r) => mapRuleFile(r) === undefined);
+  return map ? [...others, map] : others;
 }
 
 /** The rule list a set_switching_rules asks for: ours built, foreign ones exactly as read. */
@@ -149,7 +165,10 @@ export function frontendWrite(
         ...(f.defaultBackend !== null ? { default_backend: checkedName(f.defaultBackend, 'backend') } : {}),
         binds: { [BIND_NAME]: ownBind(f.bind, c) },
         tcp_request_rule_list: ownTcpRules(f.inspectDelayMs, c),
-        backend_switching_rule_list: w.rules ? rulesFor(w.rules, [], undefined, c) : [],
+        backend_switching_rule_list: withMap(
+          w.rules ? rulesFor(w.rules, [], undefined, c) : [],
+          f.sniMap ? mapRule(c, f.sniMap) : undefined,
+        ),
       },
       c.owner.tags(),
     );
@@ -157,8 +176,18 @@ export function frontendWrite(
   }
   const current = existing(frontends, name, 'frontend');
   const children = childTags(current, c.backendTags);
-  const rulesOf = (op: NonNullable<FrontendWork['rules']>) =>
-    rulesFor(op, current.backend_switching_rule_list ?? [], children, c);
+  const currentRules = current.backend_switching_rule_list ?? [];
+  const currentMap = currentRules.find((r) => mapRuleFile(r) !== undefined);
+  const rulesOf = (op: NonNullable<FrontendWork['rules']>, map: ApiRule | undefined = currentMap) =>
+    withMap(
+      rulesFor(
+        op,
+        currentRules.filter((r) => r !== currentMap),
+        children,
+        c,
+      ),
+      map,
+    );
   if (!w.update) {
     if (!w.rules) throw new Error(`nothing to write for frontend ${name}`);
     // Only the rules change: one replace-all of the list, unless the inspect delay carries a comment an
@@ -189,6 +218,9 @@ export function frontendWrite(
     (r) => !c.owner.owns(children.tcpRule(r)) && r.type !== 'inspect-delay' && !isHelloAccept(r),
   );
   body.tcp_request_rule_list = [...ownTcpRules(f.inspectDelayMs, c), ...otherTcp];
-  if (w.rules) body.backend_switching_rule_list = rulesOf(w.rules);
+  const map = f.sniMap ? mapRule(c, f.sniMap) : undefined;
+  body.backend_switching_rule_list = w.rules
+    ? rulesOf(w.rules, map)
+    : withMap(currentRules.filter((r) => r !== currentMap).map(clone), map);
   return { kind: 'replace_frontend', name, body };
 }

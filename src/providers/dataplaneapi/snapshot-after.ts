@@ -1,5 +1,6 @@
+import type { RawServer } from '../../haproxy/model.js';
 import type { Snapshot } from './mapping.js';
-import { clone, type WritePlan } from './objects.js';
+import { clone, newServer, type Tagging, type WritePlan } from './objects.js';
 
 /**
  * The configuration as the API holds it once `work` has been applied to `snapshot`, at `version`: the objects
@@ -56,4 +57,27 @@ export function snapshotAfter(snapshot: Snapshot, work: WritePlan, version: numb
     }
   }
   return { version, frontends: [...frontends.values()], backends: [...backends.values()] };
+}
+
+/**
+ * `snapshot` at `version` once a write of ours has given the backends named in `servers` exactly those
+ * servers (persistence of runtime servers): a server as read is kept when its endpoint is unchanged. Pure.
+ */
+export function withServersSent(
+  snapshot: Snapshot,
+  version: number,
+  servers: ReadonlyMap<string, RawServer[]>,
+  t: Tagging,
+): Snapshot {
+  const backends = snapshot.backends.map((b) => {
+    const list = servers.get(b.name);
+    if (!list) return b;
+    const kept = new Map(Object.values(b.servers ?? {}).map((s) => [s.name, s]));
+    const objects = list.map((s) => {
+      const was = kept.get(s.name);
+      return was && was.address === s.address && was.port === s.port ? was : newServer(s, t);
+    });
+    return { ...b, servers: Object.fromEntries(objects.map((s) => [s.name, s])) };
+  });
+  return { version, frontends: snapshot.frontends, backends };
 }

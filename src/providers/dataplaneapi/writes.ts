@@ -34,6 +34,8 @@ export interface WriteOptions {
   owner: Owner;
   /** Where the API version keeps tags (`capability.ts`). */
   tags: TagStore;
+  /** The path of each SNI map the plan's frontend writes name, in the API's storage. */
+  mapFile?: (name: string) => string;
 }
 
 /** A plan of server address/port changes only, each to a server of ours as read: the runtime path's case. */
@@ -68,6 +70,7 @@ export function planWrites(plan: Plan, snapshot: Snapshot, options: WriteOptions
     owner: options.owner,
     writer: tagWriter(options.tags),
     backendTags: backendTagsOf(snapshot.backends),
+    ...(options.mapFile ? { mapFile: options.mapFile } : {}),
   };
   const runtime = runtimeUpdates(plan, backends);
   if (runtime && runtime.length <= options.runtimeMaxServers) return { kind: 'runtime', updates: runtime };

@@ -1,0 +1,167 @@
+import type { Logger } from 'pino';
+import type { RawServer } from '../../haproxy/model.js';
+import { ConcurrentChangeError } from '../provider.js';
+import { type DataplaneClient, DataplaneHttpError, versionOf } from './client.js';
+import type { Counter } from './options.js';
+import { type LineTags, parse, render, serverLine } from './raw-lines.js';
+
+/**
+ * Persistence off the critical path: servers added or removed at runtime (`runtime-maps.ts`) are written to
+ * the configuration file soon after, batched, without a reload (`POST /configuration/raw?skip_reload=true`:
+ * checked on the real API, HAProxy does not reload), so that a reload or restart by anyone comes back with
+ * them. At most `maxDelayMs` after the first change waiting, `debounceMs` after the last one.
+ */
+export interface PersistOptions {
+  debounceMs: number;
+  maxDelayMs: number;
+  logger: Logger;
+  /** How server lines carry tags in this API version. */
+  lines: () => LineTags;
+  /**
+   * Called after a write: the version the file was read at and the one the write left (the configuration's
+   * objects are unchanged but for the servers written).
+   */
+  written: (
+    from: number | undefined,
+    to: number | undefined,
+    servers: ReadonlyMap<string, RawServer[]>,
+  ) => void;
+}
+
+const ATTEMPTS = 3;
+const serverRe = /^\s+server\s+(\S+)\s/;
+
+/**
+ * `text` with the server lines of each backend named in `servers` replaced by those servers (a line kept
+ * byte for byte when its server is there with the same endpoint). Backends not in the text are skipped:
+ * whoever deleted one has made its servers moot. Pure.
+ */
+export function withServers(text: string, servers: ReadonlyMap<string, RawServer[]>, t: LineTags): string {
+  const c = parse(text);
+  for (const s of c.sections) {
+    if (s.kind !== 'backend' || s.name === undefined) continue;
+    const want = servers.get(s.name);
+    if (!want) continue;
+    const byName = new Map(want.map((x) => [x.name, x]));
+    let end = s.lines.length;
+    while (end > 1 && (s.lines[end - 1] as string).trim() === '') end--;
+    const kept: string[] = [];
+    const have = new Set<string>();
+    for (const line of s.lines.slice(0, end)) {
+      const name = serverRe.exec(line)?.[1];
+      if (name === undefined) {
+        kept.push(line);
+        continue;
+      }
+      const server = byName.get(name);
+      if (!server) continue;
+      have.add(name);
+      kept.push(sameEndpoint(line, server) ? line : serverLine(server, t));
+    }
+    const added = want.filter((x) => !have.has(x.name)).map((x) => serverLine(x, t));
+    s.lines = [...kept, ...added, ...s.lines.slice(end)];
+  }
+  return render(c);
+}
+
+function sameEndpoint(line: string, s: RawServer): boolean {
+  const endpoint = line.trim().split(/\s+/)[2] ?? '';
+  const address = s.address.includes(':') ? `[${s.address}]` : s.address;
+  return endpoint === `${address}:${s.port}`;
+}
+
+export class Persistence {
+  private readonly pending = new Map<string, RawServer[]>();
+  private timer: NodeJS.Timeout | undefined;
+  private firstAt = 0;
+  private running: Promise<void> | undefined;
+  /** The last persistence's duration and backends written, for logs and the report. */
+  last: { ms: number; backends: number } | undefined;
+
+  constructor(
+    private readonly client: DataplaneClient,
+    private readonly o: PersistOptions,
+  ) {}
+
+  /** Backends whose servers, as now run, must reach the file. */
+  schedule(servers: ReadonlyMap<string, RawServer[]>): void {
+    if (servers.size === 0) return;
+    if (this.pending.size === 0) this.firstAt = Date.now();
+    for (const [b, list] of servers) this.pending.set(b, structuredClone(list));
+    if (this.timer) clearTimeout(this.timer);
+    const wait = Math.max(0, Math.min(this.o.debounceMs, this.firstAt + this.o.maxDelayMs - Date.now()));
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      this.flush().catch((err) =>
+        this.o.logger.warn({ err }, 'runtime servers not yet written to the configuration; retried'),
+      );
+    }, wait);
+    this.timer.unref();
+  }
+
+  get isPending(): boolean {
+    return this.pending.size > 0 || this.running !== undefined;
+  }
+
+  /** Writes what is pending now (and waits for a write under way). A failure keeps it pending and retries. */
+  async flush(): Promise<void> {
+    while (this.running) await this.running.catch(() => {});
+    if (this.pending.size === 0) return;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = undefined;
+    const batch = new Map(this.pending);
+    this.pending.clear();
+    this.running = this.write(batch).finally(() => {
+      this.running = undefined;
+    });
+    try {
+      await this.running;
+    } catch (err) {
+      // Newer changes win over the failed batch's.
+      for (const [b, list] of batch) if (!this.pending.has(b)) this.pending.set(b, list);
+      this.retryLater();
+      throw err;
+    }
+  }
+
+  private retryLater(): void {
+    if (this.timer) return;
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      this.flush().catch(() => {});
+    }, this.o.maxDelayMs);
+    this.timer.unref();
+  }
+
+  private async write(batch: Map<string, RawServer[]>): Promise<void> {
+    const started = Date.now();
+    const counter: Counter = { requests: 0 };
+    for (let attempt = 1; ; attempt++) {
+      const res = await this.client.GET('/services/haproxy/configuration/raw', {});
+      const version = versionOf(res.headers);
+      const text = String(res.data);
+      const edited = withServers(text, batch, this.o.lines());
+      if (edited === text) return;
+      try {
+        counter.requests += 2;
+        const pushed = await this.client.POST('/services/haproxy/configuration/raw', {
+          params: { query: { ...(version !== undefined ? { version } : {}), skip_reload: true } },
+          body: edited,
+        });
+        this.last = { ms: Date.now() - started, backends: batch.size };
+        this.o.written(version, versionOf(pushed.headers), batch);
+        return;
+      } catch (err) {
+        const conflict = err instanceof DataplaneHttpError && err.status === 409;
+        if (!conflict) throw err;
+        if (attempt >= ATTEMPTS)
+          throw new ConcurrentChangeError('the configuration kept changing while servers were persisted');
+      }
+    }
+  }
+
+  close(): void {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = undefined;
+  }
+}

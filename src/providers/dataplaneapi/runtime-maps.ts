@@ -1,0 +1,275 @@
+import type { RawState } from '../../haproxy/model.js';
+import type { Operation, Plan } from '../../plan/plan.js';
+import type { DataplaneClient } from './client.js';
+import { DataplaneHttpError } from './client.js';
+import { storageName } from './map-names.js';
+import { checkedHost, checkedName, checkedPort, checkedServerAddress } from './mapping.js';
+import type { Counter } from './options.js';
+
+/**
+ * Map routing's runtime path: servers of slot backends and SNI map entries changed through HAProxy's runtime
+ * API (`/services/haproxy/runtime/...`), no configuration write, no reload. Steps run in plan order (a new
+ * route's servers before its map entry; a deleted route's entry before its servers), one request each, with
+ * no undo: when one fails, what ran stays, and the loop reads and plans again. Map entries are sent with
+ * `force_sync`, so the map file holds them too; servers are written to the configuration later
+ * (`persist.ts`).
+ */
+export type RuntimeOp = Extract<
+  Operation,
+  { kind: 'create_server' | 'update_server' | 'delete_server' | 'set_map_entry' | 'delete_map_entry' }
+>;
+
+/** Balance algorithms HAProxy can add servers to at runtime. */
+const DYNAMIC_BALANCE = new Set(['leastconn', 'roundrobin', 'first', 'random']);
+
+/**
+ * The plan's operations when all of them can run at runtime: server and map-entry changes only, at least one
+ * of them not a plain endpoint move (those keep their own path), in backends that exist with a dynamic
+ * balance and that only a map routes to (no rule, no default names them), map entries of a map an existing frontend routes by (HAProxy has it loaded). Else undefined: the
+ * plan is written and reloaded. A server's `check` is sent with `add server`; HAProxy runs a runtime server's
+ * health checks only once enabled (`enable health`, which the API does not offer), so they start with the
+ * next reload, which loads the persisted line.
+ */
+export function runtimeMapOps(plan: Plan, current: RawState): RuntimeOp[] | undefined {
+  const ops: RuntimeOp[] = [];
+  const backends = new Map(current.backends.map((b) => [b.name, b]));
+  const maps = new Set(current.frontends.flatMap((f) => (f.sniMap ? [f.sniMap] : [])));
+  // Only where a map routes: backends a rule or a default names keep the configuration's own path.
+  if (maps.size === 0) return undefined;
+  const named = new Set(
+    current.frontends.flatMap((f) => [...f.rules.map((r) => r.backend), f.defaultBackend ?? '']),
+  );
+  let movesOnly = true;
+  for (const op of plan.operations) {
+    switch (op.kind) {
+      case 'set_map_entry':
+      case 'delete_map_entry':
+        if (!maps.has(op.map)) return undefined;
+        movesOnly = false;
+        ops.push(op);
+        break;
+      case 'create_server':
+      case 'update_server':
+      case 'delete_server': {
+        const b = backends.get(op.backend);
+        if (!b || !DYNAMIC_BALANCE.has(b.balance) || named.has(b.name)) return undefined;
+        if (op.kind !== 'update_server') movesOnly = false;
+        ops.push(op);
+        break;
+      }
+      default:
+        return undefined;
+    }
+  }
+  return movesOnly ? undefined : ops;
+}
+
+/** Sends `ops` in order; answers how many servers were left draining (not deleted yet). */
+export async function applyRuntimeOps(
+  client: DataplaneClient,
+  ops: readonly RuntimeOp[],
+  signal: AbortSignal,
+  counter: Counter,
+): Promise<{ draining: number }> {
+  let draining = 0;
+  for (const op of ops) {
+    signal.throwIfAborted();
+    switch (op.kind) {
+      case 'create_server':
+        await addServer(client, op.backend, op.server, signal, counter);
+        break;
+      case 'update_server':
+        // Runtime servers have no endpoint change of their own: the old one goes, the new one comes. One
+        // that cannot go yet (streams open) is in maintenance: its move waits for the next pass.
+        if (await removeServer(client, op.backend, op.server.name, signal, counter)) draining++;
+        else await addServer(client, op.backend, op.server, signal, counter);
+        break;
+      case 'delete_server':
+        if (await removeServer(client, op.backend, op.server.name, signal, counter)) draining++;
+        break;
+      case 'set_map_entry':
+        await setEntry(client, op, signal, counter);
+        break;
+      case 'delete_map_entry':
+        counter.requests++;
+        await client.DELETE('/services/haproxy/runtime/maps/{parent_name}/entries/{id}', {
+          params: {
+            path: { parent_name: storageName(op.map), id: checkedHost(op.host) },
+            query: { force_sync: true },
+          },
+          signal,
+        });
+        break;
+    }
+  }
+  return { draining };
+}
+
+async function setEntry(
+  client: DataplaneClient,
+  op: Extract<RuntimeOp, { kind: 'set_map_entry' }>,
+  signal: AbortSignal,
+  counter: Counter,
+): Promise<void> {
+  const parent_name = storageName(op.map);
+  const key = checkedHost(op.host);
+  const value = checkedName(op.backend, 'backend');
+  counter.requests++;
+  if (op.previous === null) {
+    await client.POST('/services/haproxy/runtime/maps/{parent_name}/entries', {
+      params: { path: { parent_name }, query: { force_sync: true } },
+      body: { key, value },
+      signal,
+    });
+    return;
+  }
+  await client.PUT('/services/haproxy/runtime/maps/{parent_name}/entries/{id}', {
+    params: { path: { parent_name, id: key }, query: { force_sync: true } },
+    body: { value },
+    signal,
+  });
+}
+
+/** `add server` then `enable server`: HAProxy creates a runtime server in maintenance. */
+async function addServer(
+  client: DataplaneClient,
+  backend: string,
+  s: { name: string; address: string; port: number; check: boolean },
+  signal: AbortSignal,
+  counter: Counter,
+): Promise<void> {
+  const path = { parent_name: checkedName(backend, 'backend') };
+  const name = checkedName(s.name, 'server');
+  counter.requests++;
+  await client.POST('/services/haproxy/runtime/backends/{parent_name}/servers', {
+    params: { path },
+    body: {
+      name,
+      address: checkedServerAddress(s.address),
+      port: checkedPort(s.port, 'server'),
+      ...(s.check ? { check: 'enabled' as const } : {}),
+    },
+    signal,
+  });
+  counter.requests++;
+  await client.PUT('/services/haproxy/runtime/backends/{parent_name}/servers/{name}', {
+    params: { path: { ...path, name } },
+    body: { admin_state: 'ready' },
+    signal,
+  });
+}
+
+/**
+ * Maintenance first (no new connections), then `del server`; a server already gone is removed. HAProxy
+ * refuses to delete a server that still has connections (a watch held open), and the API offers no
+ * `shutdown sessions`: such a server is left draining in maintenance (its route is already closed to new
+ * connections, the file no longer has it) and the next pass deletes it once its streams have closed.
+ */
+async function removeServer(
+  client: DataplaneClient,
+  backend: string,
+  server: string,
+  signal: AbortSignal,
+  counter: Counter,
+): Promise<boolean> {
+  const path = { parent_name: checkedName(backend, 'backend'), name: checkedName(server, 'server') };
+  try {
+    counter.requests++;
+    await client.PUT('/services/haproxy/runtime/backends/{parent_name}/servers/{name}', {
+      params: { path },
+      body: { admin_state: 'maint' },
+      signal,
+    });
+  } catch (err) {
+    if (err instanceof DataplaneHttpError && err.status === 404) return false;
+    throw err;
+  }
+  counter.requests++;
+  try {
+    await client.DELETE('/services/haproxy/runtime/backends/{parent_name}/servers/{name}', {
+      params: { path },
+      signal,
+    });
+  } catch (err) {
+    if (err instanceof DataplaneHttpError && /still has connections/i.test(err.apiMessage)) return true;
+    throw err;
+  }
+  return false;
+}
+
+/** A server as HAProxy runs it; `maint`: in maintenance (e.g. left draining by a delete). */
+export interface RunningServer {
+  name: string;
+  address: string;
+  port: number;
+  maint: boolean;
+}
+
+/** The entries HAProxy runs in map `name` (logical), host -> backend. */
+export async function readMapEntries(
+  client: DataplaneClient,
+  name: string,
+  signal: AbortSignal,
+  counter: Counter,
+): Promise<Map<string, string>> {
+  counter.requests++;
+  const res = await client.GET('/services/haproxy/runtime/maps/{parent_name}/entries', {
+    params: { path: { parent_name: storageName(name) } },
+    signal,
+  });
+  const entries = new Map<string, string>();
+  for (const e of res.data ?? []) if (e.key && e.value !== undefined) entries.set(e.key, e.value);
+  return entries;
+}
+
+/** Every server HAProxy runs, by backend, from one stats request (no request per backend). */
+export async function readRunningServers(
+  client: DataplaneClient,
+  signal: AbortSignal,
+  counter: Counter,
+): Promise<Map<string, RunningServer[]>> {
+  counter.requests++;
+  const res = await client.GET('/services/haproxy/stats/native', {
+    params: { query: { type: 'server' } },
+    signal,
+  });
+  const out = new Map<string, RunningServer[]>();
+  const collections = Array.isArray(res.data) ? res.data : [res.data];
+  for (const c of collections)
+    for (const s of c?.stats ?? []) {
+      if (s.type !== 'server' || !s.backend_name || !s.name) continue;
+      const endpoint = parseAddr(s.stats?.addr);
+      if (!endpoint) continue;
+      const list = out.get(s.backend_name) ?? [];
+      list.push({ name: s.name, ...endpoint, maint: /^MAINT/i.test(s.stats?.status ?? '') });
+      out.set(s.backend_name, list);
+    }
+  return out;
+}
+
+/** `1.2.3.4:80` or `[::1]:80`. */
+function parseAddr(addr: string | undefined): { address: string; port: number } | undefined {
+  const m = /^\[?([^\]]+?)\]?:(\d+)$/.exec(addr ?? '');
+  if (!m?.[1] || !m[2]) return undefined;
+  return { address: m[1], port: Number(m[2]) };
+}
+
+/** The entries of map `name` (logical) as its file in the API's storage holds them. */
+export async function readStoredEntries(
+  client: DataplaneClient,
+  name: string,
+  signal: AbortSignal,
+  counter: Counter,
+): Promise<Map<string, string>> {
+  counter.requests++;
+  const res = await client.GET('/services/haproxy/storage/maps/{name}', {
+    params: { path: { name: storageName(name) } },
+    signal,
+  });
+  const entries = new Map<string, string>();
+  for (const line of String(typeof res.data === 'string' ? res.data : '').split('\n')) {
+    const [host, backend] = line.trim().split(/\s+/);
+    if (host && backend && !host.startsWith('#')) entries.set(host, backend);
+  }
+  return entries;
+}

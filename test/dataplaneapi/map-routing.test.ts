@@ -1,0 +1,254 @@
+import { connect, createServer } from 'node:tls';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import type { RenderOptions } from '../../src/haproxy/render.js';
+import type { DataplaneProvider } from '../../src/providers/dataplaneapi/provider.js';
+import { sniProbe, testKeyPair } from '../support/tls.js';
+import { waitFor } from '../support/wait.js';
+import {
+  type Harness,
+  pass,
+  rawConfig,
+  record,
+  resetToForeign,
+  source,
+  startHarness,
+  versionUnderTest,
+} from './harness.js';
+
+/**
+ * Map routing through a real Data Plane API: routes added, moved and deleted at runtime with no reload and
+ * reachable by a real TLS handshake carrying SNI; the runtime servers written to the file without a reload,
+ * so that a reload afterwards keeps every route; an install of per-route backends moved over in one pass.
+ */
+const SNI_MAP = 'kubebyon-test.sni.map';
+const STORED = 'kubebyon-test_sni.map';
+
+/** HAProxy 2.6 behind the API: runtime servers cannot be enabled (see versions.md), so changes reload. */
+const runtime = it.skipIf(versionUnderTest() === '2.6');
+
+describe.skipIf(!source)(`Data Plane API map routing on HAProxy ${versionUnderTest()}`, () => {
+  let h: Harness;
+  let provider: DataplaneProvider;
+  let map: RenderOptions;
+  const made: DataplaneProvider[] = [];
+  const mapProvider = (o: Parameters<Harness['provider']>[0] = {}) => {
+    const p = h.provider({ sniMaps: [SNI_MAP], ...o });
+    made.push(p);
+    return p;
+  };
+  const alpha = () => record('alpha', 'alpha.example.com', h.alpha.port);
+  const beta = () => record('beta', 'beta.example.com', h.beta.port);
+
+  beforeAll(async () => {
+    h = await startHarness();
+    map = { ...h.render, routing: 'map', sniMap: SNI_MAP, minSlots: 4, healthChecks: false };
+  });
+  afterAll(async () => {
+    await h?.close();
+  });
+  beforeEach(async () => {
+    // A write of runtime servers still due from the last test would race the reset.
+    for (const p of made.splice(0)) await p.persisted().catch(() => {});
+    await resetToForeign(h.tb);
+    provider = mapProvider();
+  });
+
+  /** Servers of slot backends as the file holds them, `backend/address:port`. */
+  async function slotServersInFile(): Promise<string[]> {
+    const out: string[] = [];
+    let backend = '';
+    for (const line of (await rawConfig(h.tb)).split('\n')) {
+      const b = /^backend (\S+)/.exec(line);
+      if (b?.[1]) backend = b[1];
+      const s = /^\s+server \S+ (\S+)/.exec(line);
+      if (s?.[1] && /slot_\d+$/.test(backend)) out.push(`${backend.replace(/^.*(slot_\d+)$/, '$1')}/${s[1]}`);
+    }
+    return out.sort();
+  }
+
+  runtime(
+    'adds, moves and deletes routes at runtime, persists them without a reload, and a reload keeps them',
+    async () => {
+      const first = await pass(h, provider, [alpha()], map);
+      expect(first.result.ok, first.result.error).toBe(true);
+      expect(await sniProbe(h.sniPort, 'alpha.example.com')).toEqual({ reached: 'alpha' });
+      const loads = h.tb.loadCount();
+
+      const t0 = performance.now();
+      const add = await pass(h, provider, [alpha(), beta()], map);
+      const addMs = performance.now() - t0;
+      expect(add.result.ok, add.result.error).toBe(true);
+      expect(await sniProbe(h.sniPort, 'BETA.example.com')).toEqual({ reached: 'beta' });
+
+      const moved = record('alpha', 'alpha.example.com', h.gamma.port);
+      const move = await pass(h, provider, [moved, beta()], map);
+      expect(move.result.ok, move.result.error).toBe(true);
+      expect(await sniProbe(h.sniPort, 'alpha.example.com')).toEqual({ reached: 'gamma' });
+
+      const t1 = performance.now();
+      const del = await pass(h, provider, [moved], map);
+      const delMs = performance.now() - t1;
+      expect(del.result.ok, del.result.error).toBe(true);
+      expect(await sniProbe(h.sniPort, 'beta.example.com')).toEqual({ reached: 'console' });
+      expect(h.tb.loadCount()).toBe(loads);
+
+      // Written to the file within about a second, still without a reload.
+      await waitFor(
+        async () => (await slotServersInFile()).join() === `slot_00001/127.0.0.1:${h.gamma.port}`,
+        5_000,
+        'the runtime servers in the file',
+        { everyMs: 50 },
+      ).catch(async (err) => {
+        throw new Error(`${err}: ${(await slotServersInFile()).join()}`);
+      });
+      expect(h.tb.loadCount()).toBe(loads);
+      const stored = await h.tb.api.get(`/services/haproxy/runtime/maps/${STORED}/entries`);
+      expect(
+        (stored.data as Array<{ key: string; value: string }>).map(
+          (e) => `${e.key} ${e.value.replace(/^.*(slot_\d+)$/, '$1')}`,
+        ),
+      ).toEqual(['alpha.example.com slot_00001']);
+      console.log(
+        `[${versionUnderTest()} ${h.tb.version}] add pass ${addMs.toFixed(0)} ms, delete pass ${delMs.toFixed(0)} ms, persistence`,
+        provider.lastPersistence(),
+      );
+
+      // A reload by someone else: the route is in the files HAProxy loads.
+      await h.tb.masterCli('reload');
+      await waitFor(() => h.tb.loadCount() > loads, 10_000, 'the forced reload', { everyMs: 25 });
+      await waitFor(
+        async () => JSON.stringify(await sniProbe(h.sniPort, 'alpha.example.com')) === '{"reached":"gamma"}',
+        5_000,
+        'alpha after the reload',
+      );
+      const again = await pass(h, mapProvider(), [moved], map);
+      expect(again.result.ok, again.result.error).toBe(true);
+      expect(again.changed).toBe(false);
+    },
+  );
+
+  runtime('deletes a route whose server holds an open stream (like a watch)', async () => {
+    // A backend that keeps every connection open, as an API server does for a watch.
+    const held = createServer(testKeyPair(), (socket) => socket.write('held\n'));
+    await new Promise<void>((resolve) => held.listen(0, '127.0.0.1', () => resolve()));
+    const port = (held.address() as { port: number }).port;
+    const watch = record('watch', 'watch.example.com', port);
+    try {
+      expect((await pass(h, provider, [alpha(), watch], map)).result.ok).toBe(true);
+      const stream = connect({
+        host: '127.0.0.1',
+        port: h.sniPort,
+        servername: 'watch.example.com',
+        rejectUnauthorized: false,
+      });
+      await new Promise<void>((resolve) => stream.once('data', () => resolve()));
+      const closed = new Promise<void>((resolve) => stream.once('close', () => resolve()));
+      const loads = h.tb.loadCount();
+      // The route closes at once; HAProxy refuses to delete a server with a connection and the API has no
+      // `shutdown sessions`: the server drains in maintenance, and the pass does not fail for it.
+      const del = await pass(h, provider, [alpha()], map);
+      expect(del.result.ok, del.result.error).toBe(true);
+      expect(await sniProbe(h.sniPort, 'watch.example.com')).toEqual({ reached: 'console' });
+      expect(stream.destroyed).toBe(false);
+      stream.destroy();
+      await closed;
+      // Once HAProxy has closed the stream a pass deletes the server, and then there is nothing left to do.
+      await waitFor(
+        async () => {
+          const p = await pass(h, provider, [alpha()], map);
+          return p.result.ok && !p.changed;
+        },
+        10_000,
+        'the drained server deleted',
+        { everyMs: 100 },
+      );
+      expect((await pass(h, mapProvider(), [alpha()], map)).changed).toBe(false);
+      expect(h.tb.loadCount()).toBe(loads);
+    } finally {
+      held.close();
+    }
+  });
+
+  runtime(
+    'a reload by someone else before persistence: the revision changes and a fresh pass puts the route back',
+    async () => {
+      expect((await pass(h, provider, [alpha()], map)).result.ok).toBe(true);
+      const slow = mapProvider({ persistDebounceMs: 60_000, persistMaxDelayMs: 60_000 });
+      expect((await pass(h, slow, [alpha(), beta()], map)).result.ok).toBe(true);
+      const before = await slow.revision(AbortSignal.timeout(5_000));
+      const loads = h.tb.loadCount();
+      await h.tb.masterCli('reload');
+      await waitFor(() => h.tb.loadCount() > loads, 10_000, 'the reload', { everyMs: 25 });
+      // The map file kept beta's entry (force_sync) but the new worker lost its runtime server.
+      await waitFor(
+        async () => (await slow.revision(AbortSignal.timeout(5_000))) !== before,
+        5_000,
+        'a new revision',
+      );
+      expect(await sniProbe(h.sniPort, 'beta.example.com')).not.toEqual({ reached: 'beta' });
+      const t0 = performance.now();
+      const repair = await pass(h, slow, [alpha(), beta()], map);
+      const repairMs = performance.now() - t0;
+      expect(repair.result.ok, repair.result.error).toBe(true);
+      expect(repair.changed).toBe(true);
+      expect(await sniProbe(h.sniPort, 'beta.example.com')).toEqual({ reached: 'beta' });
+      expect(h.tb.loadCount()).toBe(loads + 1);
+      console.log(
+        `[${versionUnderTest()} ${h.tb.version}] repair pass after a reload ${repairMs.toFixed(0)} ms`,
+      );
+    },
+  );
+
+  runtime(
+    'finds runtime servers missing from the file (a crash before persistence) and writes them',
+    async () => {
+      expect((await pass(h, provider, [alpha()], map)).result.ok).toBe(true);
+      // A provider that would persist only after a minute stands for one killed before it did.
+      const doomed = mapProvider({ persistDebounceMs: 60_000, persistMaxDelayMs: 60_000 });
+      const loads = h.tb.loadCount();
+      expect((await pass(h, doomed, [alpha(), beta()], map)).result.ok).toBe(true);
+      expect(await sniProbe(h.sniPort, 'beta.example.com')).toEqual({ reached: 'beta' });
+      expect(await slotServersInFile()).toHaveLength(1);
+      // The next process reads what HAProxy runs and writes what the file lacks.
+      const next = mapProvider();
+      const report = await pass(h, next, [alpha(), beta()], map);
+      expect(report.changed).toBe(false);
+      await waitFor(async () => (await slotServersInFile()).length === 2, 5_000, 'both servers in the file');
+      expect(h.tb.loadCount()).toBe(loads);
+    },
+  );
+
+  it.runIf(versionUnderTest() === '2.6')(
+    'on HAProxy 2.6 a new route is written and reloaded, and routable',
+    async () => {
+      expect((await pass(h, provider, [alpha()], map)).result.ok).toBe(true);
+      const loads = h.tb.loadCount();
+      const add = await pass(h, provider, [alpha(), beta()], map);
+      expect(add.result.ok, add.result.error).toBe(true);
+      await waitFor(() => h.tb.loadCount() > loads, 10_000, 'the reload');
+      await waitFor(
+        async () => JSON.stringify(await sniProbe(h.sniPort, 'beta.example.com')) === '{"reached":"beta"}',
+        5_000,
+        'beta routable',
+      );
+      expect((await pass(h, mapProvider(), [alpha(), beta()], map)).changed).toBe(false);
+    },
+  );
+
+  it('moves an install of per-route backends and rules to the map in one pass with one reload', async () => {
+    const rules = await pass(h, provider, [alpha(), beta()], h.render);
+    expect(rules.result.ok, rules.result.error).toBe(true);
+    const loads = h.tb.loadCount();
+    const upgrade = await pass(h, mapProvider(), [alpha(), beta()], map);
+    expect(upgrade.result.ok, upgrade.result.error).toBe(true);
+    await waitFor(() => h.tb.loadCount() === loads + 1, 10_000, 'one reload');
+    expect(await sniProbe(h.sniPort, 'alpha.example.com')).toEqual({ reached: 'alpha' });
+    expect(await sniProbe(h.sniPort, 'beta.example.com')).toEqual({ reached: 'beta' });
+    const text = await rawConfig(h.tb);
+    expect(text).toContain(`use_backend %[req.ssl_sni,lower,map(`);
+    expect(text).not.toMatch(/use_backend \S+ if \{ req\.ssl_sni/);
+    const converged = await pass(h, mapProvider(), [alpha(), beta()], map);
+    expect(converged.changed).toBe(false);
+    expect(h.tb.loadCount()).toBe(loads + 1);
+  });
+});

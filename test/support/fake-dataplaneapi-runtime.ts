@@ -1,0 +1,185 @@
+/**
+ * The fake Data Plane API's runtime side for map routing: map files in its storage, runtime map entries,
+ * runtime servers and the servers' stats, as the real API answers them (statuses and shapes recorded in
+ * `test/fixtures/dataplaneapi/versions.md`). A reload (the fake's `reloads` moving) drops what was changed at
+ * runtime only: servers come back as the configuration has them, map entries as the map file has them.
+ */
+type Obj = Record<string, unknown>;
+
+export interface FakeRuntime {
+  /** Map files by stored name (the storage renames `a.b.map` to `a_b.map`). */
+  storage: Map<string, string>;
+  entries: Map<string, Map<string, string>>;
+  /** Servers added at runtime, by backend, and `backend/server` removed at runtime. */
+  added: Map<string, Map<string, { name: string; address: string; port: number; maint: boolean }>>;
+  removed: Set<string>;
+  /** `backend/server` whose delete is refused as if a stream were still open. */
+  busy: Set<string>;
+}
+
+export function newFakeRuntime(): FakeRuntime {
+  return { storage: new Map(), entries: new Map(), added: new Map(), removed: new Set(), busy: new Set() };
+}
+
+/** After a reload: what ran at runtime only is gone. */
+export function reloadRuntime(rt: FakeRuntime): void {
+  rt.added.clear();
+  rt.removed.clear();
+  rt.entries.clear();
+  for (const [name, text] of rt.storage) rt.entries.set(name, parseMap(text));
+}
+
+function parseMap(text: string): Map<string, string> {
+  const out = new Map<string, string>();
+  for (const line of text.split('\n')) {
+    const [k, v] = line.trim().split(/\s+/);
+    if (k && v) out.set(k, v);
+  }
+  return out;
+}
+
+const stored = (name: string) => `${name.replace(/\.map$/, '').replace(/[^A-Za-z0-9_-]/g, '_')}.map`;
+const mapList = (rt: FakeRuntime) =>
+  [...rt.storage.keys()].map((n) => ({ storage_name: n, file: `/etc/haproxy/maps/${n}`, description: '' }));
+
+export type Answer = { status: number; body: unknown } | undefined;
+
+/** The answer to a runtime/storage/stats request, or undefined when the path is not one of them. */
+export function runtimeRoute(
+  rt: FakeRuntime,
+  backends: Map<string, Obj>,
+  method: string,
+  path: string,
+  body: unknown,
+  rawBody: string,
+): Answer {
+  let m: RegExpExecArray | null;
+  if (path === '/services/haproxy/storage/maps') {
+    if (method === 'GET') return { status: 200, body: mapList(rt) };
+    const part = /filename="([^"]+)"[\s\S]*?\r\n\r\n([\s\S]*?)\r\n--/.exec(rawBody);
+    if (method !== 'POST' || !part?.[1])
+      return { status: 400, body: { code: 400, message: 'no file_upload' } };
+    const name = stored(part[1]);
+    if (rt.storage.has(name)) return { status: 409, body: { code: 409, message: 'file already exists' } };
+    rt.storage.set(name, part[2] ?? '');
+    return {
+      status: 201,
+      body: { storage_name: name, file: `/etc/haproxy/maps/${name}`, description: 'managed but not loaded' },
+    };
+  }
+  // biome-ignore lint/suspicious/noAssignInExpressions: a small regex router, one match per branch
+  if ((m = /^\/services\/haproxy\/storage\/maps\/([^/]+)$/.exec(path)) && method === 'PUT') {
+    const name = m[1] as string;
+    if (!rt.storage.has(name)) return { status: 404, body: { code: 404, message: 'not found' } };
+    rt.storage.set(name, String(body ?? ''));
+    return { status: 204, body: undefined };
+  }
+  // biome-ignore lint/suspicious/noAssignInExpressions: a small regex router, one match per branch
+  if ((m = /^\/services\/haproxy\/runtime\/maps\/([^/]+)\/entries(?:\/([^/]+))?$/.exec(path))) {
+    const name = m[1] as string;
+    const entries = rt.entries.get(name);
+    if (!entries) return { status: 404, body: { code: 404, message: `map ${name} not loaded` } };
+    const key = m[2] === undefined ? undefined : decodeURIComponent(m[2]);
+    const sync = () => rt.storage.set(name, [...entries].map(([k, v]) => `${k} ${v}\n`).join(''));
+    if (method === 'GET' && key === undefined)
+      return { status: 200, body: [...entries].map(([k, v], i) => ({ id: `0x${i}`, key: k, value: v })) };
+    if (method === 'POST' && key === undefined) {
+      const e = body as { key: string; value: string };
+      entries.set(e.key, e.value);
+      sync();
+      return { status: 201, body: e };
+    }
+    if (key === undefined || !entries.has(key))
+      return { status: 404, body: { code: 404, message: 'no entry' } };
+    if (method === 'PUT') entries.set(key, (body as { value: string }).value);
+    if (method === 'DELETE') entries.delete(key);
+    sync();
+    return method === 'DELETE'
+      ? { status: 204, body: undefined }
+      : { status: 200, body: { key, ...(body as Obj) } };
+  }
+  // biome-ignore lint/suspicious/noAssignInExpressions: a small regex router, one match per branch
+  if ((m = /^\/services\/haproxy\/runtime\/backends\/([^/]+)\/servers(?:\/([^/]+))?$/.exec(path)))
+    return runtimeServer(rt, backends, method, m[1] as string, m[2], body as Obj);
+  if (method === 'GET' && path === '/services/haproxy/stats/native') {
+    const stats = [...running(rt, backends)].flatMap(([backend, list]) =>
+      list.map((s) => ({
+        type: 'server',
+        name: s.name,
+        backend_name: backend,
+        stats: { addr: `${s.address}:${s.port}`, status: s.maint ? 'MAINT' : 'UP' },
+      })),
+    );
+    return { status: 200, body: [{ runtimeAPI: '/run/haproxy.sock', stats }] };
+  }
+  return undefined;
+}
+
+/** Every server HAProxy runs, by backend: the configuration's, changed at runtime. */
+function running(rt: FakeRuntime, backends: Map<string, Obj>) {
+  const out = new Map<string, Array<{ name: string; address: string; port: number; maint: boolean }>>();
+  for (const [name, b] of backends) {
+    const inFile = Object.values((b.servers ?? {}) as Record<string, Obj>)
+      .filter((s) => !rt.removed.has(`${name}/${s.name}`))
+      .map(
+        (s) =>
+          rt.added.get(name)?.get(String(s.name)) ?? {
+            name: String(s.name),
+            address: String(s.address),
+            port: Number(s.port),
+            maint: false,
+          },
+      );
+    const extra = [...(rt.added.get(name)?.values() ?? [])].filter(
+      (s) => !inFile.some((x) => x.name === s.name),
+    );
+    out.set(name, [...inFile, ...extra]);
+  }
+  return out;
+}
+
+function runtimeServer(
+  rt: FakeRuntime,
+  backends: Map<string, Obj>,
+  method: string,
+  backend: string,
+  name: string | undefined,
+  body: Obj,
+): Answer {
+  if (!backends.has(backend)) return { status: 404, body: { code: 404, message: `no backend ${backend}` } };
+  const list = running(rt, backends).get(backend) ?? [];
+  if (method === 'POST' && name === undefined) {
+    if (list.some((s) => s.name === body.name))
+      return { status: 409, body: { code: 409, message: 'exists' } };
+    const s = {
+      name: String(body.name),
+      address: String(body.address),
+      port: Number(body.port),
+      maint: true,
+    };
+    rt.added.set(backend, (rt.added.get(backend) ?? new Map()).set(s.name, s));
+    rt.removed.delete(`${backend}/${s.name}`);
+    return { status: 201, body };
+  }
+  const s = list.find((x) => x.name === name);
+  if (!s || name === undefined) return { status: 404, body: { code: 404, message: 'no server' } };
+  const runtimeCopy = rt.added.get(backend)?.get(name) ?? { ...s };
+  if (method === 'PUT') {
+    runtimeCopy.maint = body.admin_state === 'maint';
+    rt.added.set(backend, (rt.added.get(backend) ?? new Map()).set(name, runtimeCopy));
+    return { status: 200, body: { ...runtimeCopy, admin_state: body.admin_state } };
+  }
+  if (method === 'DELETE') {
+    if (!s.maint && !runtimeCopy.maint)
+      return { status: 500, body: { code: 500, message: 'Server is not in maintenance' } };
+    if (rt.busy.has(`${backend}/${name}`))
+      return {
+        status: 500,
+        body: { code: 500, message: 'Server still has connections attached to it, cannot remove it.' },
+      };
+    rt.added.get(backend)?.delete(name);
+    rt.removed.add(`${backend}/${name}`);
+    return { status: 204, body: undefined };
+  }
+  return undefined;
+}
