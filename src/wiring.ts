@@ -78,6 +78,7 @@ export async function createConfiguredProvider(
     logger: deps.logger,
     owner: registry,
     ...(deps.keepsFiles ? { stateDir: dirname(config.stateFile) } : {}),
+    persistDelayMs: config.persistDelayMs,
     traffic: {
       request: () => deps.metrics.providerRequests.inc(label),
       bytes: (direction, n) => deps.metrics.providerBytes.inc({ ...label, direction }, n),

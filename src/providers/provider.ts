@@ -30,6 +30,11 @@ export interface ProviderDeps {
   stateDir?: string;
   /** Counts what the provider sends to HAProxy (the service feeds its metrics). */
   traffic?: ProviderTraffic;
+  /**
+   * Map routing: how long after a runtime change (of the last in a batch) the files HAProxy loads are
+   * brought in line, without a reload; never later than max(1 s, this) after the first. Default 100.
+   */
+  persistDelayMs?: number;
 }
 
 /** What `ping` learned of the HAProxy behind the provider, for readiness and the start log. */

@@ -156,10 +156,12 @@ function routesOf(state: RawState): Map<string, string[]> {
   const owned = interpret(state);
   const front = owned.frontends.find((f) => f.name === 'kubebyon_sni');
   const out = new Map<string, string[]>();
-  for (const rule of front?.rules ?? []) {
-    const backend = owned.backends.find((b) => b.name === rule.backend);
-    out.set(rule.host, (backend?.servers ?? []).map((s) => `${s.address}:${s.port}`).sort());
-  }
+  const serversOf = (name: string) =>
+    (owned.backends.find((b) => b.name === name)?.servers ?? []).map((s) => `${s.address}:${s.port}`).sort();
+  for (const rule of front?.rules ?? []) out.set(rule.host, serversOf(rule.backend));
+  // Map routing: the map HAProxy runs, each host to its slot's servers.
+  const map = owned.maps?.find((m) => m.name === front?.sniMap);
+  for (const [host, backend] of map?.entries ?? []) out.set(host, serversOf(backend));
   return out;
 }
 
@@ -220,7 +222,7 @@ async function startStockBed(o: FaultBedOptions): Promise<StockFaultBed> {
       ...SERVICE_DEFAULTS,
       ...extra,
     }),
-    routes: async () => routesOf(await reader.readState(AbortSignal.timeout(30_000))),
+    routes: async () => routesOf(await reader.readState(AbortSignal.timeout(30_000), { fresh: true })),
     openTransactions: async () => [],
     ledger: () => [],
     writeDirs: [dirname(owned.path), stateDir],
@@ -288,7 +290,7 @@ async function startDataplaneBed(o: FaultBedOptions): Promise<FaultBed> {
       ...extra,
     }),
     // The reader's read is cached by configuration version, so this is what the API holds now.
-    routes: async () => routesOf(await reader.readState(AbortSignal.timeout(30_000))),
+    routes: async () => routesOf(await reader.readState(AbortSignal.timeout(30_000), { fresh: true })),
     async openTransactions() {
       const res = await tb.api.get('/services/haproxy/transactions?status=in_progress');
       if (res.status !== 200)

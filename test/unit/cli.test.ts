@@ -46,6 +46,7 @@ const passEnv = () => ({
   KUBEBYON_STATE_FILE: join(dir, 'state', 'clusters.json'),
   KUBEBYON_STATIC_NODE_ADDRESSES: '127.0.0.1,127.0.0.2',
   KUBEBYON_RECONCILE_RETRIES: '0',
+  KUBEBYON_HAPROXY_ROUTING: 'rules',
 });
 
 describe('command line: usage', () => {
@@ -112,6 +113,7 @@ describe('command line: render', () => {
       KUBEBYON_HAPROXY_BIND_ADDR: '127.0.0.1:8443',
       KUBEBYON_PUBLIC_PORT: '8443',
       KUBEBYON_HAPROXY_BALANCE: 'roundrobin',
+      KUBEBYON_HAPROXY_ROUTING: 'rules',
     });
     expect(r.code).toBe(0);
     expect(r.out).toMatch(/^cluster demo: accepted -> https:\/\/api\.demo\.example\.com:8443$/m);
@@ -122,7 +124,7 @@ describe('command line: render', () => {
   });
 
   it('shows host -> backend -> servers after the plan: with map routing, the slot each host takes', async () => {
-    const rules = await run(['render', claims()]);
+    const rules = await run(['render', claims()], { KUBEBYON_HAPROXY_ROUTING: 'rules' });
     expect(rules.out).toMatch(
       /\n\nHOST\s+BACKEND\s+SERVERS\napi\.demo\.example\.com\s+kubebyon_demo_\w{12}\s+127\.0\.0\.1:30443$/,
     );

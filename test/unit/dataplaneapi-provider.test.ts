@@ -42,7 +42,7 @@ const foreign = {
   ],
 };
 const render = {
-  ...DEFAULT_RENDER_OPTIONS,
+  ...{ ...DEFAULT_RENDER_OPTIONS, routing: 'rules' as const },
   bind: { address: '127.0.0.1', port: 18443 },
   defaultBackend: 'console_tls',
 };

@@ -20,7 +20,7 @@ import { registry } from '../support/owner.js';
 const silent = pino({ level: 'silent' });
 const signal = () => AbortSignal.timeout(10_000);
 const render: RenderOptions = {
-  ...DEFAULT_RENDER_OPTIONS,
+  ...{ ...DEFAULT_RENDER_OPTIONS, routing: 'rules' as const },
   bind: { address: '127.0.0.1', port: 18443 },
   defaultBackend: 'console_tls',
 };

@@ -8,7 +8,7 @@ import { type Route, resolveRoutes } from '../../src/routes/route.js';
 import { applyToState } from '../contract/oracle.js';
 import { claimsArb, hostArb } from '../support/arbitraries.js';
 
-const options = DEFAULT_RENDER_OPTIONS;
+const options = { ...DEFAULT_RENDER_OPTIONS, routing: 'rules' as const };
 
 const empty: HaproxyState = { frontends: [], backends: [] };
 

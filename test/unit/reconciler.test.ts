@@ -15,7 +15,7 @@ import { ClusterStore } from '../../src/store/cluster-store.js';
 import { StaticTopology, type Topology } from '../../src/topology/topology.js';
 import { registry } from '../support/owner.js';
 
-const render = DEFAULT_RENDER_OPTIONS;
+const render = { ...DEFAULT_RENDER_OPTIONS, routing: 'rules' as const };
 
 // The loop's time is fake (vitest's timers drive the Reconciler's default clock): a test says how much time
 // passes, instead of racing the wall clock. Real I/O (the store's fsync) still runs in real time.

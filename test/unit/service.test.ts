@@ -26,6 +26,7 @@ describe('startService (composition root)', () => {
 
   const start = async (provider: MemoryProvider, env: NodeJS.ProcessEnv = {}) => {
     const config = loadConfig({
+      KUBEBYON_HAPROXY_ROUTING: 'rules',
       KUBEBYON_LISTEN_ADDR: `127.0.0.1:${await freeLoopbackPort()}`,
       KUBEBYON_STATE_FILE: join(dir, 'clusters.json'),
       KUBEBYON_WEBHOOK_SECRET: SECRET,
@@ -52,6 +53,7 @@ describe('startService (composition root)', () => {
 
   it('KUBEBYON_PROVIDER=memory runs the whole service with no HAProxy (to try the API)', async () => {
     const config = loadConfig({
+      KUBEBYON_HAPROXY_ROUTING: 'rules',
       KUBEBYON_PROVIDER: 'memory',
       KUBEBYON_OWNER_ID: 'try-out',
       KUBEBYON_LISTEN_ADDR: `127.0.0.1:${await freeLoopbackPort()}`,

@@ -48,7 +48,7 @@ const demo = {
 describe('an install upgraded from before owner ids', () => {
   const registry = new Registry(DEFAULT_OWNER_ID);
   const { config } = desiredConfig([demo], new StaticTopology(['127.0.0.1']), {
-    ...DEFAULT_RENDER_OPTIONS,
+    ...{ ...DEFAULT_RENDER_OPTIONS, routing: 'rules' as const },
     healthChecks: false,
   });
 

@@ -30,6 +30,9 @@ export async function createDataplaneProvider(
     ...(deps.stateDir !== undefined ? { ledgerFile: join(deps.stateDir, LEDGER_FILE) } : {}),
     logger: deps.logger,
     owner: deps.owner,
+    ...(deps.persistDelayMs !== undefined
+      ? { persistDebounceMs: deps.persistDelayMs, persistMaxDelayMs: Math.max(1000, deps.persistDelayMs) }
+      : {}),
     ...(deps.traffic ? { traffic: deps.traffic } : {}),
   });
   try {

@@ -11,6 +11,7 @@ export async function createStockHaproxyProvider(
     logger: deps.logger.child({ provider: 'haproxy' }),
     owner: deps.owner,
     ...(deps.traffic ? { traffic: deps.traffic } : {}),
+    ...(deps.persistDelayMs !== undefined ? { persistDelayMs: deps.persistDelayMs } : {}),
   });
 }
 

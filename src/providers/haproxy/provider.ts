@@ -28,6 +28,8 @@ export interface StockHaproxyDeps {
   owner: Owner;
   /** Counts every master-CLI command and the owned file's bytes when written (the provider metrics). */
   traffic?: ProviderTraffic;
+  /** How long after a runtime change the files follow (batched); see `ProviderDeps.persistDelayMs`. */
+  persistDelayMs?: number;
 }
 
 /**
@@ -72,7 +74,12 @@ export class StockHaproxyProvider implements Provider {
     this.session = { config, cli: this.cli, logger: deps.logger, traffic: deps.traffic, owner: deps.owner };
     this.defaultsName = defaultsNameFor(deps.owner.id);
     this.owned = new OwnedFileCache(config.ownedFile, this.defaultsName, dirname(config.ownedFile));
-    this.persistence = new Debounced(() => this.serialized(() => this.persistLatest()));
+    const delay = deps.persistDelayMs ?? 100;
+    this.persistence = new Debounced(
+      () => this.serialized(() => this.persistLatest()),
+      delay,
+      Math.max(1_000, delay),
+    );
   }
 
   async ping(signal: AbortSignal): Promise<ProviderInfo> {
