@@ -134,6 +134,8 @@ export async function runZeroReload(
     KUBEBYON_WEBHOOK_BODY_LIMIT_BYTES: String(32 * 1024 * 1024),
     KUBEBYON_WAIT_TIMEOUT_MS: '600000',
     KUBEBYON_SHUTDOWN_GRACE_MS: '60000',
+    // e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof` to see where a pass goes.
+    ...(process.env.BENCH_NODE_OPTIONS ? { NODE_OPTIONS: process.env.BENCH_NODE_OPTIONS } : {}),
   };
   let svc = await startService(env, secret);
   const port = target.sniPort;
@@ -214,8 +216,11 @@ export async function runZeroReload(
     const stream = await hold(port, first.host);
     loads = await target.loads();
     const churn = Array.from({ length: Math.floor(o.streamChanges / 2) }, (_, i) => cluster('w', i, ports));
-    for (const c of churn) await call('PUT', `/v1/clusters/${c.name}?wait=true`, body(c));
-    for (const c of churn) await call('DELETE', `/v1/clusters/${c.name}?wait=true`);
+    // Added and deleted in turn, like clusters coming and going: the pool has room throughout.
+    for (const c of churn) {
+      await call('PUT', `/v1/clusters/${c.name}?wait=true`, body(c));
+      await call('DELETE', `/v1/clusters/${c.name}?wait=true`);
+    }
     await sleep(500);
     result.stream = {
       changes: churn.length * 2,

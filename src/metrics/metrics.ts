@@ -11,6 +11,11 @@ export function createMetrics() {
   collectDefaultMetrics({ register: registry });
   const metrics = {
     registry,
+    /**
+     * Brings the gauges a pass leaves up to date just before a scrape: passes publish them at most once a
+     * second (computing every cluster's status on every pass would cost O(N) per webhook).
+     */
+    beforeScrape: { hook: undefined as (() => void) | undefined },
     reconciles: new Counter({
       name: `${NS}_reconciles_total`,
       help: 'Reconcile passes by result: changed (a plan was applied), unchanged (nothing to do), failed.',

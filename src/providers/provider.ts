@@ -32,7 +32,7 @@ export interface ProviderDeps {
   traffic?: ProviderTraffic;
   /**
    * Map routing: how long after a runtime change (of the last in a batch) the files HAProxy loads are
-   * brought in line, without a reload; never later than max(1 s, this) after the first. Default 100.
+   * brought in line, without a reload; never later than max(1 s, this) after the first. Default 500 (KUBEBYON_PERSIST_DELAY_MS).
    */
   persistDelayMs?: number;
 }

@@ -12,7 +12,7 @@ import { publishGauges } from './gauges.js';
 import { desiredConfig, planAgainst, runPass } from './pass.js';
 import { Requeue } from './requeue.js';
 import { passKind, type RouteBackend, routeBackends } from './routing.js';
-import { type ClusterStatus, clusterStatuses, type PassResult } from './status.js';
+import { type ClusterStatus, clusterStatus, clusterStatuses, type PassResult } from './status.js';
 import { RevisionWatch } from './watch.js';
 
 export interface ReconcilerOptions {
@@ -85,7 +85,12 @@ interface Waiter {
  * one at a time, events during the debounce window or during a pass served together by the next pass; whether
  * and when a failed pass is tried again is `Requeue`'s one rule.
  */
+/** Passes publish the per-cluster gauges at most this often; a scrape publishes what is newer. */
+const GAUGE_INTERVAL_MS = 1_000;
+
 export class Reconciler {
+  private gaugesDirty = false;
+  private gaugesAt = Number.NEGATIVE_INFINITY;
   private requested = 0;
   private served = 0;
   private waiters: Waiter[] = [];
@@ -106,6 +111,9 @@ export class Reconciler {
   private pool: PoolReport | undefined;
 
   constructor(private readonly o: ReconcilerOptions) {
+    o.metrics.beforeScrape.hook = () => {
+      if (this.gaugesDirty) this.publish();
+    };
     this.clock = o.clock ?? systemClock;
     this.requeue = new Requeue({
       clock: this.clock,
@@ -184,6 +192,19 @@ export class Reconciler {
 
   statuses(): ClusterStatus[] {
     return clusterStatuses(this.o.store.list(), this.last, this.appliedAt, this.o.publicPort);
+  }
+
+  /** The gauges for the last pass: clusters by state, rejected routes, route backends, the pool. */
+  private publish(): void {
+    this.gaugesDirty = false;
+    this.gaugesAt = this.clock.now();
+    publishGauges(this.o.metrics, this.statuses(), this.last, this.pool);
+  }
+
+  /** One cluster's status, or undefined when the store has no such cluster. */
+  status(name: string): ClusterStatus | undefined {
+    const record = this.o.store.get(name);
+    return record && clusterStatus(record, this.last, this.appliedAt, this.o.publicPort);
   }
 
   /** What the next pass would apply, without applying it, and which backend would serve each cluster after. */
@@ -279,7 +300,8 @@ export class Reconciler {
       if (!routed.has(name)) this.appliedAt.delete(name);
     }
     this.last = result;
-    publishGauges(metrics, this.statuses(), result, this.pool);
+    this.gaugesDirty = true;
+    if (now - this.gaugesAt >= GAUGE_INTERVAL_MS) this.publish();
     if (!this.stopped) this.requeue.after(failure);
     if (!result.ok)
       return {

@@ -31,6 +31,26 @@ export interface PassResult {
   backends?: ReadonlyMap<string, RouteBackend>;
 }
 
+interface StatusIndex {
+  rejected: Map<string, DesiredRoutes['rejected'][number]>;
+  routes: Map<string, DesiredRoutes['routes'][number]>;
+}
+
+// Built once per pass result: a webhook asks for one cluster's status, and must not pay O(N) for it.
+const indexes = new WeakMap<PassResult, StatusIndex>();
+
+function indexOf(last: PassResult): StatusIndex {
+  let index = indexes.get(last);
+  if (!index) {
+    index = {
+      rejected: new Map(last.desired.rejected.map((r) => [r.cluster, r])),
+      routes: new Map(last.desired.routes.map((r) => [r.cluster, r])),
+    };
+    indexes.set(last, index);
+  }
+  return index;
+}
+
 /**
  * Each cluster's state for the API: rejected or degraded by validation and topology, applied once a pass that
  * saw its current version succeeded, error when that pass failed, pending until then. Pure.
@@ -41,33 +61,40 @@ export function clusterStatuses(
   appliedAt: ReadonlyMap<string, number>,
   publicPort: number,
 ): ClusterStatus[] {
-  const rejected = new Map(last?.desired.rejected.map((r) => [r.cluster, r]) ?? []);
-  const routes = new Map(last?.desired.routes.map((r) => [r.cluster, r]) ?? []);
-  return records.map((record) => {
-    const served = last?.backends?.get(record.name);
-    const base = {
-      name: record.name,
-      host: record.host,
-      api_endpoint: null as string | null,
-      last_applied_at: appliedAt.has(record.name)
-        ? new Date(appliedAt.get(record.name) ?? 0).toISOString()
-        : null,
-      backend: served?.backend ?? null,
-      servers: served?.servers ?? [],
-    };
-    if (!last || last.seen.get(record.name) !== record.updatedAt)
-      return { ...base, state: 'pending', reason: null };
-    const rejection = rejected.get(record.name);
-    if (rejection) return { ...base, state: 'rejected', reason: `${rejection.reason}: ${rejection.detail}` };
-    const conflict = last.conflicted.get(record.name);
-    if (conflict) return { ...base, state: 'rejected', reason: `backend_not_owned: ${conflict}` };
-    if (!last.ok) return { ...base, state: 'error', reason: last.error ?? 'reconcile failed' };
-    const route = routes.get(record.name);
-    const api_endpoint = route ? `https://${route.host}:${publicPort}` : null;
-    const problem = last.desired.topologyProblems.get(record.name);
-    if (problem || route?.endpoints.length === 0) {
-      return { ...base, api_endpoint, state: 'degraded', reason: problem ?? 'no_endpoints' };
-    }
-    return { ...base, api_endpoint, state: 'applied', reason: null };
-  });
+  return records.map((record) => clusterStatus(record, last, appliedAt, publicPort));
+}
+
+/** One cluster's state (see `clusterStatuses`), in constant time once the pass's index is built. */
+export function clusterStatus(
+  record: ClusterRecord,
+  last: PassResult | undefined,
+  appliedAt: ReadonlyMap<string, number>,
+  publicPort: number,
+): ClusterStatus {
+  const served = last?.backends?.get(record.name);
+  const base = {
+    name: record.name,
+    host: record.host,
+    api_endpoint: null as string | null,
+    last_applied_at: appliedAt.has(record.name)
+      ? new Date(appliedAt.get(record.name) ?? 0).toISOString()
+      : null,
+    backend: served?.backend ?? null,
+    servers: served?.servers ?? [],
+  };
+  if (!last || last.seen.get(record.name) !== record.updatedAt)
+    return { ...base, state: 'pending', reason: null };
+  const { rejected, routes } = indexOf(last);
+  const rejection = rejected.get(record.name);
+  if (rejection) return { ...base, state: 'rejected', reason: `${rejection.reason}: ${rejection.detail}` };
+  const conflict = last.conflicted.get(record.name);
+  if (conflict) return { ...base, state: 'rejected', reason: `backend_not_owned: ${conflict}` };
+  if (!last.ok) return { ...base, state: 'error', reason: last.error ?? 'reconcile failed' };
+  const route = routes.get(record.name);
+  const api_endpoint = route ? `https://${route.host}:${publicPort}` : null;
+  const problem = last.desired.topologyProblems.get(record.name);
+  if (problem || route?.endpoints.length === 0) {
+    return { ...base, api_endpoint, state: 'degraded', reason: problem ?? 'no_endpoints' };
+  }
+  return { ...base, api_endpoint, state: 'applied', reason: null };
 }

@@ -18,7 +18,7 @@ type Handler = (req: Request, res: Response) => Promise<void>;
 /** The /v1 routes, behind authentication: clusters, the plan, reconcile and detailed readiness. */
 export function clustersRouter(o: ClustersRouterOptions): express.Router {
   const router = express.Router();
-  const status = (name: string) => o.reconciler.statuses().find((s) => s.name === name);
+  const status = (name: string) => o.reconciler.status(name);
 
   // 202 at once, or with ?wait=true the outcome of the pass (bounded by waitTimeoutMs). `verdict` turns a
   // successful pass into the call's own status: a pass can succeed while this cluster's claim was refused.

@@ -23,7 +23,7 @@ describe('loadConfig', () => {
       minSlots: 64,
       nodeAddressType: 'internal',
     });
-    expect(c.persistDelayMs).toBe(100);
+    expect(c.persistDelayMs).toBe(500);
     expect(c.listen).toEqual({ host: '0.0.0.0', port: 8080 });
     expect(c.reconcile).toEqual({
       debounceMs: 0,

@@ -64,7 +64,11 @@ describe('Reconciler with map routing', () => {
     store.upsert({ name, host: `api.${name}.example.com`, target: { nodePort } });
   const slots = () => provider.state.backends.filter((b) => b.name.startsWith('kubebyon_slot_'));
   const entries = () => provider.state.maps?.find((m) => m.name === MAP)?.entries ?? new Map();
-  const text = () => metrics.registry.metrics();
+  // As /metrics does: the gauges are brought up to date before a scrape.
+  const text = () => {
+    metrics.beforeScrape.hook?.();
+    return metrics.registry.metrics();
+  };
   const reloads = async (result: string, reason: string) => {
     const m = new RegExp(
       `^kubebyon_haproxy_adapter_reloads_total\\{result="${result}",reason="${reason}"\\} (\\d+)$`,
