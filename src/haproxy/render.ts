@@ -37,7 +37,7 @@ export const DEFAULT_RENDER_OPTIONS: RenderOptions = {
   namePrefix: DEFAULT_PREFIX,
   balance: 'leastconn',
   healthChecks: true,
-  routing: 'rules',
+  routing: 'map',
   sniMap: sniMapNameFor(DEFAULT_OWNER_ID),
   minSlots: 64,
 };

@@ -18,7 +18,7 @@ describe('loadConfig', () => {
       inspectDelayMs: 5000,
       balance: 'leastconn',
       healthChecks: true,
-      routing: 'rules',
+      routing: 'map',
       sniMap: 'kubebyon-haproxy-adapter.sni.map',
       minSlots: 64,
       nodeAddressType: 'internal',
@@ -26,7 +26,7 @@ describe('loadConfig', () => {
     expect(c.persistDelayMs).toBe(500);
     expect(c.listen).toEqual({ host: '0.0.0.0', port: 8080 });
     expect(c.reconcile).toEqual({
-      debounceMs: 200,
+      debounceMs: 0,
       maxDelayMs: 2000,
       resyncIntervalMs: 60000,
       retries: 5,

@@ -67,17 +67,17 @@ export class MapState {
   /**
    * `raw` (the configuration as read) completed with what HAProxy runs: map entries and owned backends'
    * servers. Owned servers running but not in the file, or in the file but not running (a crash before
-   * persistence, a reload meanwhile), are written to the file.
+   * persistence, a reload meanwhile), are scheduled for the file; resolves whether any were.
    */
-  async complete(raw: RawState, signal: AbortSignal, counter: Counter): Promise<void> {
+  async complete(raw: RawState, signal: AbortSignal, counter: Counter): Promise<boolean> {
     const maps = [...new Set(raw.frontends.flatMap((f) => (f.sniMap ? [f.sniMap] : [])))];
-    if (maps.length === 0) return;
+    if (maps.length === 0) return false;
     if (this.runtimeServers === false) {
       // HAProxy 2.6: the API's runtime reads answer nothing usable (stats empty, map entries parsed from the
       // master's help text), and every change was written and reloaded: the files are what runs.
       const entries = await Promise.all(maps.map((m) => readStoredEntries(this.client, m, signal, counter)));
       raw.maps = maps.map((name, i) => ({ name, entries: entries[i] as Map<string, string> }));
-      return;
+      return false;
     }
     const [running, ...entries] = await Promise.all([
       readRunningServers(this.client, signal, counter),
@@ -110,6 +110,7 @@ export class MapState {
       b.servers = runs;
     }
     this.persistence.schedule(drift);
+    return drift.size > 0;
   }
 
   remember(state: RawState, pid: number, version: number, snapshot: Snapshot | undefined): void {

@@ -125,8 +125,15 @@ export class DataplaneProvider implements Provider {
         return kept.state;
       }
       const raw = this.reads.handOutFrom(snapshot);
-      await this.maps.complete(raw, signal, counter);
+      const behind = await this.maps.complete(raw, signal, counter);
       this.maps.remember(raw, pid, snapshot.version, snapshot);
+      // The file is behind what runs (a crash or a reload before persistence): until it is written, one more
+      // reload or crash would lose acknowledged routes, so a full read (start, resync, after a reload: no
+      // webhook waits on it) writes it now rather than batched. A failure stays pending and is retried.
+      if (behind && options.fresh)
+        await this.persistence
+          .flush()
+          .catch((err) => this.o.logger.warn({ err }, 'servers found behind in the file: written later'));
       return raw;
     } catch (err) {
       throw this.translate(err);
