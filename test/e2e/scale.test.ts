@@ -87,11 +87,12 @@ describe(`end to end at scale, static topology, HAProxy ${version}`, () => {
 
       console.log(
         `[measure] HAProxy ${version}, N=${n}: full set ${fullMs} ms (${fullReloads} reload); ` +
-          `one more cluster: webhook to routable ${addMs} ms (${addReloads} reload); ` +
+          `one more cluster: webhook to routable ${addMs} ms (${addReloads} reloads); ` +
           `endpoint move: webhook to routable ${moveMs} ms (${moveReloads} reloads)`,
       );
       expect(moveReloads).toBe(0);
-      expect(addReloads).toBe(1);
+      // Map routing: the new cluster takes a free slot at runtime (the pool was grown ahead by the full set).
+      expect(addReloads).toBe(0);
       expect(addMs).toBeLessThan(30_000);
       expect(await e.operatorServes()).toBe(true);
     }, 180_000);

@@ -75,8 +75,13 @@ describe(`two owners on one HAProxy ${haproxyVersionUnderTest()}`, () => {
     expect(s.status).toBe(200);
     expect(s.body).toMatchObject({ api_endpoint: `https://api.demo.staging.example.com:${stagingPort}` });
 
-    const prodFile = readFileSync(e.haproxy.owned?.path ?? '', 'utf8');
-    const stgFile = readFileSync(e.haproxy.second?.path ?? '', 'utf8');
+    // Map routing adds servers at runtime and writes them to the files soon after: wait for that write.
+    const persisted = (path: string, port: number) =>
+      waitFor(() => readFileSync(path, 'utf8'), 10_000, `servers written to ${path}`, {
+        ok: (text) => text.includes(`:${port}`),
+      });
+    const prodFile = await persisted(e.haproxy.owned?.path ?? '', servers.prod?.port ?? 0);
+    const stgFile = await persisted(e.haproxy.second?.path ?? '', servers.stg?.port ?? 0);
     expect(prodFile).toMatch(/owner=production/);
     expect(prodFile).not.toMatch(/owner=staging|stg_/);
     expect(stgFile).toMatch(/owner=staging/);

@@ -68,7 +68,13 @@ describe(`haproxy provider on HAProxy ${version}`, () => {
     );
     ownedPath = haproxy.owned?.path ?? '';
     provider = stockProviderFor(haproxy);
-    render = { ...DEFAULT_RENDER_OPTIONS, bind: { address: '127.0.0.1', port }, healthChecks: false };
+    // Rules routing (a reload per structure change); map routing has its own suite (stock-map-routing).
+    render = {
+      ...DEFAULT_RENDER_OPTIONS,
+      routing: 'rules',
+      bind: { address: '127.0.0.1', port },
+      healthChecks: false,
+    };
   });
   afterAll(async () => {
     await haproxy?.stop();

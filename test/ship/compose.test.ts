@@ -117,8 +117,9 @@ describe('compose.yaml: HAProxy and the adapter image', () => {
     );
     expect(plan.code, plan.stderr).toBe(2);
     const body = JSON.parse(plan.stdout);
-    expect(body.text).toMatch(/^\+ backend kubebyon_gamma_\w+ \(cluster gamma\)/m);
-    expect(body.text).toMatch(/^- backend kubebyon_beta_\w+$/m);
+    // Map routing: gamma takes a free slot and its map entry; beta's entry goes (its slot drains).
+    expect(body.text).toMatch(/^\+ map \S+: api\.gamma\.e2e\.test -> kubebyon_slot_\d+ \(cluster gamma\)$/m);
+    expect(body.text).toMatch(/^- map \S+: api\.beta\.e2e\.test -> kubebyon_slot_\d+$/m);
     // A plan changes nothing.
     expect(await reaches('api.beta.e2e.test', 'beta')).toEqual({ reached: 'beta' });
     const status = await compose([
