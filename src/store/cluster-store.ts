@@ -5,7 +5,7 @@ import { ClusterRecord, type ClusterTarget } from '../model/cluster.js';
 import { compareStrings } from '../routes/route.js';
 import { AtomicFile } from './atomic-file.js';
 import { Draft } from './draft.js';
-import { Journal, readJournal } from './journal.js';
+import { Journal, type JournalIo, nodeJournalIo, readJournal } from './journal.js';
 
 const StoreFile = z.object({
   version: z.literal(1),
@@ -25,14 +25,17 @@ export interface StoreOptions {
   compactEntries?: number;
   /** Journal bytes after which a write is a snapshot instead (default `COMPACT_BYTES`). */
   compactBytes?: number;
+  /** The journal's system calls, some replaced (tests provoke faults with it). */
+  io?: Partial<JournalIo>;
 }
 
 /**
  * The desired state: every accepted cluster, in a snapshot file plus an append-only journal beside it
  * (`<file>.journal`, one line per change), so that a change costs one synced append, not a rewrite of every
  * cluster, and whatever the webhook acknowledged survives a restart or a `kill -9`. The journal is folded
- * into a new snapshot (replaced atomically) every `COMPACT_ENTRIES` lines. Concurrent changes share one
- * write; reads come from memory.
+ * into a new snapshot (replaced atomically) every `COMPACT_ENTRIES` lines. An append is refused (and leaves
+ * the journal as it was) when the folder lacks room for it and for the compaction after it, or cannot be
+ * written. Concurrent changes share one write; reads come from memory.
  */
 export class ClusterStore {
   private clusters = new Map<string, ClusterRecord>();
@@ -46,14 +49,14 @@ export class ClusterStore {
   }> = [];
   private writing: Promise<void> | undefined;
   private writeError: string | undefined;
-  /** A failed append may have left part of a line: the next write is a snapshot, which empties the journal. */
-  private mustCompact = false;
+  /** The snapshot file's length: a compaction needs room for about as much again, plus the journal. */
+  private snapshotBytes = 0;
 
   private constructor(
     private readonly path: string,
     private readonly disk: AtomicFile,
     private journal: Journal | undefined,
-    private readonly options: Required<StoreOptions>,
+    private readonly options: Required<Omit<StoreOptions, 'io'>>,
   ) {}
 
   static async open(path: string, options: StoreOptions = {}): Promise<ClusterStore> {
@@ -63,10 +66,12 @@ export class ClusterStore {
       compactEntries: options.compactEntries ?? COMPACT_ENTRIES,
       compactBytes: options.compactBytes ?? COMPACT_BYTES,
     });
-    const { clusters, seq, journal, replayed } = await readState(path);
+    const { clusters, seq, journal, replayed, snapshotBytes } = await readState(path);
     for (const c of clusters) store.clusters.set(c.name, c);
     store.seq = seq;
-    store.journal = await Journal.open(journalPath(path), journal, replayed);
+    store.snapshotBytes = snapshotBytes;
+    const io = { ...nodeJournalIo, ...options.io };
+    store.journal = await Journal.open(journalPath(path), journal, replayed, io);
     return store;
   }
 
@@ -89,10 +94,12 @@ export class ClusterStore {
     }
     try {
       await access(dirname(this.path), constants.W_OK);
-      return { ok: true };
     } catch (err) {
       return { ok: false, detail: `state folder not writable: ${(err as Error).message}` };
     }
+    // A full folder fails the next change: said before one is refused.
+    const short = await this.journal?.shortfall(this.snapshotBytes).catch(() => undefined);
+    return short ? { ok: false, detail: `state folder full: ${short}` } : { ok: true };
   }
 
   list(): ClusterRecord[] {
@@ -144,7 +151,8 @@ export class ClusterStore {
 
   // Group commit: changes that arrive while a write is under way are applied together to a draft and written
   // in one go; each caller resolves once its change is on disk. A failed write rejects the whole batch and
-  // changes nothing in memory (nor on disk, but for a partial journal line, which reading ignores).
+  // changes nothing in memory, nor on disk (a refused append is cut back; failing that, the journal is dirty
+  // and the next write is a snapshot numbered past its lines).
   private change<T>(mutate: (draft: Draft) => T): Promise<T> {
     return new Promise<T>((resolve, reject) => {
       this.pending.push({ mutate, resolve: resolve as (value: unknown) => void, reject });
@@ -178,15 +186,14 @@ export class ClusterStore {
     const journal = this.journal as Journal;
     const entries = draft.entries(this.clusters, this.seq);
     const due =
-      this.mustCompact ||
+      journal.dirty ||
       journal.entries + entries.length >= this.options.compactEntries ||
       journal.bytes >= this.options.compactBytes;
     if (!due) {
       try {
-        await journal.append(entries);
+        await journal.append(entries, this.snapshotBytes);
       } catch (err) {
-        // Its lines may be on disk, whole or in part: the next write is a snapshot numbered past them.
-        this.mustCompact = true;
+        // Should its lines be left (the journal dirty), the next snapshot is numbered past them.
         this.seq += entries.length;
         throw err;
       }
@@ -197,16 +204,12 @@ export class ClusterStore {
     // the snapshot's seq, so a crash in between replays nothing).
     const next = draft.apply(new Map(this.clusters));
     const seq = this.seq + entries.length;
-    await this.disk.write(snapshotText(seq, next.values()));
+    const text = snapshotText(seq, next.values());
+    await this.disk.write(text);
+    this.snapshotBytes = Buffer.byteLength(text);
     this.commit(draft, seq);
-    this.mustCompact = true;
-    // The change is durable now: a journal that cannot be emptied only makes the next write a snapshot too.
-    await journal.reset().then(
-      () => {
-        this.mustCompact = false;
-      },
-      () => {},
-    );
+    // The change is durable now: a journal that cannot be emptied stays dirty, so the next write is a snapshot.
+    await journal.reset().catch(() => {});
   }
 
   private commit(draft: Draft, seq: number): void {
@@ -246,7 +249,8 @@ async function readState(path: string, mustExist = false) {
     seq = e.seq;
     replayed++;
   }
-  return { clusters: [...clusters.values()], seq, journal, replayed };
+  const snapshotBytes = text === undefined ? 0 : Buffer.byteLength(text);
+  return { clusters: [...clusters.values()], seq, journal, replayed, snapshotBytes };
 }
 
 // Each version of a cluster has its own stamp, even two within one millisecond: a pass tells by the stamp
