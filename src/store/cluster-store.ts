@@ -4,46 +4,80 @@ import { z } from 'zod';
 import { ClusterRecord, type ClusterTarget } from '../model/cluster.js';
 import { compareStrings } from '../routes/route.js';
 import { AtomicFile } from './atomic-file.js';
+import { Draft } from './draft.js';
+import { Journal, type JournalIo, nodeJournalIo, readJournal } from './journal.js';
 
-const StoreFile = z.object({ version: z.literal(1), clusters: z.array(ClusterRecord) });
+const StoreFile = z.object({
+  version: z.literal(1),
+  /** The last journal line the snapshot holds (absent in files written before the journal). */
+  seq: z.number().int().optional(),
+  clusters: z.array(ClusterRecord),
+});
+
+/** Journal lines (or bytes) after which the next write folds the journal into a new snapshot. */
+export const COMPACT_ENTRIES = 1000;
+export const COMPACT_BYTES = 4 * 2 ** 20;
+
+type Input = { name: string; host: string; target: ClusterTarget };
+
+export interface StoreOptions {
+  /** Journal lines after which a write is a snapshot instead (default `COMPACT_ENTRIES`). */
+  compactEntries?: number;
+  /** Journal bytes after which a write is a snapshot instead (default `COMPACT_BYTES`). */
+  compactBytes?: number;
+  /** The journal's system calls, some replaced (tests provoke faults with it). */
+  io?: Partial<JournalIo>;
+}
 
 /**
- * The desired state: every accepted cluster, kept in one JSON file that is replaced atomically on each
- * change, so that whatever the webhook acknowledged survives a restart or a `kill -9`. Concurrent changes
- * share one write; reads come from memory.
+ * The desired state: every accepted cluster, in a snapshot file plus an append-only journal beside it
+ * (`<file>.journal`, one line per change), so that a change costs one synced append, not a rewrite of every
+ * cluster, and whatever the webhook acknowledged survives a restart or a `kill -9`. The journal is folded
+ * into a new snapshot (replaced atomically) every `COMPACT_ENTRIES` lines. An append is refused (and leaves
+ * the journal as it was) when the folder lacks room for it and for the compaction after it, or cannot be
+ * written. Concurrent changes share one write; reads come from memory.
  */
 export class ClusterStore {
   private clusters = new Map<string, ClusterRecord>();
+  /** `list()`'s answer, kept sorted across changes. */
+  private sorted: ClusterRecord[] | undefined;
+  private seq = 0;
   private pending: Array<{
-    mutate: (clusters: Map<string, ClusterRecord>) => unknown;
+    mutate: (draft: Draft) => unknown;
     resolve: (value: unknown) => void;
     reject: (err: unknown) => void;
   }> = [];
   private writing: Promise<void> | undefined;
   private writeError: string | undefined;
+  /** The snapshot file's length: a compaction needs room for about as much again, plus the journal. */
+  private snapshotBytes = 0;
 
   private constructor(
     private readonly path: string,
     private readonly disk: AtomicFile,
+    private journal: Journal | undefined,
+    private readonly options: Required<Omit<StoreOptions, 'io'>>,
   ) {}
 
-  static async open(path: string): Promise<ClusterStore> {
+  static async open(path: string, options: StoreOptions = {}): Promise<ClusterStore> {
     await mkdir(dirname(path), { recursive: true });
     // A kill -9 between writing a new version and renaming it leaves the temporary file: opening removes it.
-    const store = new ClusterStore(path, await AtomicFile.open(path));
-    let text: string | undefined;
-    try {
-      text = await readFile(path, 'utf8');
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
-    }
-    if (text !== undefined) for (const c of parseStoreFile(path, text)) store.clusters.set(c.name, c);
+    const store = new ClusterStore(path, await AtomicFile.open(path), undefined, {
+      compactEntries: options.compactEntries ?? COMPACT_ENTRIES,
+      compactBytes: options.compactBytes ?? COMPACT_BYTES,
+    });
+    const { clusters, seq, journal, replayed, snapshotBytes } = await readState(path);
+    for (const c of clusters) store.clusters.set(c.name, c);
+    store.seq = seq;
+    store.snapshotBytes = snapshotBytes;
+    const io = { ...nodeJournalIo, ...options.io };
+    store.journal = await Journal.open(journalPath(path), journal, replayed, io);
     return store;
   }
 
-  /** The clusters in a state file, read without creating or changing anything (for the command line). */
+  /** The clusters in a state file (and its journal), read without creating or changing anything. */
   static async read(path: string): Promise<ClusterRecord[]> {
-    return parseStoreFile(path, await readFile(path, 'utf8'));
+    return (await readState(path, true)).clusters;
   }
 
   /** Whether changes can be stored: the last write succeeded and the folder is writable. */
@@ -60,14 +94,17 @@ export class ClusterStore {
     }
     try {
       await access(dirname(this.path), constants.W_OK);
-      return { ok: true };
     } catch (err) {
       return { ok: false, detail: `state folder not writable: ${(err as Error).message}` };
     }
+    // A full folder fails the next change: said before one is refused.
+    const short = await this.journal?.shortfall(this.snapshotBytes).catch(() => undefined);
+    return short ? { ok: false, detail: `state folder full: ${short}` } : { ok: true };
   }
 
   list(): ClusterRecord[] {
-    return [...this.clusters.values()].sort((a, b) => compareStrings(a.name, b.name));
+    this.sorted ??= [...this.clusters.values()].sort((a, b) => compareStrings(a.name, b.name));
+    return this.sorted.slice();
   }
 
   get(name: string): ClusterRecord | undefined {
@@ -75,50 +112,48 @@ export class ClusterStore {
   }
 
   /** Inserts or replaces one cluster; resolves once the change is on disk. */
-  upsert(
-    input: { name: string; host: string; target: ClusterTarget },
-    now = Date.now(),
-  ): Promise<ClusterRecord> {
-    return this.change((clusters) => {
-      const previous = clusters.get(input.name);
+  upsert(input: Input, now = Date.now()): Promise<ClusterRecord> {
+    return this.change((draft) => {
+      const previous = draft.get(input.name);
       const record: ClusterRecord = {
         ...input,
         claimedAt: claimedAt(previous, input.host, now),
         updatedAt: nextStamp(previous, now),
       };
-      clusters.set(input.name, record);
+      draft.set(input.name, record);
       return record;
     });
   }
 
   /** Removes one cluster; resolves with whether it existed, once the change is on disk. */
   delete(name: string): Promise<boolean> {
-    return this.change((clusters) => clusters.delete(name));
+    return this.change((draft) => draft.delete(name));
   }
 
   /** Makes `inputs` the whole desired set (clusters not in it are removed); resolves once on disk. */
-  replaceAll(inputs: Array<{ name: string; host: string; target: ClusterTarget }>, now = Date.now()) {
-    return this.change((clusters) => {
-      const next = new Map<string, ClusterRecord>();
+  replaceAll(inputs: Input[], now = Date.now()) {
+    return this.change((draft) => {
+      const wanted = new Set(inputs.map((i) => i.name));
+      const removed = draft.names().filter((name) => !wanted.has(name));
+      for (const name of removed) draft.delete(name);
       for (const input of inputs) {
-        const previous = clusters.get(input.name);
-        next.set(input.name, {
+        const previous = draft.get(input.name);
+        if (previous && sameInput(previous, input)) continue;
+        draft.set(input.name, {
           ...input,
           claimedAt: claimedAt(previous, input.host, now),
-          updatedAt: previous && sameInput(previous, input) ? previous.updatedAt : nextStamp(previous, now),
+          updatedAt: nextStamp(previous, now),
         });
       }
-      const removed = [...clusters.keys()].filter((name) => !next.has(name));
-      clusters.clear();
-      for (const [name, record] of next) clusters.set(name, record);
       return { removed };
     });
   }
 
-  // Group commit: changes that arrive while a write is under way are applied together to a copy and written
-  // in one go; each caller resolves once the file holding its change is on disk. A failed write rejects the
-  // whole batch and changes nothing, in memory or on disk.
-  private change<T>(mutate: (clusters: Map<string, ClusterRecord>) => T): Promise<T> {
+  // Group commit: changes that arrive while a write is under way are applied together to a draft and written
+  // in one go; each caller resolves once its change is on disk. A failed write rejects the whole batch and
+  // changes nothing in memory, nor on disk (a refused append is cut back; failing that, the journal is dirty
+  // and the next write is a snapshot numbered past its lines).
+  private change<T>(mutate: (draft: Draft) => T): Promise<T> {
     return new Promise<T>((resolve, reject) => {
       this.pending.push({ mutate, resolve: resolve as (value: unknown) => void, reject });
       if (!this.writing) this.writing = this.flush();
@@ -128,25 +163,94 @@ export class ClusterStore {
   private async flush(): Promise<void> {
     while (this.pending.length > 0) {
       const batch = this.pending.splice(0);
-      const copy = new Map(this.clusters);
+      const draft = new Draft(this.clusters);
       const results: unknown[] = [];
       try {
-        for (const change of batch) results.push(change.mutate(copy));
-        const file = { version: 1 as const, clusters: [...copy.values()] };
-        await this.disk.write(`${JSON.stringify(file, null, 2)}\n`);
+        for (const change of batch) results.push(change.mutate(draft));
+        await this.write(draft);
       } catch (err) {
         this.writeError = err instanceof Error ? err.message : String(err);
         for (const change of batch) change.reject(err);
         continue;
       }
       this.writeError = undefined;
-      this.clusters = copy;
       batch.forEach((change, i) => {
         change.resolve(results[i]);
       });
     }
     this.writing = undefined;
   }
+
+  /** Makes the draft durable (a journal append, or a snapshot when the journal is due), then current. */
+  private async write(draft: Draft): Promise<void> {
+    const journal = this.journal as Journal;
+    const entries = draft.entries(this.clusters, this.seq);
+    const due =
+      journal.dirty ||
+      journal.entries + entries.length >= this.options.compactEntries ||
+      journal.bytes >= this.options.compactBytes;
+    if (!due) {
+      try {
+        await journal.append(entries, this.snapshotBytes);
+      } catch (err) {
+        // Should its lines be left (the journal dirty), the next snapshot is numbered past them.
+        this.seq += entries.length;
+        throw err;
+      }
+      this.commit(draft, this.seq + entries.length);
+      return;
+    }
+    // The snapshot holds the draft; only once it is in place does the journal go (its lines are at or below
+    // the snapshot's seq, so a crash in between replays nothing).
+    const next = draft.apply(new Map(this.clusters));
+    const seq = this.seq + entries.length;
+    const text = snapshotText(seq, next.values());
+    await this.disk.write(text);
+    this.snapshotBytes = Buffer.byteLength(text);
+    this.commit(draft, seq);
+    // The change is durable now: a journal that cannot be emptied stays dirty, so the next write is a snapshot.
+    await journal.reset().catch(() => {});
+  }
+
+  private commit(draft: Draft, seq: number): void {
+    draft.apply(this.clusters);
+    this.sorted = draft.patchSorted(this.sorted);
+    this.seq = seq;
+  }
+}
+
+const journalPath = (path: string) => `${path}.journal`;
+
+// One cluster a line: quick to write and to read, and still readable.
+function snapshotText(seq: number, clusters: Iterable<ClusterRecord>): string {
+  const lines = [...clusters].map((c) => JSON.stringify(c));
+  return `{"version":1,"seq":${seq},"clusters":[\n${lines.join(',\n')}\n]}\n`;
+}
+
+/** The snapshot with the journal's later lines replayed on it. */
+async function readState(path: string, mustExist = false) {
+  let text: string | undefined;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+  }
+  const snapshot = text === undefined ? { seq: 0, clusters: [] } : parseStoreFile(path, text);
+  const journal = await readJournal(journalPath(path));
+  if (mustExist && text === undefined && journal.entries.length === 0)
+    throw Object.assign(new Error(`ENOENT: no such file or directory, open '${path}'`), { code: 'ENOENT' });
+  const clusters = new Map(snapshot.clusters.map((c) => [c.name, c]));
+  let seq = snapshot.seq;
+  let replayed = 0;
+  for (const e of journal.entries) {
+    if (e.seq <= snapshot.seq) continue;
+    if ('put' in e) clusters.set(e.put.name, e.put);
+    else clusters.delete(e.delete);
+    seq = e.seq;
+    replayed++;
+  }
+  const snapshotBytes = text === undefined ? 0 : Buffer.byteLength(text);
+  return { clusters: [...clusters.values()], seq, journal, replayed, snapshotBytes };
 }
 
 // Each version of a cluster has its own stamp, even two within one millisecond: a pass tells by the stamp
@@ -155,7 +259,7 @@ function nextStamp(previous: ClusterRecord | undefined, now: number): number {
   return previous ? Math.max(now, previous.updatedAt + 1) : now;
 }
 
-function parseStoreFile(path: string, text: string): ClusterRecord[] {
+function parseStoreFile(path: string, text: string): { seq: number; clusters: ClusterRecord[] } {
   let json: unknown;
   try {
     json = JSON.parse(text);
@@ -165,7 +269,7 @@ function parseStoreFile(path: string, text: string): ClusterRecord[] {
   const parsed = StoreFile.safeParse(json);
   if (!parsed.success)
     throw new Error(`state file ${path} is not a valid cluster store: ${parsed.error.message}`);
-  return parsed.data.clusters;
+  return { seq: parsed.data.seq ?? 0, clusters: parsed.data.clusters };
 }
 
 // A claim on a host dates from when the cluster first asked for that host; a new host is a new claim.

@@ -37,6 +37,8 @@ describe('temporary files of a killed write', () => {
         '.other.json.4242.1796234595391.tmp',
         '.state.json.notes.tmp',
         'state.json.4242.1.tmp',
+        // The store's journal, opened (created empty) with it.
+        'state.json.journal',
         'state.json.replay',
       ].sort(),
     );

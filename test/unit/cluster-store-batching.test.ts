@@ -2,11 +2,11 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { AtomicFile } from '../../src/store/atomic-file.js';
 import { ClusterStore } from '../../src/store/cluster-store.js';
+import { Journal } from '../../src/store/journal.js';
 
-// Counts the store's file writes while keeping the real atomic write.
-const writes = vi.spyOn(AtomicFile.prototype, 'write');
+// Counts the store's journal appends while keeping the real ones.
+const writes = vi.spyOn(Journal.prototype, 'append');
 
 describe('ClusterStore group commit', () => {
   let dir: string;

@@ -36,7 +36,8 @@ describe('ClusterStore', () => {
         updatedAt: 11,
       },
     ]);
-    expect(readdirSync(join(dir, 'nested'))).toEqual(['state.json']);
+    // No temporary left: the snapshot (written at the last compaction, none yet) and the journal.
+    expect(readdirSync(join(dir, 'nested'))).toEqual(['state.json.journal']);
   });
 
   it('keeps the claim time while the host stays, and restarts it when the host changes', async () => {
@@ -89,7 +90,7 @@ describe('ClusterStore', () => {
     // Once the directory is back, the next write holds the earlier state and not the failed change.
     mkdirSync(join(dir, 'nested'));
     await store.upsert({ name: 'c', host: 'c.example.com', target: { nodePort: 3 } });
-    const onDisk = readFileSync(path, 'utf8');
+    const onDisk = readFileSync(path, 'utf8') + readFileSync(`${path}.journal`, 'utf8');
     expect(onDisk).toContain('a.example.com');
     expect(onDisk).toContain('c.example.com');
     expect(onDisk).not.toContain('b.example.com');

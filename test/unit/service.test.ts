@@ -169,9 +169,12 @@ describe('startService (composition root)', () => {
     const { service, client } = await start(new MemoryProvider());
     await client.request('POST', '/v1/reconcile?wait=true');
     expect((await fetch(`${service.url}/readyz`)).status).toBe(200);
-    // Tests run as root, whom permissions do not stop: a folder where the state file goes fails the write.
-    rmSync(join(dir, 'clusters.json'), { force: true });
-    mkdirSync(join(dir, 'clusters.json'));
+    // Tests run as root, whom permissions do not stop: folders where the journal and the snapshot go fail
+    // both ways of storing a change.
+    for (const f of ['clusters.json.journal', 'clusters.json']) {
+      rmSync(join(dir, f), { force: true });
+      mkdirSync(join(dir, f));
+    }
     expect((await client.request('PUT', '/v1/clusters/one', cluster('one.example.com', 31001))).status).toBe(
       503,
     );

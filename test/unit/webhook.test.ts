@@ -78,10 +78,12 @@ describe('webhook API', () => {
   });
 
   it('answers 503 and acknowledges nothing when the change cannot be stored', async () => {
-    // Tests run as root, whom permissions do not stop: a folder where the state file goes fails the write.
-    const stateFile = join(app.dir, 'state.json');
-    rmSync(stateFile, { force: true });
-    mkdirSync(stateFile);
+    // Tests run as root, whom permissions do not stop: folders where the journal and the snapshot go fail
+    // both ways of storing a change.
+    for (const f of ['state.json.journal', 'state.json']) {
+      rmSync(join(app.dir, f), { force: true });
+      mkdirSync(join(app.dir, f));
+    }
     const res = await client.request('PUT', '/v1/clusters/demo', body('api.demo.example.com'));
     expect(res.status).toBe(503);
     expect(res.body).toMatchObject({ error: 'state_unavailable' });
