@@ -170,6 +170,43 @@ describe.skipIf(!source)(`Data Plane API map routing on HAProxy ${versionUnderTe
   });
 
   runtime(
+    'moves a route whose server holds an open stream: the stream stays, new connections move',
+    async () => {
+      const held = createServer(testKeyPair(), (socket) => socket.write('held\n'));
+      await new Promise<void>((resolve) => held.listen(0, '127.0.0.1', () => resolve()));
+      const port = (held.address() as { port: number }).port;
+      try {
+        expect(
+          (await pass(h, provider, [alpha(), record('watch', 'watch.example.com', port)], map)).result.ok,
+        ).toBe(true);
+        const stream = connect({
+          host: '127.0.0.1',
+          port: h.sniPort,
+          servername: 'watch.example.com',
+          rejectUnauthorized: false,
+        });
+        stream.on('error', () => {});
+        await new Promise<void>((resolve) => stream.once('data', () => resolve()));
+        const loads = h.tb.loadCount();
+        // The server carries a stream: deleting it at runtime would be refused, so its address moves in place.
+        const move = await pass(
+          h,
+          provider,
+          [alpha(), record('watch', 'watch.example.com', h.gamma.port)],
+          map,
+        );
+        expect(move.result.ok, move.result.error).toBe(true);
+        expect(await sniProbe(h.sniPort, 'watch.example.com')).toEqual({ reached: 'gamma' });
+        expect(stream.destroyed).toBe(false);
+        expect(h.tb.loadCount()).toBe(loads);
+        stream.destroy();
+      } finally {
+        held.close();
+      }
+    },
+  );
+
+  runtime(
     'a reload by someone else before persistence: the revision changes and a fresh pass puts the route back',
     async () => {
       expect((await pass(h, provider, [alpha()], map)).result.ok).toBe(true);

@@ -52,6 +52,7 @@ export function runtimeRoute(
   path: string,
   body: unknown,
   rawBody: string,
+  query: URLSearchParams = new URLSearchParams(),
 ): Answer {
   let m: RegExpExecArray | null;
   if (path === '/services/haproxy/storage/maps') {
@@ -102,14 +103,22 @@ export function runtimeRoute(
   if ((m = /^\/services\/haproxy\/runtime\/backends\/([^/]+)\/servers(?:\/([^/]+))?$/.exec(path)))
     return runtimeServer(rt, backends, method, m[1] as string, m[2], body as Obj);
   if (method === 'GET' && path === '/services/haproxy/stats/native') {
-    const stats = [...running(rt, backends)].flatMap(([backend, list]) =>
-      list.map((s) => ({
-        type: 'server',
-        name: s.name,
-        backend_name: backend,
-        stats: { addr: `${s.address}:${s.port}`, status: s.maint ? 'MAINT' : 'UP' },
-      })),
-    );
+    const parent = query.get('parent');
+    const stats = [...running(rt, backends)]
+      .filter(([backend]) => parent === null || backend === parent)
+      .flatMap(([backend, list]) =>
+        list.map((s) => ({
+          type: 'server',
+          name: s.name,
+          backend_name: backend,
+          // A server whose delete the fake refuses carries a stream.
+          stats: {
+            addr: `${s.address}:${s.port}`,
+            status: s.maint ? 'MAINT' : 'UP',
+            scur: rt.busy.has(`${backend}/${s.name}`) ? 1 : 0,
+          },
+        })),
+      );
     return { status: 200, body: [{ runtimeAPI: '/run/haproxy.sock', stats }] };
   }
   return undefined;

@@ -327,7 +327,7 @@ export async function startFakeDataplaneApi(
         fake.runtimeChanges++;
         return send(res, 200, server);
       }
-      const answer = runtimeRoute(fake.runtime, fake.config.backends, method, path, body, rawBody);
+      const answer = runtimeRoute(fake.runtime, fake.config.backends, method, path, body, rawBody, q);
       if (answer) return send(res, answer.status, answer.body);
       return error(res, 404, `the fake does not serve ${method} ${path}`);
     } catch (err) {

@@ -190,6 +190,36 @@ describe('dataplaneapi provider, map routing, against the fake API', () => {
     expect((await converge([claim('one')])).plan.operations).toEqual([]);
   });
 
+  it('an endpoint move is a delete and an add at runtime; with a stream on the server, the configuration moves it', async () => {
+    await converge([claim('one')]);
+    await provider.persisted();
+    const slot = fake.runtime.entries.get(storageName(SNI_MAP))?.get('one.example.com');
+    const reloads = fake.reloads;
+    fake.requests.length = 0;
+    expect((await converge([claim('one', 30009)])).report.reload).toBe('none');
+    expect(writes()).toEqual([
+      `PUT /services/haproxy/runtime/backends/${slot}/servers/srv1`,
+      `DELETE /services/haproxy/runtime/backends/${slot}/servers/srv1`,
+      `POST /services/haproxy/runtime/backends/${slot}/servers`,
+      `PUT /services/haproxy/runtime/backends/${slot}/servers/srv1`,
+    ]);
+    // A held stream: deleting would fail, so the configuration's path changes the address in place.
+    await provider.persisted();
+    fake.runtime.busy.add(`${slot}/srv1`);
+    fake.requests.length = 0;
+    await converge([claim('one', 30010)]);
+    expect(writes().some((r) => r.includes('/runtime/backends/'))).toBe(false);
+    expect(
+      writes().some((r) => /^(PUT|POST) \/services\/haproxy\/(configuration|transactions)/.test(r)),
+    ).toBe(true);
+    expect(fake.reloads).toBe(reloads);
+    // The configuration holds the new endpoint (the real API also sets it at runtime: the real suite).
+    const servers = Object.values(
+      (fake.config.backends.get(slot ?? '')?.servers ?? {}) as Record<string, { port?: number }>,
+    );
+    expect(servers.map((x) => x.port)).toEqual([30010]);
+  });
+
   it('reads are kept while version and worker stay (our own persistence included); a reload changes the revision', async () => {
     await converge([claim('one')]);
     await converge([claim('one'), claim('two', 30002)]);
@@ -248,7 +278,8 @@ describe('dataplaneapi provider, map routing, against the fake API', () => {
     };
     const ops = (operations: unknown[]) => runtimeMapOps({ operations, conflicts: [] } as never, current);
     expect(ops([{ kind: 'create_server', backend: 's1', server }, entry])).toHaveLength(2);
-    expect(ops([{ kind: 'update_server', backend: 's1', server, changes: [] }])).toBeUndefined();
+    // An endpoint move too (a delete and an add at runtime, unless its server carries streams: busyMoves).
+    expect(ops([{ kind: 'update_server', backend: 's1', server, changes: [] }])).toHaveLength(1);
     expect(ops([{ kind: 'create_server', backend: 'hashed', server }])).toBeUndefined();
     expect(
       ops([{ kind: 'create_backend', backend: { name: 's2', balance: 'leastconn' } }, entry]),

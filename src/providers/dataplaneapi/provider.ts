@@ -17,7 +17,7 @@ import { lineTagsFor } from './raw-lines.js';
 import { Reads } from './read.js';
 import { Reloads } from './reload.js';
 import { applyRuntime } from './runtime.js';
-import { applyRuntimeOps, type RuntimeOp, runtimeMapOps } from './runtime-maps.js';
+import { applyRuntimeOps, busyMoves, type RuntimeOp, runtimeMapOps } from './runtime-maps.js';
 import { Session } from './session.js';
 import { snapshotAfter, withServersSent } from './snapshot-after.js';
 import { tagWriter } from './tags.js';
@@ -157,7 +157,8 @@ export class DataplaneProvider implements Provider {
     for (const name of mapsOf(plan)) this.names.learn(name);
     // Unknown (no read of the worker yet) counts as able: a failure there makes the loop read again.
     const runtimeOps = this.maps.runtimeServers === false ? undefined : runtimeMapOps(plan, current);
-    if (runtimeOps) return this.applyAtRuntime(plan, runtimeOps, current, signal, counter);
+    if (runtimeOps && !(await this.busy(runtimeOps, signal, counter)))
+      return this.applyAtRuntime(plan, runtimeOps, current, signal, counter);
     let after: Snapshot | undefined;
     try {
       // Servers added at runtime reach the file before anything is written (and reloaded) from it.
@@ -195,6 +196,14 @@ export class DataplaneProvider implements Provider {
       // Otherwise what was read before no longer tells what is there (a failed runtime apply may have moved
       // some servers already): the next read lists both sections again.
       this.reads.keep(after);
+    }
+  }
+
+  private async busy(ops: RuntimeOp[], signal: AbortSignal, counter: { requests: number }): Promise<boolean> {
+    try {
+      return await busyMoves(this.client, ops, signal, counter);
+    } catch (err) {
+      throw this.translate(err);
     }
   }
 

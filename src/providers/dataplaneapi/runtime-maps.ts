@@ -23,10 +23,11 @@ export type RuntimeOp = Extract<
 const DYNAMIC_BALANCE = new Set(['leastconn', 'roundrobin', 'first', 'random']);
 
 /**
- * The plan's operations when all of them can run at runtime: server and map-entry changes only, at least one
- * of them not a plain endpoint move (those keep their own path), in backends that exist with a dynamic
- * balance and that only a map routes to (no rule, no default names them), map entries of a map an existing frontend routes by (HAProxy has it loaded). Else undefined: the
- * plan is written and reloaded. A server's `check` is sent with `add server`; HAProxy runs a runtime server's
+ * The plan's operations when all of them can run at runtime: server and map-entry changes only, in backends
+ * that exist with a dynamic balance and that only a map routes to (no rule, no default names them), map
+ * entries of a map an existing frontend routes by (HAProxy has it loaded). Else undefined: the plan is
+ * written (and reloaded if it must be). An endpoint move is a delete and an add of the same server at
+ * runtime; one whose server still carries streams keeps the configuration's path (`busyMoves`). A server's `check` is sent with `add server`; HAProxy runs a runtime server's
  * health checks only once enabled (`enable health`, which the API does not offer), so they start with the
  * next reload, which loads the persisted line.
  */
@@ -39,13 +40,11 @@ export function runtimeMapOps(plan: Plan, current: RawState): RuntimeOp[] | unde
   const named = new Set(
     current.frontends.flatMap((f) => [...f.rules.map((r) => r.backend), f.defaultBackend ?? '']),
   );
-  let movesOnly = true;
   for (const op of plan.operations) {
     switch (op.kind) {
       case 'set_map_entry':
       case 'delete_map_entry':
         if (!maps.has(op.map)) return undefined;
-        movesOnly = false;
         ops.push(op);
         break;
       case 'create_server':
@@ -53,7 +52,6 @@ export function runtimeMapOps(plan: Plan, current: RawState): RuntimeOp[] | unde
       case 'delete_server': {
         const b = backends.get(op.backend);
         if (!b || !DYNAMIC_BALANCE.has(b.balance) || named.has(b.name)) return undefined;
-        if (op.kind !== 'update_server') movesOnly = false;
         ops.push(op);
         break;
       }
@@ -61,7 +59,40 @@ export function runtimeMapOps(plan: Plan, current: RawState): RuntimeOp[] | unde
         return undefined;
     }
   }
-  return movesOnly ? undefined : ops;
+  return ops;
+}
+
+/**
+ * Whether a server an endpoint move would delete and add again at runtime still carries streams (a watch):
+ * the API cannot cut them and HAProxy refuses to delete such a server, so that move keeps the
+ * configuration's path, which changes the address in place (`set server addr`) and leaves the streams be.
+ * One stats request per backend moved in.
+ */
+export async function busyMoves(
+  client: DataplaneClient,
+  ops: readonly RuntimeOp[],
+  signal: AbortSignal,
+  counter: Counter,
+): Promise<boolean> {
+  const moved = new Map<string, Set<string>>();
+  for (const op of ops)
+    if (op.kind === 'update_server') {
+      const names = moved.get(op.backend) ?? new Set<string>();
+      names.add(op.server.name);
+      moved.set(op.backend, names);
+    }
+  for (const [backend, names] of moved) {
+    counter.requests++;
+    const res = await client.GET('/services/haproxy/stats/native', {
+      params: { query: { type: 'server', parent: checkedName(backend, 'backend') } },
+      signal,
+    });
+    const collections = Array.isArray(res.data) ? res.data : [res.data];
+    for (const c of collections)
+      for (const s of c?.stats ?? [])
+        if (s.type === 'server' && s.name && names.has(s.name) && (s.stats?.scur ?? 0) > 0) return true;
+  }
+  return false;
 }
 
 /** Sends `ops` in order; answers how many servers were left draining (not deleted yet). */
@@ -79,10 +110,13 @@ export async function applyRuntimeOps(
         await addServer(client, op.backend, op.server, signal, counter);
         break;
       case 'update_server':
-        // Runtime servers have no endpoint change of their own: the old one goes, the new one comes. One
-        // that cannot go yet (streams open) is in maintenance: its move waits for the next pass.
-        if (await removeServer(client, op.backend, op.server.name, signal, counter)) draining++;
-        else await addServer(client, op.backend, op.server, signal, counter);
+        // Runtime servers have no endpoint change of their own: the old one goes, the new one comes. One a
+        // stream reached since `busyMoves` looked cannot go: it is put back in service, and the next pass
+        // (which reads again) moves it through the configuration.
+        if (await removeServer(client, op.backend, op.server.name, signal, counter)) {
+          draining++;
+          await setAdminState(client, op.backend, op.server.name, 'ready', signal, counter);
+        } else await addServer(client, op.backend, op.server, signal, counter);
         break;
       case 'delete_server':
         if (await removeServer(client, op.backend, op.server.name, signal, counter)) draining++;
@@ -151,10 +185,22 @@ async function addServer(
     },
     signal,
   });
+  await setAdminState(client, backend, name, 'ready', signal, counter);
+}
+
+async function setAdminState(
+  client: DataplaneClient,
+  backend: string,
+  server: string,
+  state: 'ready' | 'maint',
+  signal: AbortSignal,
+  counter: Counter,
+): Promise<void> {
+  const path = { parent_name: checkedName(backend, 'backend'), name: checkedName(server, 'server') };
   counter.requests++;
   await client.PUT('/services/haproxy/runtime/backends/{parent_name}/servers/{name}', {
-    params: { path: { ...path, name } },
-    body: { admin_state: 'ready' },
+    params: { path },
+    body: { admin_state: state },
     signal,
   });
 }
@@ -174,12 +220,7 @@ async function removeServer(
 ): Promise<boolean> {
   const path = { parent_name: checkedName(backend, 'backend'), name: checkedName(server, 'server') };
   try {
-    counter.requests++;
-    await client.PUT('/services/haproxy/runtime/backends/{parent_name}/servers/{name}', {
-      params: { path },
-      body: { admin_state: 'maint' },
-      signal,
-    });
+    await setAdminState(client, backend, server, 'maint', signal, counter);
   } catch (err) {
     if (err instanceof DataplaneHttpError && err.status === 404) return false;
     throw err;
