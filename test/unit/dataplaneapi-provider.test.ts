@@ -6,10 +6,13 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { DEFAULT_RENDER_OPTIONS, renderDesired } from '../../src/haproxy/render.js';
 import { plan } from '../../src/plan/plan.js';
 import { createDataplaneProvider, LEDGER_FILE } from '../../src/providers/dataplaneapi/index.js';
-import { DataplaneProvider, TooManyTransactionsError } from '../../src/providers/dataplaneapi/provider.js';
+import {
+  type DataplaneProvider,
+  TooManyTransactionsError,
+} from '../../src/providers/dataplaneapi/provider.js';
 import { ConcurrentChangeError, ReloadFailedError, TerminalError } from '../../src/providers/provider.js';
 import { OwnedProvider } from '../../src/registry/owned-provider.js';
-import { resolveRoutes } from '../../src/routes/route.js';
+import { type RouteClaim, resolveRoutes } from '../../src/routes/route.js';
 import { describeProvider } from '../contract/provider-contract.js';
 import {
   type Exchange,
@@ -18,6 +21,7 @@ import {
   loadExchanges,
   startFakeDataplaneApi,
 } from '../support/fake-dataplaneapi.js';
+import { claim, providerOn } from '../support/fake-dataplaneapi-provider.js';
 import { interpret, ownerTags, registry } from '../support/owner.js';
 import { waitFor } from '../support/wait.js';
 
@@ -48,39 +52,7 @@ const render = {
 };
 const signal = () => AbortSignal.timeout(10_000);
 
-function make(
-  fake: FakeDataplaneApi,
-  extra: Partial<ConstructorParameters<typeof DataplaneProvider>[0]> = {},
-) {
-  return new DataplaneProvider({
-    url: fake.url,
-    username: fake.username,
-    password: fake.password,
-    timeoutMs: 5_000,
-    reloadTimeoutMs: 2_000,
-    runtimeMaxServers: 10,
-    rawMinWrites: 0,
-    prepareTransactions: false,
-    owner: registry,
-    logger: silent,
-    ...extra,
-  });
-}
-
-type Claim = {
-  cluster: string;
-  host: string;
-  endpoints: Array<{ address: string; port: number }>;
-  claimedAt: number;
-};
-const claim = (cluster: string, port = 30001, address = '127.0.0.1'): Claim => ({
-  cluster,
-  host: `${cluster}.example.com`,
-  endpoints: [{ address, port }],
-  claimedAt: 0,
-});
-
-async function converge(provider: DataplaneProvider, claims: Claim[]) {
+async function converge(provider: DataplaneProvider, claims: RouteClaim[]) {
   const current = await provider.readState(signal());
   const p = plan(renderDesired(resolveRoutes(claims).routes, render), interpret(current));
   return { plan: p, report: await provider.apply(p, current, signal()) };
@@ -111,7 +83,7 @@ describe('dataplaneapi provider against a fake API checked by the OpenAPI docume
   });
 
   it('a new cluster: one transaction of a full_section backend, the rules, and the commit', async () => {
-    const provider = make(fake);
+    const provider = providerOn(fake);
     await converge(provider, [claim('one')]);
     fake.requests.length = 0;
     const { report } = await converge(provider, [claim('one'), claim('two')]);
@@ -138,7 +110,7 @@ describe('dataplaneapi provider against a fake API checked by the OpenAPI docume
   });
 
   it('the request count of one new cluster does not grow with N; after its own commit a read is the version only', async () => {
-    const provider = make(fake);
+    const provider = providerOn(fake);
     const count = async (n: number) => {
       fake.reset(foreign);
       const existing = Array.from({ length: n }, (_, i) => claim(`c${i}`));
@@ -160,7 +132,7 @@ describe('dataplaneapi provider against a fake API checked by the OpenAPI docume
   });
 
   it('reads both lists again once someone else moved the version, and on a cold start', async () => {
-    const provider = make(fake);
+    const provider = providerOn(fake);
     await converge(provider, [claim('one')]);
     // Another tool writes: the version moves past what our commit left.
     fake.reset({
@@ -176,12 +148,12 @@ describe('dataplaneapi provider against a fake API checked by the OpenAPI docume
       'GET /services/haproxy/configuration/version',
     ]);
     fake.requests.length = 0;
-    await make(fake).readState(signal());
+    await providerOn(fake).readState(signal());
     expect(fake.requests.filter((r) => r.includes('full_section=true'))).toHaveLength(2);
   });
 
   it('opens the next transaction ahead: the next change writes into it, a moved version drops it, close too', async () => {
-    const provider = make(fake, { prepareTransactions: true });
+    const provider = providerOn(fake, { prepareTransactions: true });
     const openAhead = () =>
       waitFor(() => fake.openTransactions(), 5_000, 'one transaction opened ahead', {
         ok: (open) => open.length === 1,
@@ -216,7 +188,7 @@ describe('dataplaneapi provider against a fake API checked by the OpenAPI docume
 
   it('counts every request it sends, reads included, and the bytes of bodies both ways', async () => {
     const counted = { requests: 0, sent: 0, received: 0 };
-    const provider = make(fake, {
+    const provider = providerOn(fake, {
       traffic: {
         request: () => counted.requests++,
         bytes: (direction, n) => {
@@ -233,7 +205,7 @@ describe('dataplaneapi provider against a fake API checked by the OpenAPI docume
   });
 
   it('an endpoint move goes through the runtime path: one server replace with the version, no reload', async () => {
-    const provider = make(fake);
+    const provider = providerOn(fake);
     await converge(provider, [claim('one', 30001), claim('two', 30001)]);
     const reloads = fake.reloads;
     fake.requests.length = 0;
@@ -250,7 +222,7 @@ describe('dataplaneapi provider against a fake API checked by the OpenAPI docume
   });
 
   it('a runtime move failing halfway keeps the moves before it and sends none after; a fresh read and plan finish it', async () => {
-    const provider = make(fake);
+    const provider = providerOn(fake);
     const names = ['a', 'b', 'c'];
     await converge(
       provider,
@@ -291,7 +263,7 @@ describe('dataplaneapi provider against a fake API checked by the OpenAPI docume
   });
 
   it('a fan-out above the runtime threshold is one transaction, one request per backend', async () => {
-    const provider = make(fake, { runtimeMaxServers: 2 });
+    const provider = providerOn(fake, { runtimeMaxServers: 2 });
     const names = ['a', 'b', 'c', 'd'];
     await converge(
       provider,
@@ -313,7 +285,7 @@ describe('dataplaneapi provider against a fake API checked by the OpenAPI docume
   });
 
   it('a deletion is one request in the transaction, after the rules stop pointing at the backend', async () => {
-    const provider = make(fake);
+    const provider = providerOn(fake);
     await converge(provider, [claim('one'), claim('two')]);
     fake.requests.length = 0;
     await converge(provider, [claim('one')]);
@@ -324,7 +296,7 @@ describe('dataplaneapi provider against a fake API checked by the OpenAPI docume
   });
 
   it('keeps foreign switching rules in its frontend exactly as read', async () => {
-    const provider = make(fake);
+    const provider = providerOn(fake);
     await converge(provider, [claim('one')]);
     const f = fake.config.frontends.get('kubebyon_sni');
     const foreignRule = {
@@ -346,7 +318,7 @@ describe('dataplaneapi provider against a fake API checked by the OpenAPI docume
   });
 
   it('409 on open and 406 on commit are concurrent changes; the open transaction is dropped', async () => {
-    const provider = make(fake);
+    const provider = providerOn(fake);
     const state = await provider.readState(signal());
     const p = plan(renderDesired(resolveRoutes([claim('one')]).routes, render), interpret(state));
     fake.inject({
@@ -364,7 +336,7 @@ describe('dataplaneapi provider against a fake API checked by the OpenAPI docume
   });
 
   it('429 is transient (retried with backoff), not terminal', async () => {
-    const provider = make(fake);
+    const provider = providerOn(fake);
     const p = plan(
       renderDesired(resolveRoutes([claim('one')]).routes, render),
       interpret(await provider.readState(signal())),
@@ -389,7 +361,7 @@ describe('dataplaneapi provider against a fake API checked by the OpenAPI docume
   });
 
   it('a configuration HAProxy refuses (400) is terminal and carries its message', async () => {
-    const provider = make(fake);
+    const provider = providerOn(fake);
     const p = plan(
       renderDesired(resolveRoutes([claim('one')]).routes, render),
       interpret(await provider.readState(signal())),
@@ -408,7 +380,7 @@ describe('dataplaneapi provider against a fake API checked by the OpenAPI docume
   });
 
   it('a failed followed reload is a ReloadFailedError with HAProxy words; the view is reloaded from disk first', async () => {
-    const provider = make(fake, { commit: 'follow' });
+    const provider = providerOn(fake, { commit: 'follow' });
     const p = plan(
       renderDesired(resolveRoutes([claim('one')]).routes, render),
       interpret(await provider.readState(signal())),
@@ -435,7 +407,7 @@ describe('dataplaneapi provider against a fake API checked by the OpenAPI docume
   });
 
   it('a failed force_reload commit (400 Reload failed) is a ReloadFailedError', async () => {
-    const provider = make(fake);
+    const provider = providerOn(fake);
     const p = plan(
       renderDesired(resolveRoutes([claim('one')]).routes, render),
       interpret(await provider.readState(signal())),
@@ -458,7 +430,7 @@ describe('dataplaneapi provider against a fake API checked by the OpenAPI docume
   });
 
   it('401 is terminal and names the credentials', async () => {
-    const provider = make(fake, { password: 'wrong' });
+    const provider = providerOn(fake, { password: 'wrong' });
     const err = await provider.ping(signal()).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(TerminalError);
     expect(String(err)).toMatch(/KUBEBYON_DATAPLANE_USERNAME and KUBEBYON_DATAPLANE_PASSWORD/);
@@ -466,7 +438,7 @@ describe('dataplaneapi provider against a fake API checked by the OpenAPI docume
   });
 
   it('behind the registry, a change to an object it does not own sends no write', async () => {
-    const provider = make(fake);
+    const provider = providerOn(fake);
     const current = await provider.readState(signal());
     fake.requests.length = 0;
     await expect(
@@ -577,14 +549,14 @@ for (const version of FAKE_VERSIONS) {
       const fake = await startFakeDataplaneApi({ version });
       contractFake = fake;
       return {
-        provider: make(fake),
+        provider: providerOn(fake),
         render,
         reset: async () => fake.reset(foreign),
         cleanup: async () => {
           expect(contractFake?.violations).toEqual([]);
           await fake.close();
         },
-        fresh: () => make(fake),
+        fresh: () => providerOn(fake),
       };
     },
     { runs: 40 },
