@@ -1,4 +1,5 @@
 import pino from 'pino';
+import type { DataplaneConfig } from '../../src/providers/dataplaneapi/config.js';
 import {
   DataplaneProvider,
   type DataplaneProviderOptions,
@@ -29,6 +30,18 @@ export function providerOn(
     ...extra,
   });
 }
+
+/** The service's configuration for the fake API, as `createDataplaneProvider` takes it. */
+export const startConfigFor = (fake: FakeDataplaneApi): DataplaneConfig => ({
+  url: fake.url,
+  username: fake.username,
+  password: fake.password,
+  timeoutMs: 5000,
+  reloadTimeoutMs: 2000,
+  runtimeMaxServers: 10,
+  rawMinWrites: 0,
+  commit: 'force_reload',
+});
 
 /** Cluster `cluster` at `<cluster>.example.com`, one endpoint, claimed at time 0. */
 export const claim = (cluster: string, port = 30001, address = '127.0.0.1'): RouteClaim => ({

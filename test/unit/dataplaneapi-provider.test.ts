@@ -21,7 +21,7 @@ import {
   loadExchanges,
   startFakeDataplaneApi,
 } from '../support/fake-dataplaneapi.js';
-import { claim, providerOn } from '../support/fake-dataplaneapi-provider.js';
+import { claim, providerOn, startConfigFor } from '../support/fake-dataplaneapi-provider.js';
 import { interpret, ownerTags, registry } from '../support/owner.js';
 import { waitFor } from '../support/wait.js';
 
@@ -52,10 +52,20 @@ const render = {
 };
 const signal = () => AbortSignal.timeout(10_000);
 
+type Read = Awaited<ReturnType<DataplaneProvider['readState']>>;
+/** The plan from what `current` holds to `claims`. */
+const planTo = (claims: RouteClaim[], current: Read) =>
+  plan(renderDesired(resolveRoutes(claims).routes, render), interpret(current));
+
 async function converge(provider: DataplaneProvider, claims: RouteClaim[]) {
   const current = await provider.readState(signal());
-  const p = plan(renderDesired(resolveRoutes(claims).routes, render), interpret(current));
+  const p = planTo(claims, current);
   return { plan: p, report: await provider.apply(p, current, signal()) };
+}
+
+/** Applies `p` to what `provider` reads now; resolves with what the apply threw. */
+async function applyFailure(provider: DataplaneProvider, p: ReturnType<typeof planTo>): Promise<unknown> {
+  return provider.apply(p, await provider.readState(signal()), signal()).catch((e: unknown) => e);
 }
 
 function recorded(note: RegExp | number): Exchange['response'] {
@@ -229,8 +239,7 @@ describe('dataplaneapi provider against a fake API checked by the OpenAPI docume
       names.map((n) => claim(n, 30001)),
     );
     const moved = names.map((n) => claim(n, 30002));
-    const planFor = (state: Awaited<ReturnType<typeof provider.readState>>) =>
-      plan(renderDesired(resolveRoutes(moved).routes, render), interpret(state));
+    const planFor = (state: Read) => planTo(moved, state);
     const current = await provider.readState(signal());
     const p = planFor(current);
     const backends = p.operations.map((o) => (o.kind === 'update_server' ? o.backend : o.kind));
@@ -320,7 +329,7 @@ describe('dataplaneapi provider against a fake API checked by the OpenAPI docume
   it('409 on open and 406 on commit are concurrent changes; the open transaction is dropped', async () => {
     const provider = providerOn(fake);
     const state = await provider.readState(signal());
-    const p = plan(renderDesired(resolveRoutes([claim('one')]).routes, render), interpret(state));
+    const p = planTo([claim('one')], state);
     fake.inject({
       method: 'PUT',
       path: /^\/services\/haproxy\/transactions\/[^/]+$/,
@@ -337,10 +346,7 @@ describe('dataplaneapi provider against a fake API checked by the OpenAPI docume
 
   it('429 is transient (retried with backoff), not terminal', async () => {
     const provider = providerOn(fake);
-    const p = plan(
-      renderDesired(resolveRoutes([claim('one')]).routes, render),
-      interpret(await provider.readState(signal())),
-    );
+    const p = planTo([claim('one')], await provider.readState(signal()));
     fake.inject({
       method: 'POST',
       path: /^\/services\/haproxy\/transactions$/,
@@ -353,27 +359,20 @@ describe('dataplaneapi provider against a fake API checked by the OpenAPI docume
         },
       },
     });
-    const err = await provider
-      .apply(p, await provider.readState(signal()), signal())
-      .catch((e: unknown) => e);
+    const err = await applyFailure(provider, p);
     expect(err).toBeInstanceOf(TooManyTransactionsError);
     expect(err).not.toBeInstanceOf(TerminalError);
   });
 
   it('a configuration HAProxy refuses (400) is terminal and carries its message', async () => {
     const provider = providerOn(fake);
-    const p = plan(
-      renderDesired(resolveRoutes([claim('one')]).routes, render),
-      interpret(await provider.readState(signal())),
-    );
+    const p = planTo([claim('one')], await provider.readState(signal()));
     fake.inject({
       method: 'PUT',
       path: /^\/services\/haproxy\/transactions\/[^/]+$/,
       answer: recorded(17),
     });
-    const err = await provider
-      .apply(p, await provider.readState(signal()), signal())
-      .catch((e: unknown) => e);
+    const err = await applyFailure(provider, p);
     expect(err).toBeInstanceOf(TerminalError);
     expect(String(err)).toContain("no such ACL 'garbage('");
     expect(fake.openTransactions()).toEqual([]);
@@ -381,19 +380,14 @@ describe('dataplaneapi provider against a fake API checked by the OpenAPI docume
 
   it('a failed followed reload is a ReloadFailedError with HAProxy words; the view is reloaded from disk first', async () => {
     const provider = providerOn(fake, { commit: 'follow' });
-    const p = plan(
-      renderDesired(resolveRoutes([claim('one')]).routes, render),
-      interpret(await provider.readState(signal())),
-    );
+    const p = planTo([claim('one')], await provider.readState(signal()));
     fake.inject({
       method: 'GET',
       path: /^\/services\/haproxy\/reloads\//,
       answer: recorded(62),
       apply: true,
     });
-    const err = await provider
-      .apply(p, await provider.readState(signal()), signal())
-      .catch((e: unknown) => e);
+    const err = await applyFailure(provider, p);
     expect(err).toBeInstanceOf(ReloadFailedError);
     expect(String(err)).toContain('cannot bind socket (Address already in use)');
     fake.requests.length = 0;
@@ -408,10 +402,7 @@ describe('dataplaneapi provider against a fake API checked by the OpenAPI docume
 
   it('a failed force_reload commit (400 Reload failed) is a ReloadFailedError', async () => {
     const provider = providerOn(fake);
-    const p = plan(
-      renderDesired(resolveRoutes([claim('one')]).routes, render),
-      interpret(await provider.readState(signal())),
-    );
+    const p = planTo([claim('one')], await provider.readState(signal()));
     const output = String((recorded(62).body as { response: string }).response);
     fake.inject({
       method: 'PUT',
@@ -422,9 +413,7 @@ describe('dataplaneapi provider against a fake API checked by the OpenAPI docume
         body: { code: 400, message: `Reload failed: failed to reload configuration, ${output}` },
       },
     });
-    const err = await provider
-      .apply(p, await provider.readState(signal()), signal())
-      .catch((e: unknown) => e);
+    const err = await applyFailure(provider, p);
     expect(err).toBeInstanceOf(ReloadFailedError);
     expect(String(err)).toContain('cannot bind socket (Address already in use) for [127.0.0.1:19443]');
   });
@@ -463,19 +452,11 @@ describe('dataplaneapi provider against a fake API checked by the OpenAPI docume
       }).then((r) => r.json() as Promise<{ id: string }>);
       writeFileSync(join(dir, LEDGER_FILE), JSON.stringify({ api: 'elsewhere', open: [leaked.id] }));
       expect(fake.openTransactions()).toEqual([leaked.id]);
-      const provider = await createDataplaneProvider(
-        {
-          url: fake.url,
-          username: fake.username,
-          password: fake.password,
-          timeoutMs: 5000,
-          reloadTimeoutMs: 2000,
-          runtimeMaxServers: 10,
-          rawMinWrites: 0,
-          commit: 'force_reload',
-        },
-        { logger: silent, owner: registry, stateDir: dir },
-      );
+      const provider = await createDataplaneProvider(startConfigFor(fake), {
+        logger: silent,
+        owner: registry,
+        stateDir: dir,
+      });
       expect(fake.openTransactions()).toEqual([]);
       expect(JSON.parse(readFileSync(join(dir, LEDGER_FILE), 'utf8')).open).toEqual([]);
       await provider.close?.();
@@ -499,19 +480,7 @@ describe('dataplaneapi provider start', () => {
     const fake = await startFakeDataplaneApi({ spec: old });
     try {
       await expect(
-        createDataplaneProvider(
-          {
-            url: fake.url,
-            username: fake.username,
-            password: fake.password,
-            timeoutMs: 5000,
-            reloadTimeoutMs: 2000,
-            runtimeMaxServers: 10,
-            rawMinWrites: 0,
-            commit: 'force_reload',
-          },
-          { logger: silent, owner: registry },
-        ),
+        createDataplaneProvider(startConfigFor(fake), { logger: silent, owner: registry }),
       ).rejects.toThrow(/`metadata` on frontends, backends .*v3\.2.*`description` on frontends and backends/);
     } finally {
       await fake.close();

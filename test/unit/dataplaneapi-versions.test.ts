@@ -15,7 +15,7 @@ import {
   type FakeVersion,
   startFakeDataplaneApi,
 } from '../support/fake-dataplaneapi.js';
-import { claim, providerOn } from '../support/fake-dataplaneapi-provider.js';
+import { claim, providerOn, startConfigFor } from '../support/fake-dataplaneapi-provider.js';
 import { registry } from '../support/owner.js';
 
 const signal = () => AbortSignal.timeout(10_000);
@@ -97,18 +97,7 @@ describe('the start log', () => {
         }),
       );
       try {
-        const config = { url: fake.url, username: fake.username, password: fake.password };
-        const provider = await createDataplaneProvider(
-          {
-            ...config,
-            timeoutMs: 5000,
-            reloadTimeoutMs: 2000,
-            runtimeMaxServers: 10,
-            rawMinWrites: 0,
-            commit: 'force_reload',
-          },
-          { logger, owner: registry },
-        );
+        const provider = await createDataplaneProvider(startConfigFor(fake), { logger, owner: registry });
         await provider.close?.();
         const logged = lines.map((l) => JSON.parse(l) as { msg: string; ownership?: string });
         expect(logged.map((l) => l.msg)).toEqual([expect.stringMatching(words)]);
