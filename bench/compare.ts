@@ -14,51 +14,26 @@
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, release, tmpdir, totalmem } from 'node:os';
-import { join, resolve } from 'node:path';
-import { dataplaneSource } from '../test/support/dataplaneapi-testbed.js';
-import { type HaproxyVersion, sweepTestbedContainers } from '../test/support/haproxy-testbed.js';
+import { join } from 'node:path';
+import { sweepTestbedContainers } from '../test/support/haproxy-testbed.js';
 import { type Approach, type ApproachName, startBaseline, startOurs } from './compare/approaches.js';
+import { arg, list, REPO, targetArgs } from './compare/cli.js';
 import { startIdentityServers } from './compare/identity.js';
 import { type BenchKube, startBenchKube } from './compare/kube.js';
 import { chart, markdown, type Report } from './compare/report.js';
 import { type RunResult, runScenario } from './compare/scenario.js';
-import { type ProviderName, startTarget, type Target } from './compare/targets.js';
+import { startTarget, type Target } from './compare/targets.js';
 
-process.env.TESTCONTAINERS_RYUK_DISABLED = 'true';
-process.env.TESTCONTAINERS_HOST_OVERRIDE = 'localhost';
-
-const REPO = join(import.meta.dirname, '..');
-
-function arg(name: string, fallback: string): string {
-  const i = process.argv.indexOf(`--${name}`);
-  return i >= 0 && process.argv[i + 1] !== undefined ? (process.argv[i + 1] as string) : fallback;
-}
-const list = (s: string) =>
-  s
-    .split(',')
-    .map((x) => x.trim())
-    .filter(Boolean);
-
-const source = dataplaneSource();
-const ns = list(arg('n', '10,100,1000,5000')).map(Number);
-const providers = list(arg('providers', source ? 'haproxy,dataplaneapi' : 'haproxy')) as ProviderName[];
+const { source, ns, providers, version, outDir } = targetArgs('10,100,1000,5000');
 const approaches = list(arg('approaches', 'ours,rewrite,naive')) as ApproachName[];
 const changes = Number(arg('changes', '20'));
 const burst = Number(arg('burst', '200'));
 const capMs = Number(arg('cap', '120')) * 1000;
-const version = arg('haproxy', '3.0') as HaproxyVersion;
-const outDir = resolve(REPO, arg('out', 'bench/results'));
 const FROM = '127.0.0.2';
 const TO = '127.0.0.3';
 
-for (const p of providers)
-  if (p !== 'haproxy' && p !== 'dataplaneapi') throw new Error(`unknown provider ${p}`);
 for (const a of approaches)
   if (!['ours', 'rewrite', 'naive'].includes(a)) throw new Error(`unknown approach ${a}`);
-if (providers.includes('dataplaneapi') && !source)
-  throw new Error(
-    '--providers dataplaneapi needs KUBEBYON_TEST_DATAPLANEAPI_BIN or KUBEBYON_TEST_DATAPLANEAPI_IMAGE',
-  );
 
 const uptime = () => execFileSync('uptime', { encoding: 'utf8' }).trim();
 const log = (line: string) => console.log(`[${new Date().toISOString().slice(11, 19)}] ${line}`);

@@ -22,9 +22,9 @@ import {
 import type { HaproxyVersion } from '../test/support/haproxy-testbed.js';
 import { interpret, ownerTags, registry } from '../test/support/owner.js';
 import { freeLoopbackPort } from '../test/support/ports.js';
+import { useLoopbackTestcontainers } from './compare/cli.js';
 
-process.env.TESTCONTAINERS_RYUK_DISABLED = 'true';
-process.env.TESTCONTAINERS_HOST_OVERRIDE = 'localhost';
+useLoopbackTestcontainers();
 const sizes = (process.argv[2] ?? '10,1000,5000').split(',').map(Number);
 const version = (process.argv[3] ?? '3.0') as HaproxyVersion;
 const source = dataplaneSource();

@@ -15,44 +15,21 @@
  */
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir, totalmem } from 'node:os';
-import { join, resolve } from 'node:path';
-import { dataplaneSource } from '../test/support/dataplaneapi-testbed.js';
-import { type HaproxyVersion, sweepTestbedContainers } from '../test/support/haproxy-testbed.js';
+import { join } from 'node:path';
+import { sweepTestbedContainers } from '../test/support/haproxy-testbed.js';
+import { arg, list, targetArgs } from './compare/cli.js';
 import { startIdentityServers } from './compare/identity.js';
 import { startBenchKube } from './compare/kube.js';
-import { type ProviderName, startTarget } from './compare/targets.js';
+import { startTarget } from './compare/targets.js';
 import { chart, markdown } from './zero-reload/report.js';
 import { runZeroReload, type ZeroReloadResult } from './zero-reload/run.js';
 
-process.env.TESTCONTAINERS_RYUK_DISABLED = 'true';
-process.env.TESTCONTAINERS_HOST_OVERRIDE = 'localhost';
-
-const REPO = join(import.meta.dirname, '..');
-function arg(name: string, fallback: string): string {
-  const i = process.argv.indexOf(`--${name}`);
-  return i >= 0 && process.argv[i + 1] !== undefined ? (process.argv[i + 1] as string) : fallback;
-}
-const list = (s: string) =>
-  s
-    .split(',')
-    .map((x) => x.trim())
-    .filter(Boolean);
-
-const source = dataplaneSource();
-const ns = list(arg('n', '10,1000,5000,20000')).map(Number);
-const providers = list(arg('providers', source ? 'haproxy,dataplaneapi' : 'haproxy')) as ProviderName[];
+const { source, ns, providers, version, outDir } = targetArgs('10,1000,5000,20000');
 const routings = list(arg('routing', 'map')) as Array<'map' | 'rules'>;
 const changes = Number(arg('changes', '40'));
 const burst = Number(arg('burst', '1000'));
 const streamChanges = Number(arg('stream', '1000'));
-const version = arg('haproxy', '3.0') as HaproxyVersion;
-const outDir = resolve(REPO, arg('out', 'bench/results'));
 const ADDRESS = '127.0.0.2';
-
-if (providers.includes('dataplaneapi') && !source)
-  throw new Error(
-    '--providers dataplaneapi needs KUBEBYON_TEST_DATAPLANEAPI_BIN or KUBEBYON_TEST_DATAPLANEAPI_IMAGE',
-  );
 
 const log = (line: string) => console.log(`[${new Date().toISOString().slice(11, 19)}] ${line}`);
 const jsonPath = join(outDir, 'zero-reload.json');

@@ -22,7 +22,7 @@ import { interpret, ownerTags, registry } from '../../test/support/owner.js';
 import { waitFor } from '../../test/support/wait.js';
 import { type Counts, zeroCounts } from './counting-proxy.js';
 import type { BenchKube } from './kube.js';
-import { type BenchService, type Resources, startService } from './service.js';
+import { type BenchService, benchServiceEnv, type Resources, startService } from './service.js';
 import type { Target } from './targets.js';
 
 const run = promisify(execFile);
@@ -98,22 +98,7 @@ export async function startOurs(
   const dir = mkdtempSync(join(tmpdir(), 'kubebyon-bench-'));
   const secret = `bench-${Math.random().toString(36).slice(2)}-secret`;
   const svc: BenchService = await startService(
-    {
-      ...target.providerEnv(),
-      KUBEBYON_STATE_FILE: join(dir, 'clusters.json'),
-      KUBEBYON_LOG_LEVEL: 'warn',
-      KUBEBYON_TOPOLOGY: 'kubernetes',
-      KUBECONFIG: kube.kubeconfig,
-      KUBEBYON_HAPROXY_BIND_ADDR: `127.0.0.1:${target.sniPort}`,
-      KUBEBYON_PUBLIC_PORT: String(target.sniPort),
-      // N servers probing a handful of stand-ins would measure the stand-ins.
-      KUBEBYON_HAPROXY_HEALTH_CHECKS: 'false',
-      KUBEBYON_RESYNC_INTERVAL_MS: '0',
-      KUBEBYON_WEBHOOK_BODY_LIMIT_BYTES: String(32 * 1024 * 1024),
-      KUBEBYON_WAIT_TIMEOUT_MS: '600000',
-      KUBEBYON_SHUTDOWN_GRACE_MS: '60000',
-      ...extraEnv,
-    },
+    { ...benchServiceEnv(target, kube.kubeconfig, dir), ...extraEnv },
     secret,
   );
   const metric = async (name: string) => (await svc.metrics()).get(name) ?? 0;

@@ -1,7 +1,9 @@
 import { readFileSync } from 'node:fs';
 import { request } from 'node:http';
+import { join } from 'node:path';
 import { sign } from '../../src/webhook/auth.js';
 import { type ServiceProcess, startServiceProcess } from '../../test/support/service-process.js';
+import type { Target } from './targets.js';
 
 export interface Resources {
   /** Resident set size now, and its peak since start (VmHWM), in MB. */
@@ -19,6 +21,28 @@ export interface BenchService extends ServiceProcess {
   call(method: string, path: string, body?: unknown): Promise<{ status: number; body: string }>;
   metrics(): Promise<Map<string, number>>;
   resources(): Resources;
+}
+
+/**
+ * The service's environment in a bench: `target`'s provider, its state file in `dir`, its topology from the
+ * kube-apiserver at `kubeconfig`, routes on the target's SNI port, and limits no bench reaches.
+ */
+export function benchServiceEnv(target: Target, kubeconfig: string, dir: string): Record<string, string> {
+  return {
+    ...target.providerEnv(),
+    KUBEBYON_STATE_FILE: join(dir, 'clusters.json'),
+    KUBEBYON_LOG_LEVEL: 'warn',
+    KUBEBYON_TOPOLOGY: 'kubernetes',
+    KUBECONFIG: kubeconfig,
+    KUBEBYON_HAPROXY_BIND_ADDR: `127.0.0.1:${target.sniPort}`,
+    KUBEBYON_PUBLIC_PORT: String(target.sniPort),
+    // N servers probing a handful of stand-ins would measure the stand-ins.
+    KUBEBYON_HAPROXY_HEALTH_CHECKS: 'false',
+    KUBEBYON_RESYNC_INTERVAL_MS: '0',
+    KUBEBYON_WEBHOOK_BODY_LIMIT_BYTES: String(32 * 1024 * 1024),
+    KUBEBYON_WAIT_TIMEOUT_MS: '600000',
+    KUBEBYON_SHUTDOWN_GRACE_MS: '60000',
+  };
 }
 
 /** `node dist/cli/main.js serve` as its own process, configured by `env` only. Resolves once it is ready. */

@@ -35,9 +35,24 @@ export interface Target {
   stop(): Promise<void>;
 }
 
-async function reloadsOf(cli: (command: string) => Promise<string>): Promise<number> {
-  const proc = parseShowProc(await cli('show proc'));
-  return proc.reloads - proc.failed;
+/** What a target reads alike from either provider's HAProxy: its master CLI. */
+function fromMaster(
+  provider: ProviderName,
+  sniPort: number,
+  baseConfig: string,
+  masterCli: (command: string) => Promise<string>,
+): Pick<Target, 'provider' | 'sniPort' | 'baseConfig' | 'loads' | 'workers' | 'masterCli'> {
+  return {
+    provider,
+    sniPort,
+    baseConfig,
+    loads: async () => {
+      const proc = parseShowProc(await masterCli('show proc'));
+      return proc.reloads - proc.failed;
+    },
+    workers: async () => parseShowProc(await masterCli('show proc')).workers.length,
+    masterCli,
+  };
 }
 
 export async function startTarget(
@@ -53,12 +68,7 @@ export async function startTarget(
     const tb = await startDataplaneTestbed(source, version, base);
     const proxy = await startCountingProxy(tb.url);
     return {
-      provider,
-      sniPort,
-      baseConfig: base,
-      loads: () => reloadsOf(tb.masterCli),
-      workers: async () => parseShowProc(await tb.masterCli('show proc')).workers.length,
-      masterCli: tb.masterCli,
+      ...fromMaster(provider, sniPort, base, tb.masterCli),
       providerEnv: () => ({
         KUBEBYON_PROVIDER: 'dataplaneapi',
         KUBEBYON_DATAPLANE_URL: proxy.url,
@@ -88,12 +98,7 @@ export async function startTarget(
     containerId,
   };
   return {
-    provider,
-    sniPort,
-    baseConfig: base,
-    loads: () => reloadsOf(tb.masterCli),
-    workers: async () => parseShowProc(await tb.masterCli('show proc')).workers.length,
-    masterCli: tb.masterCli,
+    ...fromMaster(provider, sniPort, base, tb.masterCli),
     providerEnv: () => ({
       KUBEBYON_PROVIDER: 'haproxy',
       KUBEBYON_HAPROXY_OWNED_FILE: owned.path,

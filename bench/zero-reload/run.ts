@@ -6,7 +6,7 @@ import { connect, type TLSSocket } from 'node:tls';
 import type { Cluster } from '../compare/approaches.js';
 import { type IdentityServers, probe, until, untilAll } from '../compare/identity.js';
 import type { BenchKube } from '../compare/kube.js';
-import { type Resources, startService } from '../compare/service.js';
+import { benchServiceEnv, type Resources, startService } from '../compare/service.js';
 import type { Target } from '../compare/targets.js';
 
 /** One provider at one N, in one routing mode: what issue 21's targets ask, measured end to end. */
@@ -121,19 +121,8 @@ export async function runZeroReload(
   const dir = mkdtempSync(join(tmpdir(), 'kubebyon-zr-'));
   const secret = `zr-${Math.random().toString(36).slice(2)}-secret`;
   const env = {
-    ...target.providerEnv(),
-    KUBEBYON_STATE_FILE: join(dir, 'clusters.json'),
-    KUBEBYON_LOG_LEVEL: 'warn',
-    KUBEBYON_TOPOLOGY: 'kubernetes',
-    KUBECONFIG: kube.kubeconfig,
-    KUBEBYON_HAPROXY_BIND_ADDR: `127.0.0.1:${target.sniPort}`,
-    KUBEBYON_PUBLIC_PORT: String(target.sniPort),
-    KUBEBYON_HAPROXY_HEALTH_CHECKS: 'false',
+    ...benchServiceEnv(target, kube.kubeconfig, dir),
     KUBEBYON_HAPROXY_ROUTING: o.routing,
-    KUBEBYON_RESYNC_INTERVAL_MS: '0',
-    KUBEBYON_WEBHOOK_BODY_LIMIT_BYTES: String(32 * 1024 * 1024),
-    KUBEBYON_WAIT_TIMEOUT_MS: '600000',
-    KUBEBYON_SHUTDOWN_GRACE_MS: '60000',
     // e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof` to see where a pass goes.
     ...(process.env.BENCH_NODE_OPTIONS ? { NODE_OPTIONS: process.env.BENCH_NODE_OPTIONS } : {}),
   };

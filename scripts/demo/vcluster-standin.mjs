@@ -3,11 +3,8 @@
 // 127.0.0.1, with a throw-away self-signed certificate (made by openssl), answering GET /version like a
 // Kubernetes API server, with the cluster's name in gitVersion so that a client sees which one it reached.
 // Prints "ready <name> <port>" per server, one line per request, and stops on SIGTERM or SIGINT.
-import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:https';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { selfSignedKeyPair } from '../lib/self-signed.mjs';
 
 const specs = process.argv.slice(2).map((arg) => {
   const m = /^([a-z0-9-]{1,63})=([0-9]{1,5})$/.exec(arg);
@@ -22,35 +19,11 @@ if (specs.length === 0) {
   process.exit(64);
 }
 
-function keyPair(name) {
-  const dir = mkdtempSync(join(tmpdir(), 'kubebyon-standin-'));
-  try {
-    execFileSync(
-      'openssl',
-      [
-        'req',
-        '-x509',
-        '-newkey',
-        'ec',
-        '-pkeyopt',
-        'ec_paramgen_curve:prime256v1',
-        '-nodes',
-        '-days',
-        '1',
-      ].concat(['-keyout', join(dir, 'key.pem'), '-out', join(dir, 'cert.pem'), '-subj', `/CN=${name}`]),
-      { stdio: 'ignore' },
-    );
-    return { key: readFileSync(join(dir, 'key.pem')), cert: readFileSync(join(dir, 'cert.pem')) };
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
-}
-
 const servers = await Promise.all(
   specs.map(
     ({ name, port }) =>
       new Promise((resolve, reject) => {
-        const server = createServer(keyPair(name), (req, res) => {
+        const server = createServer(selfSignedKeyPair(name), (req, res) => {
           const sni = req.socket.servername || '(none)';
           console.log(`[${name}] ${req.method} ${req.url} (SNI ${sni})`);
           if (req.method === 'GET' && (req.url === '/version' || req.url === '/version/')) {

@@ -61,10 +61,7 @@ function renderUncached(routes: readonly Route[], options: RenderOptions): Desir
     .map((route) => ({ route, backend: backendNameFor(route.cluster, options.namePrefix) }));
   return {
     frontend: {
-      name: options.frontendName,
-      bind: options.bind,
-      inspectDelayMs: options.inspectDelayMs,
-      defaultBackend: options.defaultBackend,
+      ...frontendSettings(options),
       rules: ordered.map(({ route, backend }) => ({ backend, host: route.host })),
     },
     backends: ordered.map(({ route, backend }) => ({
@@ -80,15 +77,20 @@ function renderUncached(routes: readonly Route[], options: RenderOptions): Desir
   };
 }
 
+/** What the frontend is in either routing, but for how it routes. */
+const frontendSettings = (options: RenderOptions) => ({
+  name: options.frontendName,
+  bind: options.bind,
+  inspectDelayMs: options.inspectDelayMs,
+  defaultBackend: options.defaultBackend,
+});
+
 /** Map routing: the frontend routes by one SNI map; the planner places each route in a slot backend. */
 function renderMapRouting(routes: readonly Route[], options: RenderOptions): DesiredConfig {
   const sorted = sortedByHost(routes) ? routes : [...routes].sort((a, b) => compareStrings(a.host, b.host));
   return {
     frontend: {
-      name: options.frontendName,
-      bind: options.bind,
-      inspectDelayMs: options.inspectDelayMs,
-      defaultBackend: options.defaultBackend,
+      ...frontendSettings(options),
       sniMap: options.sniMap,
       rules: [],
     },

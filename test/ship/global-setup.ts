@@ -1,20 +1,12 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
+import { alive } from '../support/pid.js';
 import { REPO } from './built.js';
 
 const run = promisify(execFile);
 
 /** Compose projects of the e2e suite are named with this prefix and the pid of the run that started them. */
 export const COMPOSE_PROJECT_PREFIX = 'kubebyon-ship-';
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
 
 /** Removes compose projects left by e2e runs that died before their `down` (runs still alive are spared). */
 async function sweepComposeProjects(): Promise<void> {

@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { GenericContainer, type StartedTestContainer, Wait } from 'testcontainers';
+import { alive } from './pid.js';
 import { waitFor } from './wait.js';
 
 const run = promisify(execFile);
@@ -90,15 +91,6 @@ export async function unixSocketCommand(path: string, command: string, attempts 
 
 /** The label's value: the process that started the container, so a sweep spares runs still alive. */
 export const testbedLabelValue = (): string => String(process.pid);
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
 
 /**
  * Removes test-bed containers left by a run that died before its cleanup: those whose starting process is

@@ -1,8 +1,5 @@
-import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { connect, createServer, type Server } from 'node:tls';
+import { selfSignedKeyPair } from '../../scripts/lib/self-signed.mjs';
 
 export interface KeyPair {
   key: Buffer;
@@ -11,37 +8,10 @@ export interface KeyPair {
 
 let cached: KeyPair | undefined;
 
-/** A throw-away self-signed certificate, made at test time with the openssl CLI (nothing secret is committed). */
+/** A throw-away self-signed certificate, made once per process at test time. */
 export function testKeyPair(): KeyPair {
-  if (cached) return cached;
-  const dir = mkdtempSync(join(tmpdir(), 'kubebyon-tls-'));
-  try {
-    execFileSync(
-      'openssl',
-      [
-        'req',
-        '-x509',
-        '-newkey',
-        'ec',
-        '-pkeyopt',
-        'ec_paramgen_curve:prime256v1',
-        '-nodes',
-        '-keyout',
-        join(dir, 'key.pem'),
-        '-out',
-        join(dir, 'cert.pem'),
-        '-days',
-        '1',
-        '-subj',
-        '/CN=kubebyon-test-backend',
-      ],
-      { stdio: 'ignore' },
-    );
-    cached = { key: readFileSync(join(dir, 'key.pem')), cert: readFileSync(join(dir, 'cert.pem')) };
-    return cached;
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
+  cached ??= selfSignedKeyPair('kubebyon-test-backend');
+  return cached;
 }
 
 export interface NamedTlsServer {

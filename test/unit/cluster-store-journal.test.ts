@@ -1,4 +1,3 @@
-import { spawn } from 'node:child_process';
 import {
   appendFileSync,
   copyFileSync,
@@ -15,6 +14,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { AtomicFile } from '../../src/store/atomic-file.js';
 import { ClusterStore } from '../../src/store/cluster-store.js';
 import { parseJournal } from '../../src/store/journal.js';
+import { storeWriterKilled } from '../support/store-writer.js';
 
 const snapshotWrites = vi.spyOn(AtomicFile.prototype, 'write');
 const put = (i: number, port = 30000 + i) => ({
@@ -143,33 +143,12 @@ describe('ClusterStore journal', () => {
   });
 
   it('loses no acknowledged change when killed with SIGKILL across compactions', async () => {
-    const child = spawn(
-      process.execPath,
-      ['--import', 'tsx', join(import.meta.dirname, '../fixtures/store-writer.ts'), path, '7'],
-      { stdio: ['ignore', 'pipe', 'inherit'] },
-    );
     const live = new Set<string>();
-    let acks = 0;
-    await new Promise<void>((resolve, reject) => {
-      child.on('error', reject);
-      child.on('exit', (code, signal) =>
-        signal === 'SIGKILL' ? resolve() : reject(new Error(`writer exited ${code}`)),
-      );
-      let buffer = '';
-      child.stdout.setEncoding('utf8');
-      child.stdout.on('data', (chunk: string) => {
-        buffer += chunk;
-        const lines = buffer.split('\n');
-        buffer = lines.pop() ?? '';
-        for (const line of lines) {
-          const [what, name = ''] = line.split(' ');
-          if (what === 'acked') live.add(name);
-          else live.delete(name);
-          acks++;
-        }
-        if (acks >= 300) child.kill('SIGKILL');
-      });
-    });
+    for (const line of await storeWriterKilled(path, ['7'], 300)) {
+      const [what, name = ''] = line.split(' ');
+      if (what === 'acked') live.add(name);
+      else live.delete(name);
+    }
     const names = new Set((await ClusterStore.open(path)).list().map((c) => c.name));
     // Everything acknowledged is there; at most the one change in flight at the kill is there too.
     for (const name of live) expect(names.has(name)).toBe(true);

@@ -1,9 +1,9 @@
-import { spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ClusterStore } from '../../src/store/cluster-store.js';
+import { storeWriterKilled } from '../support/store-writer.js';
 
 describe('ClusterStore', () => {
   let dir: string;
@@ -104,29 +104,8 @@ describe('ClusterStore', () => {
   });
 
   it('loses nothing it acknowledged when the process is killed with SIGKILL', async () => {
-    const child = spawn(
-      process.execPath,
-      ['--import', 'tsx', join(import.meta.dirname, '../fixtures/store-writer.ts'), path],
-      {
-        stdio: ['ignore', 'pipe', 'inherit'],
-      },
-    );
-    const acked: string[] = [];
-    await new Promise<void>((resolve, reject) => {
-      child.on('error', reject);
-      child.on('exit', (code, signal) =>
-        signal === 'SIGKILL' ? resolve() : reject(new Error(`writer exited ${code}`)),
-      );
-      let buffer = '';
-      child.stdout.setEncoding('utf8');
-      child.stdout.on('data', (chunk: string) => {
-        buffer += chunk;
-        const lines = buffer.split('\n');
-        buffer = lines.pop() ?? '';
-        for (const line of lines) acked.push(line.replace('acked ', ''));
-        if (acked.length >= 200) child.kill('SIGKILL');
-      });
-    });
+    const written = await storeWriterKilled(path, [], 200);
+    const acked = written.map((line) => line.replace('acked ', ''));
     const names = new Set((await ClusterStore.open(path)).list().map((c) => c.name));
     expect(acked.length).toBeGreaterThanOrEqual(200);
     for (const name of acked) expect(names.has(name)).toBe(true);

@@ -1,4 +1,3 @@
-import pino from 'pino';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { DEFAULT_RENDER_OPTIONS, type RenderOptions, renderDesired } from '../../src/haproxy/render.js';
 import { plan } from '../../src/plan/plan.js';
@@ -10,16 +9,16 @@ import {
 } from '../../src/providers/dataplaneapi/map-names.js';
 import { readFrontend } from '../../src/providers/dataplaneapi/mapping.js';
 import { withServers } from '../../src/providers/dataplaneapi/persist.js';
-import { DataplaneProvider } from '../../src/providers/dataplaneapi/provider.js';
+import type { DataplaneProvider } from '../../src/providers/dataplaneapi/provider.js';
 import { lineTagsFor } from '../../src/providers/dataplaneapi/raw-lines.js';
 import { editConfigText } from '../../src/providers/dataplaneapi/raw-text.js';
 import { runtimeMapOps } from '../../src/providers/dataplaneapi/runtime-maps.js';
-import { resolveRoutes } from '../../src/routes/route.js';
+import { type RouteClaim, resolveRoutes } from '../../src/routes/route.js';
 import { type FakeDataplaneApi, startFakeDataplaneApi } from '../support/fake-dataplaneapi.js';
+import { claim, providerOn } from '../support/fake-dataplaneapi-provider.js';
 import { interpret, registry } from '../support/owner.js';
 import { waitFor } from '../support/wait.js';
 
-const silent = pino({ level: 'silent' });
 const signal = () => AbortSignal.timeout(10_000);
 const SNI_MAP = 'kubebyon-haproxy-adapter.sni.map';
 const render: RenderOptions = {
@@ -30,13 +29,6 @@ const render: RenderOptions = {
   minSlots: 4,
   healthChecks: false,
 };
-const claim = (cluster: string, port = 30001) => ({
-  cluster,
-  host: `${cluster}.example.com`,
-  endpoints: [{ address: '127.0.0.1', port }],
-  claimedAt: 0,
-});
-type Claim = ReturnType<typeof claim>;
 
 describe('map names and the map rule, as the real API stores and reads them', () => {
   it('the storage renames dots before .map; the rule round-trips; the frontend reads it as sniMap', () => {
@@ -108,28 +100,15 @@ describe('dataplaneapi provider, map routing, against the fake API', () => {
   beforeEach(() => {
     fake.reset({});
     fake.requests.length = 0;
-    provider = new DataplaneProvider({
-      url: fake.url,
-      username: fake.username,
-      password: fake.password,
-      timeoutMs: 5_000,
-      reloadTimeoutMs: 2_000,
-      runtimeMaxServers: 10,
-      rawMinWrites: 0,
-      prepareTransactions: false,
-      owner: registry,
-      logger: silent,
-      // No sniMaps: the default map name is the owner's (`sniMapNameFor`), read back as such.
-      persistDebounceMs: 20,
-      persistMaxDelayMs: 200,
-    });
+    // No sniMaps: the default map name is the owner's (`sniMapNameFor`), read back as such.
+    provider = providerOn(fake, { persistDebounceMs: 20, persistMaxDelayMs: 200 });
   });
   afterEach(async () => {
     await provider.close();
     expect(fake.violations).toEqual([]);
   });
 
-  async function converge(claims: Claim[], options: { fresh?: boolean } = {}) {
+  async function converge(claims: RouteClaim[], options: { fresh?: boolean } = {}) {
     const current = await provider.readState(signal(), options);
     const p = plan(renderDesired(resolveRoutes(claims).routes, render), interpret(current));
     return { plan: p, report: await provider.apply(p, current, signal()) };

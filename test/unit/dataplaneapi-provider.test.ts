@@ -6,10 +6,13 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { DEFAULT_RENDER_OPTIONS, renderDesired } from '../../src/haproxy/render.js';
 import { plan } from '../../src/plan/plan.js';
 import { createDataplaneProvider, LEDGER_FILE } from '../../src/providers/dataplaneapi/index.js';
-import { DataplaneProvider, TooManyTransactionsError } from '../../src/providers/dataplaneapi/provider.js';
+import {
+  type DataplaneProvider,
+  TooManyTransactionsError,
+} from '../../src/providers/dataplaneapi/provider.js';
 import { ConcurrentChangeError, ReloadFailedError, TerminalError } from '../../src/providers/provider.js';
 import { OwnedProvider } from '../../src/registry/owned-provider.js';
-import { resolveRoutes } from '../../src/routes/route.js';
+import { type RouteClaim, resolveRoutes } from '../../src/routes/route.js';
 import { describeProvider } from '../contract/provider-contract.js';
 import {
   type Exchange,
@@ -18,6 +21,7 @@ import {
   loadExchanges,
   startFakeDataplaneApi,
 } from '../support/fake-dataplaneapi.js';
+import { claim, providerOn, startConfigFor } from '../support/fake-dataplaneapi-provider.js';
 import { interpret, ownerTags, registry } from '../support/owner.js';
 import { waitFor } from '../support/wait.js';
 
@@ -48,42 +52,20 @@ const render = {
 };
 const signal = () => AbortSignal.timeout(10_000);
 
-function make(
-  fake: FakeDataplaneApi,
-  extra: Partial<ConstructorParameters<typeof DataplaneProvider>[0]> = {},
-) {
-  return new DataplaneProvider({
-    url: fake.url,
-    username: fake.username,
-    password: fake.password,
-    timeoutMs: 5_000,
-    reloadTimeoutMs: 2_000,
-    runtimeMaxServers: 10,
-    rawMinWrites: 0,
-    prepareTransactions: false,
-    owner: registry,
-    logger: silent,
-    ...extra,
-  });
+type Read = Awaited<ReturnType<DataplaneProvider['readState']>>;
+/** The plan from what `current` holds to `claims`. */
+const planTo = (claims: RouteClaim[], current: Read) =>
+  plan(renderDesired(resolveRoutes(claims).routes, render), interpret(current));
+
+async function converge(provider: DataplaneProvider, claims: RouteClaim[]) {
+  const current = await provider.readState(signal());
+  const p = planTo(claims, current);
+  return { plan: p, report: await provider.apply(p, current, signal()) };
 }
 
-type Claim = {
-  cluster: string;
-  host: string;
-  endpoints: Array<{ address: string; port: number }>;
-  claimedAt: number;
-};
-const claim = (cluster: string, port = 30001, address = '127.0.0.1'): Claim => ({
-  cluster,
-  host: `${cluster}.example.com`,
-  endpoints: [{ address, port }],
-  claimedAt: 0,
-});
-
-async function converge(provider: DataplaneProvider, claims: Claim[]) {
-  const current = await provider.readState(signal());
-  const p = plan(renderDesired(resolveRoutes(claims).routes, render), interpret(current));
-  return { plan: p, report: await provider.apply(p, current, signal()) };
+/** Applies `p` to what `provider` reads now; resolves with what the apply threw. */
+async function applyFailure(provider: DataplaneProvider, p: ReturnType<typeof planTo>): Promise<unknown> {
+  return provider.apply(p, await provider.readState(signal()), signal()).catch((e: unknown) => e);
 }
 
 function recorded(note: RegExp | number): Exchange['response'] {
@@ -111,7 +93,7 @@ describe('dataplaneapi provider against a fake API checked by the OpenAPI docume
   });
 
   it('a new cluster: one transaction of a full_section backend, the rules, and the commit', async () => {
-    const provider = make(fake);
+    const provider = providerOn(fake);
     await converge(provider, [claim('one')]);
     fake.requests.length = 0;
     const { report } = await converge(provider, [claim('one'), claim('two')]);
@@ -138,7 +120,7 @@ describe('dataplaneapi provider against a fake API checked by the OpenAPI docume
   });
 
   it('the request count of one new cluster does not grow with N; after its own commit a read is the version only', async () => {
-    const provider = make(fake);
+    const provider = providerOn(fake);
     const count = async (n: number) => {
       fake.reset(foreign);
       const existing = Array.from({ length: n }, (_, i) => claim(`c${i}`));
@@ -160,7 +142,7 @@ describe('dataplaneapi provider against a fake API checked by the OpenAPI docume
   });
 
   it('reads both lists again once someone else moved the version, and on a cold start', async () => {
-    const provider = make(fake);
+    const provider = providerOn(fake);
     await converge(provider, [claim('one')]);
     // Another tool writes: the version moves past what our commit left.
     fake.reset({
@@ -176,12 +158,12 @@ describe('dataplaneapi provider against a fake API checked by the OpenAPI docume
       'GET /services/haproxy/configuration/version',
     ]);
     fake.requests.length = 0;
-    await make(fake).readState(signal());
+    await providerOn(fake).readState(signal());
     expect(fake.requests.filter((r) => r.includes('full_section=true'))).toHaveLength(2);
   });
 
   it('opens the next transaction ahead: the next change writes into it, a moved version drops it, close too', async () => {
-    const provider = make(fake, { prepareTransactions: true });
+    const provider = providerOn(fake, { prepareTransactions: true });
     const openAhead = () =>
       waitFor(() => fake.openTransactions(), 5_000, 'one transaction opened ahead', {
         ok: (open) => open.length === 1,
@@ -216,7 +198,7 @@ describe('dataplaneapi provider against a fake API checked by the OpenAPI docume
 
   it('counts every request it sends, reads included, and the bytes of bodies both ways', async () => {
     const counted = { requests: 0, sent: 0, received: 0 };
-    const provider = make(fake, {
+    const provider = providerOn(fake, {
       traffic: {
         request: () => counted.requests++,
         bytes: (direction, n) => {
@@ -233,7 +215,7 @@ describe('dataplaneapi provider against a fake API checked by the OpenAPI docume
   });
 
   it('an endpoint move goes through the runtime path: one server replace with the version, no reload', async () => {
-    const provider = make(fake);
+    const provider = providerOn(fake);
     await converge(provider, [claim('one', 30001), claim('two', 30001)]);
     const reloads = fake.reloads;
     fake.requests.length = 0;
@@ -250,15 +232,14 @@ describe('dataplaneapi provider against a fake API checked by the OpenAPI docume
   });
 
   it('a runtime move failing halfway keeps the moves before it and sends none after; a fresh read and plan finish it', async () => {
-    const provider = make(fake);
+    const provider = providerOn(fake);
     const names = ['a', 'b', 'c'];
     await converge(
       provider,
       names.map((n) => claim(n, 30001)),
     );
     const moved = names.map((n) => claim(n, 30002));
-    const planFor = (state: Awaited<ReturnType<typeof provider.readState>>) =>
-      plan(renderDesired(resolveRoutes(moved).routes, render), interpret(state));
+    const planFor = (state: Read) => planTo(moved, state);
     const current = await provider.readState(signal());
     const p = planFor(current);
     const backends = p.operations.map((o) => (o.kind === 'update_server' ? o.backend : o.kind));
@@ -291,7 +272,7 @@ describe('dataplaneapi provider against a fake API checked by the OpenAPI docume
   });
 
   it('a fan-out above the runtime threshold is one transaction, one request per backend', async () => {
-    const provider = make(fake, { runtimeMaxServers: 2 });
+    const provider = providerOn(fake, { runtimeMaxServers: 2 });
     const names = ['a', 'b', 'c', 'd'];
     await converge(
       provider,
@@ -313,7 +294,7 @@ describe('dataplaneapi provider against a fake API checked by the OpenAPI docume
   });
 
   it('a deletion is one request in the transaction, after the rules stop pointing at the backend', async () => {
-    const provider = make(fake);
+    const provider = providerOn(fake);
     await converge(provider, [claim('one'), claim('two')]);
     fake.requests.length = 0;
     await converge(provider, [claim('one')]);
@@ -324,7 +305,7 @@ describe('dataplaneapi provider against a fake API checked by the OpenAPI docume
   });
 
   it('keeps foreign switching rules in its frontend exactly as read', async () => {
-    const provider = make(fake);
+    const provider = providerOn(fake);
     await converge(provider, [claim('one')]);
     const f = fake.config.frontends.get('kubebyon_sni');
     const foreignRule = {
@@ -346,9 +327,9 @@ describe('dataplaneapi provider against a fake API checked by the OpenAPI docume
   });
 
   it('409 on open and 406 on commit are concurrent changes; the open transaction is dropped', async () => {
-    const provider = make(fake);
+    const provider = providerOn(fake);
     const state = await provider.readState(signal());
-    const p = plan(renderDesired(resolveRoutes([claim('one')]).routes, render), interpret(state));
+    const p = planTo([claim('one')], state);
     fake.inject({
       method: 'PUT',
       path: /^\/services\/haproxy\/transactions\/[^/]+$/,
@@ -364,11 +345,8 @@ describe('dataplaneapi provider against a fake API checked by the OpenAPI docume
   });
 
   it('429 is transient (retried with backoff), not terminal', async () => {
-    const provider = make(fake);
-    const p = plan(
-      renderDesired(resolveRoutes([claim('one')]).routes, render),
-      interpret(await provider.readState(signal())),
-    );
+    const provider = providerOn(fake);
+    const p = planTo([claim('one')], await provider.readState(signal()));
     fake.inject({
       method: 'POST',
       path: /^\/services\/haproxy\/transactions$/,
@@ -381,47 +359,35 @@ describe('dataplaneapi provider against a fake API checked by the OpenAPI docume
         },
       },
     });
-    const err = await provider
-      .apply(p, await provider.readState(signal()), signal())
-      .catch((e: unknown) => e);
+    const err = await applyFailure(provider, p);
     expect(err).toBeInstanceOf(TooManyTransactionsError);
     expect(err).not.toBeInstanceOf(TerminalError);
   });
 
   it('a configuration HAProxy refuses (400) is terminal and carries its message', async () => {
-    const provider = make(fake);
-    const p = plan(
-      renderDesired(resolveRoutes([claim('one')]).routes, render),
-      interpret(await provider.readState(signal())),
-    );
+    const provider = providerOn(fake);
+    const p = planTo([claim('one')], await provider.readState(signal()));
     fake.inject({
       method: 'PUT',
       path: /^\/services\/haproxy\/transactions\/[^/]+$/,
       answer: recorded(17),
     });
-    const err = await provider
-      .apply(p, await provider.readState(signal()), signal())
-      .catch((e: unknown) => e);
+    const err = await applyFailure(provider, p);
     expect(err).toBeInstanceOf(TerminalError);
     expect(String(err)).toContain("no such ACL 'garbage('");
     expect(fake.openTransactions()).toEqual([]);
   });
 
   it('a failed followed reload is a ReloadFailedError with HAProxy words; the view is reloaded from disk first', async () => {
-    const provider = make(fake, { commit: 'follow' });
-    const p = plan(
-      renderDesired(resolveRoutes([claim('one')]).routes, render),
-      interpret(await provider.readState(signal())),
-    );
+    const provider = providerOn(fake, { commit: 'follow' });
+    const p = planTo([claim('one')], await provider.readState(signal()));
     fake.inject({
       method: 'GET',
       path: /^\/services\/haproxy\/reloads\//,
       answer: recorded(62),
       apply: true,
     });
-    const err = await provider
-      .apply(p, await provider.readState(signal()), signal())
-      .catch((e: unknown) => e);
+    const err = await applyFailure(provider, p);
     expect(err).toBeInstanceOf(ReloadFailedError);
     expect(String(err)).toContain('cannot bind socket (Address already in use)');
     fake.requests.length = 0;
@@ -435,11 +401,8 @@ describe('dataplaneapi provider against a fake API checked by the OpenAPI docume
   });
 
   it('a failed force_reload commit (400 Reload failed) is a ReloadFailedError', async () => {
-    const provider = make(fake);
-    const p = plan(
-      renderDesired(resolveRoutes([claim('one')]).routes, render),
-      interpret(await provider.readState(signal())),
-    );
+    const provider = providerOn(fake);
+    const p = planTo([claim('one')], await provider.readState(signal()));
     const output = String((recorded(62).body as { response: string }).response);
     fake.inject({
       method: 'PUT',
@@ -450,15 +413,13 @@ describe('dataplaneapi provider against a fake API checked by the OpenAPI docume
         body: { code: 400, message: `Reload failed: failed to reload configuration, ${output}` },
       },
     });
-    const err = await provider
-      .apply(p, await provider.readState(signal()), signal())
-      .catch((e: unknown) => e);
+    const err = await applyFailure(provider, p);
     expect(err).toBeInstanceOf(ReloadFailedError);
     expect(String(err)).toContain('cannot bind socket (Address already in use) for [127.0.0.1:19443]');
   });
 
   it('401 is terminal and names the credentials', async () => {
-    const provider = make(fake, { password: 'wrong' });
+    const provider = providerOn(fake, { password: 'wrong' });
     const err = await provider.ping(signal()).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(TerminalError);
     expect(String(err)).toMatch(/KUBEBYON_DATAPLANE_USERNAME and KUBEBYON_DATAPLANE_PASSWORD/);
@@ -466,7 +427,7 @@ describe('dataplaneapi provider against a fake API checked by the OpenAPI docume
   });
 
   it('behind the registry, a change to an object it does not own sends no write', async () => {
-    const provider = make(fake);
+    const provider = providerOn(fake);
     const current = await provider.readState(signal());
     fake.requests.length = 0;
     await expect(
@@ -491,19 +452,11 @@ describe('dataplaneapi provider against a fake API checked by the OpenAPI docume
       }).then((r) => r.json() as Promise<{ id: string }>);
       writeFileSync(join(dir, LEDGER_FILE), JSON.stringify({ api: 'elsewhere', open: [leaked.id] }));
       expect(fake.openTransactions()).toEqual([leaked.id]);
-      const provider = await createDataplaneProvider(
-        {
-          url: fake.url,
-          username: fake.username,
-          password: fake.password,
-          timeoutMs: 5000,
-          reloadTimeoutMs: 2000,
-          runtimeMaxServers: 10,
-          rawMinWrites: 0,
-          commit: 'force_reload',
-        },
-        { logger: silent, owner: registry, stateDir: dir },
-      );
+      const provider = await createDataplaneProvider(startConfigFor(fake), {
+        logger: silent,
+        owner: registry,
+        stateDir: dir,
+      });
       expect(fake.openTransactions()).toEqual([]);
       expect(JSON.parse(readFileSync(join(dir, LEDGER_FILE), 'utf8')).open).toEqual([]);
       await provider.close?.();
@@ -527,19 +480,7 @@ describe('dataplaneapi provider start', () => {
     const fake = await startFakeDataplaneApi({ spec: old });
     try {
       await expect(
-        createDataplaneProvider(
-          {
-            url: fake.url,
-            username: fake.username,
-            password: fake.password,
-            timeoutMs: 5000,
-            reloadTimeoutMs: 2000,
-            runtimeMaxServers: 10,
-            rawMinWrites: 0,
-            commit: 'force_reload',
-          },
-          { logger: silent, owner: registry },
-        ),
+        createDataplaneProvider(startConfigFor(fake), { logger: silent, owner: registry }),
       ).rejects.toThrow(/`metadata` on frontends, backends .*v3\.2.*`description` on frontends and backends/);
     } finally {
       await fake.close();
@@ -577,14 +518,14 @@ for (const version of FAKE_VERSIONS) {
       const fake = await startFakeDataplaneApi({ version });
       contractFake = fake;
       return {
-        provider: make(fake),
+        provider: providerOn(fake),
         render,
         reset: async () => fake.reset(foreign),
         cleanup: async () => {
           expect(contractFake?.violations).toEqual([]);
           await fake.close();
         },
-        fresh: () => make(fake),
+        fresh: () => providerOn(fake),
       };
     },
     { runs: 40 },

@@ -6,18 +6,18 @@ import { DEFAULT_RENDER_OPTIONS, type RenderOptions, renderDesired } from '../..
 import { plan } from '../../src/plan/plan.js';
 import { readCapabilities } from '../../src/providers/dataplaneapi/capability.js';
 import { createDataplaneProvider } from '../../src/providers/dataplaneapi/index.js';
-import { DataplaneProvider } from '../../src/providers/dataplaneapi/provider.js';
+import type { DataplaneProvider } from '../../src/providers/dataplaneapi/provider.js';
 import { OwnedProvider } from '../../src/registry/owned-provider.js';
 import { Registry } from '../../src/registry/registry.js';
-import { resolveRoutes } from '../../src/routes/route.js';
+import { type RouteClaim, resolveRoutes } from '../../src/routes/route.js';
 import {
   type FakeDataplaneApi,
   type FakeVersion,
   startFakeDataplaneApi,
 } from '../support/fake-dataplaneapi.js';
+import { claim, providerOn, startConfigFor } from '../support/fake-dataplaneapi-provider.js';
 import { registry } from '../support/owner.js';
 
-const silent = pino({ level: 'silent' });
 const signal = () => AbortSignal.timeout(10_000);
 const render: RenderOptions = {
   ...{ ...DEFAULT_RENDER_OPTIONS, routing: 'rules' as const },
@@ -38,36 +38,10 @@ const foreign = {
 };
 type Obj = Record<string, unknown> & { name: string };
 
-function options(fake: FakeDataplaneApi, owner: Registry = registry) {
-  return {
-    url: fake.url,
-    username: fake.username,
-    password: fake.password,
-    timeoutMs: 5_000,
-    reloadTimeoutMs: 2_000,
-    runtimeMaxServers: 10,
-    rawMinWrites: 0,
-    prepareTransactions: false,
-    owner,
-    logger: silent,
-  };
-}
-
-function make(fake: FakeDataplaneApi, owner: Registry = registry) {
-  return new DataplaneProvider(options(fake, owner));
-}
-
-const claim = (cluster: string, port = 30001) => ({
-  cluster,
-  host: `${cluster}.example.com`,
-  endpoints: [{ address: '127.0.0.1', port }],
-  claimedAt: 0,
-});
-
 /** One pass behind the registry, as the service runs it. */
 async function converge(
   provider: DataplaneProvider,
-  claims: ReturnType<typeof claim>[],
+  claims: RouteClaim[],
   owner: Registry = registry,
   options: RenderOptions = render,
 ) {
@@ -123,18 +97,7 @@ describe('the start log', () => {
         }),
       );
       try {
-        const config = { url: fake.url, username: fake.username, password: fake.password };
-        const provider = await createDataplaneProvider(
-          {
-            ...config,
-            timeoutMs: 5000,
-            reloadTimeoutMs: 2000,
-            runtimeMaxServers: 10,
-            rawMinWrites: 0,
-            commit: 'force_reload',
-          },
-          { logger, owner: registry },
-        );
+        const provider = await createDataplaneProvider(startConfigFor(fake), { logger, owner: registry });
         await provider.close?.();
         const logged = lines.map((l) => JSON.parse(l) as { msg: string; ownership?: string });
         expect(logged.map((l) => l.msg)).toEqual([expect.stringMatching(words)]);
@@ -174,18 +137,18 @@ describe('on Data Plane API v3.0.23 (no metadata on frontends, backends, binds o
 
   it('a wrong password: terminal, naming the variables, never repeating the password v3.0.23 echoes', async () => {
     const secret = 'not-the-password-4711';
-    const provider = new DataplaneProvider({ ...options(fake), password: secret });
+    const provider = providerOn(fake, { password: secret });
     const err = await provider.ping(signal()).catch((e: unknown) => e);
     expect(String(err)).toMatch(/refused the credentials \(401\).*KUBEBYON_DATAPLANE_PASSWORD/);
     // Nothing the provider keeps or logs carries it: the error, its cause, the open-ahead path.
     expect(JSON.stringify({ err, message: String(err) })).not.toContain(secret);
-    const ahead = new DataplaneProvider({ ...options(fake), password: secret, prepareTransactions: true });
+    const ahead = providerOn(fake, { password: secret, prepareTransactions: true });
     await expect(ahead.readState(signal())).rejects.not.toThrow(secret);
     await ahead.close();
   });
 
   it('keeps the tags of frontends and backends in their description, of servers in their metadata', async () => {
-    await converge(make(fake), [claim('one')]);
+    await converge(providerOn(fake), [claim('one')]);
     const frontend = fake.config.frontends.get('kubebyon_sni') as Obj;
     const backend = [...fake.config.backends.values()].find((b) => b.name.includes('one')) as Obj;
     expect(frontend.description).toBe('kubebyon owner=kubebyon-haproxy-adapter');
@@ -197,7 +160,7 @@ describe('on Data Plane API v3.0.23 (no metadata on frontends, backends, binds o
     expect(JSON.stringify([frontend.binds, frontend.tcp_request_rule_list])).not.toContain('metadata');
     expect(fake.violations).toEqual([]);
     // Converged: a provider that shares nothing with the first reads the same and plans nothing.
-    expect((await converge(make(fake), [claim('one')])).operations).toEqual([]);
+    expect((await converge(providerOn(fake), [claim('one')])).operations).toEqual([]);
   });
 
   it('honours the owner id: two owners with their own frontends never change each other’s objects', async () => {
@@ -216,15 +179,15 @@ describe('on Data Plane API v3.0.23 (no metadata on frontends, backends, binds o
       );
     const theirs = (d: string) => d.startsWith('kubebyon owner=other-adapter');
     const notTheirs = (d: string) => !theirs(d);
-    await converge(make(fake), [claim('one')]);
+    await converge(providerOn(fake), [claim('one')]);
     const ours = objects(notTheirs);
-    await converge(make(fake, other), [claim('two')], other, otherRender);
-    await converge(make(fake, other), [claim('three')], other, otherRender);
+    await converge(providerOn(fake, { owner: other }), [claim('two')], other, otherRender);
+    await converge(providerOn(fake, { owner: other }), [claim('three')], other, otherRender);
     expect(fake.config.frontends.get('other_sni')?.description).toBe('kubebyon owner=other-adapter');
     expect(objects(notTheirs)).toBe(ours);
     const before = objects(theirs);
     expect(before).toContain('cluster=three');
-    await converge(make(fake), [claim('four')]);
+    await converge(providerOn(fake), [claim('four')]);
     expect(objects(theirs)).toBe(before);
     expect(fake.violations).toEqual([]);
   });
@@ -239,7 +202,7 @@ describe('on Data Plane API v3.0.23 (no metadata on frontends, backends, binds o
       const squatter = { name, mode: 'tcp', ...(description ? { description } : {}) };
       fake.reset({ ...foreign, backends: [...foreign.backends, squatter] });
       fake.requests.length = 0;
-      const p = await converge(make(fake), [claim('one')]);
+      const p = await converge(providerOn(fake), [claim('one')]);
       expect(p.conflicts.map((c) => c.kind)).toContain('backend_not_owned');
       expect(fake.config.backends.get(name)).toEqual(squatter);
       expect(fake.requests.filter((r) => !r.startsWith('GET ') && r.includes(name))).toEqual([]);
@@ -247,7 +210,7 @@ describe('on Data Plane API v3.0.23 (no metadata on frontends, backends, binds o
   });
 
   it('takes a rule in its frontend as its own when it points at one of its backends (the documented degradation); keeps others', async () => {
-    await converge(make(fake), [claim('one'), claim('two')]);
+    await converge(providerOn(fake), [claim('one'), claim('two')]);
     const f = fake.config.frontends.get('kubebyon_sni') as Obj;
     const one = [...fake.config.backends.keys()].find((n) => n.includes('one')) as string;
     const byOther = [
@@ -256,7 +219,7 @@ describe('on Data Plane API v3.0.23 (no metadata on frontends, backends, binds o
     ];
     (f.backend_switching_rule_list as unknown[]).push(...byOther);
     fake.reset({ frontends: [f], backends: [...fake.config.backends.values()] });
-    await converge(make(fake), [claim('one')]);
+    await converge(providerOn(fake), [claim('one')]);
     const rules = fake.config.frontends.get('kubebyon_sni')?.backend_switching_rule_list as Obj[];
     // The rule to our backend read as ours, and went with the change; the one to a foreign backend stayed.
     expect(rules.map((r) => r.cond_test)).toEqual([
@@ -272,15 +235,15 @@ describe.each(['3.0.23', '3.4'] as FakeVersion[])('servers on v%s', (version) =>
     const fake = await startFakeDataplaneApi({ version });
     try {
       fake.reset(foreign);
-      await converge(make(fake), [claim('one', 30001)]);
-      await converge(make(fake), [claim('one', 30002)]);
+      await converge(providerOn(fake), [claim('one', 30001)]);
+      await converge(providerOn(fake), [claim('one', 30002)]);
       expect(fake.runtimeChanges).toBe(1);
       const b = [...fake.config.backends.values()].find((x) => x.name.includes('one')) as Obj;
       expect(Object.values(b.servers as Record<string, Obj>)[0]).toMatchObject({
         port: 30002,
         metadata: { owner: { value: 'kubebyon-haproxy-adapter' } },
       });
-      expect((await converge(make(fake), [claim('one', 30002)])).operations).toEqual([]);
+      expect((await converge(providerOn(fake), [claim('one', 30002)])).operations).toEqual([]);
     } finally {
       await fake.close();
     }
@@ -303,14 +266,14 @@ describe('on Data Plane API v3.2.15 (doubles a comment on `tcp-request inspect-d
 
   it('never tags the inspect delay, so nothing grows however often the file is written', async () => {
     fake.reset(foreign);
-    const provider = make(fake);
+    const provider = providerOn(fake);
     for (const n of ['a', 'b', 'c', 'd']) await converge(provider, [claim('one'), claim(n)]);
     expect(delay()).toEqual({ type: 'inspect-delay', timeout: 5000 });
   });
 
   it('drops a tag an earlier build put on it with the next change of the rules', async () => {
     fake.reset(foreign);
-    await converge(make(fake), [claim('one')]);
+    await converge(providerOn(fake), [claim('one')]);
     const f = fake.config.frontends.get('kubebyon_sni') as Obj;
     const tagged = {
       type: 'inspect-delay',
@@ -322,7 +285,7 @@ describe('on Data Plane API v3.2.15 (doubles a comment on `tcp-request inspect-d
     );
     fake.reset({ frontends: [f], backends: [...fake.config.backends.values()] });
     fake.requests.length = 0;
-    await converge(make(fake), [claim('one'), claim('two')]);
+    await converge(providerOn(fake), [claim('one'), claim('two')]);
     expect(
       fake.requests.filter((r) =>
         r.startsWith('PUT /services/haproxy/configuration/frontends/kubebyon_sni?'),
@@ -339,14 +302,14 @@ describe('an API upgraded from v3.0 to a version with metadata', () => {
     const upgraded = await startFakeDataplaneApi({ version: '3.4' });
     try {
       old.reset(foreign);
-      await converge(make(old), [claim('one'), claim('two')]);
+      await converge(providerOn(old), [claim('one'), claim('two')]);
       // The same configuration file, now read by the newer API.
       upgraded.reset({
         frontends: [...old.config.frontends.values()],
         backends: [...old.config.backends.values()],
       });
-      expect((await converge(make(upgraded), [claim('one'), claim('two')])).operations).toEqual([]);
-      const p = await converge(make(upgraded), [claim('one'), claim('three')]);
+      expect((await converge(providerOn(upgraded), [claim('one'), claim('two')])).operations).toEqual([]);
+      const p = await converge(providerOn(upgraded), [claim('one'), claim('three')]);
       expect(p.conflicts).toEqual([]);
       const three = [...upgraded.config.backends.values()].find((b) => b.name.includes('three')) as Obj;
       expect(three.metadata).toEqual({
@@ -354,7 +317,7 @@ describe('an API upgraded from v3.0 to a version with metadata', () => {
         cluster: { value: 'three' },
       });
       expect([...upgraded.config.backends.keys()].some((n) => n.includes('two'))).toBe(false);
-      expect((await converge(make(upgraded), [claim('one'), claim('three')])).operations).toEqual([]);
+      expect((await converge(providerOn(upgraded), [claim('one'), claim('three')])).operations).toEqual([]);
       expect(upgraded.violations).toEqual([]);
     } finally {
       await old.close();

@@ -1,36 +1,18 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { setImmediate } from 'node:timers/promises';
 import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { DEFAULT_RENDER_OPTIONS, type RenderOptions } from '../../src/haproxy/render.js';
 import { createMetrics, type Metrics } from '../../src/metrics/metrics.js';
-import { MemoryProvider } from '../../src/providers/memory/memory-provider.js';
+import type { MemoryProvider } from '../../src/providers/memory/memory-provider.js';
 import { Reconciler } from '../../src/reconcile/reconciler.js';
 import { OwnedProvider } from '../../src/registry/owned-provider.js';
-import { ClusterStore } from '../../src/store/cluster-store.js';
+import type { ClusterStore } from '../../src/store/cluster-store.js';
 import { StaticTopology } from '../../src/topology/topology.js';
 import { registry } from '../support/owner.js';
+import { closeReconcilerBed, openReconcilerBed, settle } from '../support/reconciler-bed.js';
 
 // Map routing with a small pool: 4 slots at first, grown ×1.5 once 7/8 of it is held (at the 4th route).
 const render: RenderOptions = { ...DEFAULT_RENDER_OPTIONS, routing: 'map', minSlots: 4 };
 const MAP = render.sniMap;
-const FAKED = ['setTimeout', 'clearTimeout', 'setInterval', 'clearInterval', 'Date'] as const;
-
-/** Lets fake time run in small steps until `p` settles. */
-async function settle<T>(p: Promise<T>, limitMs = 60_000): Promise<T> {
-  let done = false;
-  const tracked = p.finally(() => {
-    done = true;
-  });
-  for (let t = 0; t <= limitMs; t += 5) {
-    await setImmediate();
-    if (done) return tracked;
-    await vi.advanceTimersByTimeAsync(5);
-  }
-  throw new Error(`still pending after ${limitMs} ms of fake time`);
-}
 
 describe('Reconciler with map routing', () => {
   let dir: string;
@@ -78,17 +60,10 @@ describe('Reconciler with map routing', () => {
   };
 
   beforeEach(async () => {
-    vi.useFakeTimers({ toFake: [...FAKED] });
-    dir = mkdtempSync(join(tmpdir(), 'kubebyon-map-reconciler-'));
-    store = await ClusterStore.open(join(dir, 'state.json'));
-    provider = new MemoryProvider();
+    ({ dir, store, provider } = await openReconcilerBed('kubebyon-map-reconciler-'));
     reconciler = undefined;
   });
-  afterEach(async () => {
-    if (reconciler) await settle(reconciler.stop());
-    vi.useRealTimers();
-    rmSync(dir, { recursive: true, force: true });
-  });
+  afterEach(() => closeReconcilerBed(dir, reconciler));
 
   it('never grows the pool in a webhook pass while a slot is free: a pool_growth pass follows it', async () => {
     const r = make();

@@ -107,6 +107,15 @@ const foreignLines = (text: string) => {
   return out.join('\n');
 };
 
+/** `text` without the frontend of its own and what follows it, a foreign backend in their place. */
+const withoutSni = (text: string) =>
+  `${text.slice(0, text.indexOf('frontend kubebyon_sni'))}backend console_tls from base\n  mode tcp\n`;
+/** The planner's operation that creates the SNI frontend on *:443. */
+const createSni = (defaultBackend: string | null): Operation => ({
+  kind: 'create_frontend',
+  frontend: { name: 'kubebyon_sni', bind: { address: '*', port: 443 }, inspectDelayMs: 5000, defaultBackend },
+});
+
 const newCluster: Operation[] = [
   {
     kind: 'create_backend',
@@ -158,19 +167,10 @@ describe('editConfigText', () => {
   });
 
   it('creates the frontend as the API writes it, and deletes sections of its own', () => {
-    const empty = FILE.slice(0, FILE.indexOf('frontend kubebyon_sni'));
     const out = edit(
-      `${empty}backend console_tls from base\n  mode tcp\n`,
+      withoutSni(FILE),
       [
-        {
-          kind: 'create_frontend',
-          frontend: {
-            name: 'kubebyon_sni',
-            bind: { address: '*', port: 443 },
-            inspectDelayMs: 5000,
-            defaultBackend: 'console_tls',
-          },
-        },
+        createSni('console_tls'),
         ...newCluster.slice(0, 2),
         {
           ...(newCluster[2] as Extract<Operation, { kind: 'set_switching_rules' }>),
@@ -319,22 +319,10 @@ describe('editConfigText where tags live in descriptions (v3.0)', () => {
   });
 
   it('creates the frontend with its description first, nothing on its bind and rules', () => {
-    const empty = DESCRIBED.slice(0, DESCRIBED.indexOf('frontend kubebyon_sni'));
-    const out = editDescribed(
-      `${empty}backend console_tls from base\n  mode tcp\n`,
-      [
-        {
-          kind: 'create_frontend',
-          frontend: {
-            name: 'kubebyon_sni',
-            bind: { address: '*', port: 443 },
-            inspectDelayMs: 5000,
-            defaultBackend: null,
-          },
-        },
-      ],
-      { frontends: [console_], backends: [consoleTls] },
-    );
+    const out = editDescribed(withoutSni(DESCRIBED), [createSni(null)], {
+      frontends: [console_],
+      backends: [consoleTls],
+    });
     expect(out).toContain(
       [
         'frontend kubebyon_sni',

@@ -1,52 +1,18 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { setImmediate } from 'node:timers/promises';
 import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { DEFAULT_RENDER_OPTIONS } from '../../src/haproxy/render.js';
 import { createMetrics, type Metrics } from '../../src/metrics/metrics.js';
-import { MemoryProvider } from '../../src/providers/memory/memory-provider.js';
+import type { MemoryProvider } from '../../src/providers/memory/memory-provider.js';
 import { ConcurrentChangeError, ReloadFailedError, TerminalError } from '../../src/providers/provider.js';
 import type { Clock } from '../../src/reconcile/clock.js';
 import { Reconciler, TopologyNotSyncedError } from '../../src/reconcile/reconciler.js';
 import { OwnedProvider } from '../../src/registry/owned-provider.js';
-import { ClusterStore } from '../../src/store/cluster-store.js';
+import type { ClusterStore } from '../../src/store/cluster-store.js';
 import { StaticTopology, type Topology } from '../../src/topology/topology.js';
 import { registry } from '../support/owner.js';
+import { closeReconcilerBed, openReconcilerBed, settle, settledWithin } from '../support/reconciler-bed.js';
 
 const render = { ...DEFAULT_RENDER_OPTIONS, routing: 'rules' as const };
-
-// The loop's time is fake (vitest's timers drive the Reconciler's default clock): a test says how much time
-// passes, instead of racing the wall clock. Real I/O (the store's fsync) still runs in real time.
-const FAKED = ['setTimeout', 'clearTimeout', 'setInterval', 'clearInterval', 'Date'] as const;
-const STEP_MS = 5;
-
-/** Lets fake time run, as the wall clock would, until `p` settles; fails after `limitMs` of it. */
-async function settle<T>(p: Promise<T>, limitMs = 120_000): Promise<T> {
-  let done = false;
-  const tracked = p.finally(() => {
-    done = true;
-  });
-  // Time moves only while the loop waits for it: a step never overshoots what `p` needed.
-  for (let t = 0; t <= limitMs; t += STEP_MS) {
-    await setImmediate();
-    if (done) return tracked;
-    await vi.advanceTimersByTimeAsync(STEP_MS);
-  }
-  throw new Error(`still pending after ${limitMs} ms of fake time`);
-}
-
-/** Whether `p` has settled after `ms` of fake time. */
-async function settledWithin(p: Promise<unknown>, ms: number): Promise<boolean> {
-  let done = false;
-  void p.finally(() => {
-    done = true;
-  });
-  await vi.advanceTimersByTimeAsync(ms);
-  await setImmediate();
-  return done;
-}
 
 describe('Reconciler', () => {
   let dir: string;
@@ -102,17 +68,10 @@ describe('Reconciler', () => {
   };
 
   beforeEach(async () => {
-    vi.useFakeTimers({ toFake: [...FAKED] });
-    dir = mkdtempSync(join(tmpdir(), 'kubebyon-reconciler-'));
-    store = await ClusterStore.open(join(dir, 'state.json'));
-    provider = new MemoryProvider();
+    ({ dir, store, provider } = await openReconcilerBed('kubebyon-reconciler-'));
     reconciler = undefined;
   });
-  afterEach(async () => {
-    if (reconciler) await settle(reconciler.stop());
-    vi.useRealTimers();
-    rmSync(dir, { recursive: true, force: true });
-  });
+  afterEach(() => closeReconcilerBed(dir, reconciler));
 
   it('coalesces a burst of 100 changes into one or two applies', async () => {
     const r = make({ debounceMs: 250, maxDelayMs: 30_000 });

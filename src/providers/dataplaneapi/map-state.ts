@@ -4,7 +4,7 @@ import type { DataplaneClient } from './client.js';
 import type { Snapshot } from './mapping.js';
 import type { Counter } from './options.js';
 import type { Persistence } from './persist.js';
-import { readMapEntries, readRunningServers, readStoredEntries } from './runtime-maps.js';
+import { readMapEntries, readRunningServers } from './runtime-maps.js';
 
 /**
  * What HAProxy runs, for map routing: the configuration as read, with the SNI maps' runtime entries and the
@@ -75,13 +75,15 @@ export class MapState {
     if (this.runtimeServers === false) {
       // HAProxy 2.6: the API's runtime reads answer nothing usable (stats empty, map entries parsed from the
       // master's help text), and every change was written and reloaded: the files are what runs.
-      const entries = await Promise.all(maps.map((m) => readStoredEntries(this.client, m, signal, counter)));
+      const entries = await Promise.all(
+        maps.map((m) => readMapEntries(this.client, m, 'storage', signal, counter)),
+      );
       raw.maps = maps.map((name, i) => ({ name, entries: entries[i] as Map<string, string> }));
       return false;
     }
     const [running, ...entries] = await Promise.all([
       readRunningServers(this.client, signal, counter),
-      ...maps.map((m) => readMapEntries(this.client, m, signal, counter)),
+      ...maps.map((m) => readMapEntries(this.client, m, 'runtime', signal, counter)),
     ]);
     raw.maps = maps.map((name, i) => ({ name, entries: entries[i] as Map<string, string> }));
     const drift = new Map<string, RawServer[]>();

@@ -246,23 +246,6 @@ export interface RunningServer {
   maint: boolean;
 }
 
-/** The entries HAProxy runs in map `name` (logical), host -> backend. */
-export async function readMapEntries(
-  client: DataplaneClient,
-  name: string,
-  signal: AbortSignal,
-  counter: Counter,
-): Promise<Map<string, string>> {
-  counter.requests++;
-  const res = await client.GET('/services/haproxy/runtime/maps/{parent_name}/entries', {
-    params: { path: { parent_name: storageName(name) } },
-    signal,
-  });
-  const entries = new Map<string, string>();
-  for (const e of res.data ?? []) if (e.key && e.value !== undefined) entries.set(e.key, e.value);
-  return entries;
-}
-
 /** Every server HAProxy runs, by backend, from one stats request (no request per backend). */
 export async function readRunningServers(
   client: DataplaneClient,
@@ -295,19 +278,31 @@ function parseAddr(addr: string | undefined): { address: string; port: number } 
   return { address: m[1], port: Number(m[2]) };
 }
 
-/** The entries of map `name` (logical) as its file in the API's storage holds them. */
-export async function readStoredEntries(
+/**
+ * The entries of map `name` (logical), host -> backend: as HAProxy runs them (`runtime`), or as its file in
+ * the API's storage holds them (`storage`).
+ */
+export async function readMapEntries(
   client: DataplaneClient,
   name: string,
+  from: 'runtime' | 'storage',
   signal: AbortSignal,
   counter: Counter,
 ): Promise<Map<string, string>> {
+  const entries = new Map<string, string>();
   counter.requests++;
+  if (from === 'runtime') {
+    const res = await client.GET('/services/haproxy/runtime/maps/{parent_name}/entries', {
+      params: { path: { parent_name: storageName(name) } },
+      signal,
+    });
+    for (const e of res.data ?? []) if (e.key && e.value !== undefined) entries.set(e.key, e.value);
+    return entries;
+  }
   const res = await client.GET('/services/haproxy/storage/maps/{name}', {
     params: { path: { name: storageName(name) } },
     signal,
   });
-  const entries = new Map<string, string>();
   for (const line of String(typeof res.data === 'string' ? res.data : '').split('\n')) {
     const [host, backend] = line.trim().split(/\s+/);
     if (host && backend && !host.startsWith('#')) entries.set(host, backend);

@@ -1,0 +1,52 @@
+import pino from 'pino';
+import type { DataplaneConfig } from '../../src/providers/dataplaneapi/config.js';
+import {
+  DataplaneProvider,
+  type DataplaneProviderOptions,
+} from '../../src/providers/dataplaneapi/provider.js';
+import type { RouteClaim } from '../../src/routes/route.js';
+import type { FakeDataplaneApi } from './fake-dataplaneapi.js';
+import { registry } from './owner.js';
+
+/**
+ * A provider against the fake API: short timeouts, the file path off, no transaction opened ahead (so the
+ * fake's requests are only those a change makes), the test owner; `extra` overrides any of them.
+ */
+export function providerOn(
+  fake: FakeDataplaneApi,
+  extra: Partial<DataplaneProviderOptions> = {},
+): DataplaneProvider {
+  return new DataplaneProvider({
+    url: fake.url,
+    username: fake.username,
+    password: fake.password,
+    timeoutMs: 5_000,
+    reloadTimeoutMs: 2_000,
+    runtimeMaxServers: 10,
+    rawMinWrites: 0,
+    prepareTransactions: false,
+    owner: registry,
+    logger: pino({ level: 'silent' }),
+    ...extra,
+  });
+}
+
+/** The service's configuration for the fake API, as `createDataplaneProvider` takes it. */
+export const startConfigFor = (fake: FakeDataplaneApi): DataplaneConfig => ({
+  url: fake.url,
+  username: fake.username,
+  password: fake.password,
+  timeoutMs: 5000,
+  reloadTimeoutMs: 2000,
+  runtimeMaxServers: 10,
+  rawMinWrites: 0,
+  commit: 'force_reload',
+});
+
+/** Cluster `cluster` at `<cluster>.example.com`, one endpoint, claimed at time 0. */
+export const claim = (cluster: string, port = 30001, address = '127.0.0.1'): RouteClaim => ({
+  cluster,
+  host: `${cluster}.example.com`,
+  endpoints: [{ address, port }],
+  claimedAt: 0,
+});
