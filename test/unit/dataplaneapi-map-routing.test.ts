@@ -13,6 +13,7 @@ import type { DataplaneProvider } from '../../src/providers/dataplaneapi/provide
 import { lineTagsFor } from '../../src/providers/dataplaneapi/raw-lines.js';
 import { editConfigText } from '../../src/providers/dataplaneapi/raw-text.js';
 import { runtimeMapOps } from '../../src/providers/dataplaneapi/runtime-maps.js';
+import { ConcurrentChangeError } from '../../src/providers/provider.js';
 import { type RouteClaim, resolveRoutes } from '../../src/routes/route.js';
 import { type FakeDataplaneApi, startFakeDataplaneApi } from '../support/fake-dataplaneapi.js';
 import { claim, providerOn } from '../support/fake-dataplaneapi-provider.js';
@@ -186,7 +187,15 @@ describe('dataplaneapi provider, map routing, against the fake API', () => {
     await provider.persisted();
     fake.runtime.busy.add(`${slot}/srv1`);
     fake.requests.length = 0;
-    await converge([claim('one', 30010)]);
+    // HAProxy refuses the delete: the server is put back in service, and the pass is to read again.
+    await expect(converge([claim('one', 30010)])).rejects.toBeInstanceOf(ConcurrentChangeError);
+    expect(writes()).toEqual([
+      `PUT /services/haproxy/runtime/backends/${slot}/servers/srv1`,
+      `DELETE /services/haproxy/runtime/backends/${slot}/servers/srv1`,
+      `PUT /services/haproxy/runtime/backends/${slot}/servers/srv1`,
+    ]);
+    fake.requests.length = 0;
+    await converge([claim('one', 30010)], { fresh: true });
     expect(writes().some((r) => r.includes('/runtime/backends/'))).toBe(false);
     expect(
       writes().some((r) => /^(PUT|POST) \/services\/haproxy\/(configuration|transactions)/.test(r)),

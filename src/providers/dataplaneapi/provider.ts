@@ -2,7 +2,13 @@ import type { RawServer, RawState } from '../../haproxy/model.js';
 import { sniMapNameFor } from '../../naming/names.js';
 import { applyOperations } from '../../plan/apply.js';
 import type { Plan } from '../../plan/plan.js';
-import type { ApplyReport, Provider, ProviderInfo, ReadOptions } from '../provider.js';
+import {
+  type ApplyReport,
+  ConcurrentChangeError,
+  type Provider,
+  type ProviderInfo,
+  type ReadOptions,
+} from '../provider.js';
 import { createClient, type DataplaneClient } from './client.js';
 import { translate } from './errors.js';
 import { MapNames } from './map-names.js';
@@ -17,7 +23,7 @@ import { lineTagsFor } from './raw-lines.js';
 import { Reads } from './read.js';
 import { Reloads } from './reload.js';
 import { applyRuntime } from './runtime.js';
-import { applyRuntimeOps, busyMoves, type RuntimeOp, runtimeMapOps } from './runtime-maps.js';
+import { applyRuntimeOps, type RuntimeOp, runtimeMapOps } from './runtime-maps.js';
 import { Session } from './session.js';
 import { snapshotAfter, withServersSent } from './snapshot-after.js';
 import { tagWriter } from './tags.js';
@@ -48,6 +54,8 @@ export class DataplaneProvider implements Provider {
   private readonly names: MapNames;
   private readonly mapFiles: MapFiles;
   private readonly persistence: Persistence;
+  /** Moved servers (`backend/server`) found carrying a stream: their move goes through the configuration. */
+  private readonly busy = new Set<string>();
   private readonly maps: MapState;
 
   constructor(private readonly o: DataplaneProviderOptions) {
@@ -157,8 +165,10 @@ export class DataplaneProvider implements Provider {
     for (const name of mapsOf(plan)) this.names.learn(name);
     // Unknown (no read of the worker yet) counts as able: a failure there makes the loop read again.
     const runtimeOps = this.maps.runtimeServers === false ? undefined : runtimeMapOps(plan, current);
-    if (runtimeOps && !(await this.busy(runtimeOps, signal, counter)))
+    if (runtimeOps && !runtimeOps.some((op) => op.kind === 'update_server' && this.busy.has(serverKey(op))))
       return this.applyAtRuntime(plan, runtimeOps, current, signal, counter);
+    // Moves of servers that carry a stream, through the configuration (which sets the address in place).
+    for (const op of plan.operations) if (op.kind === 'update_server') this.busy.delete(serverKey(op));
     let after: Snapshot | undefined;
     try {
       // Servers added at runtime reach the file before anything is written (and reloaded) from it.
@@ -199,14 +209,6 @@ export class DataplaneProvider implements Provider {
     }
   }
 
-  private async busy(ops: RuntimeOp[], signal: AbortSignal, counter: { requests: number }): Promise<boolean> {
-    try {
-      return await busyMoves(this.client, ops, signal, counter);
-    } catch (err) {
-      throw this.translate(err);
-    }
-  }
-
   /**
    * Map routing's runtime path: no configuration write, no reload. The servers changed are written to the
    * file soon after (`persist.ts`); what is kept for the next pass is the state with the plan applied.
@@ -224,12 +226,26 @@ export class DataplaneProvider implements Provider {
       if ('server' in op)
         touched.set(op.backend, after.backends.find((b) => b.name === op.backend)?.servers ?? []);
     let draining = 0;
+    let busy: string[] = [];
     try {
-      ({ draining } = await applyRuntimeOps(this.client, ops, signal, counter));
+      ({ draining, busy } = await applyRuntimeOps(this.client, ops, signal, counter));
     } catch (err) {
       // Some steps may have run: the next read reads what HAProxy runs (and persists what it finds).
       this.maps.forget();
       throw this.translate(err);
+    }
+    if (busy.length > 0) {
+      // Those servers still run at their old address: what the file gets of them comes from the next read.
+      for (const key of busy) {
+        this.busy.add(key);
+        touched.delete(key.slice(0, key.indexOf('/')));
+      }
+      this.maps.forget();
+      this.persistence.schedule(touched);
+      // The pass reads and plans again at once; that plan moves them through the configuration.
+      throw new ConcurrentChangeError(
+        `moved servers carry streams (${busy.join(', ')}): moved in place instead`,
+      );
     }
     // A server left draining still runs: the next pass reads what runs and deletes it once it can.
     if (draining > 0) this.maps.forget();
@@ -296,4 +312,8 @@ export class DataplaneProvider implements Provider {
     await this.transactions.close();
     this.client.close();
   }
+}
+
+function serverKey(op: { backend: string; server: { name: string } }): string {
+  return `${op.backend}/${op.server.name}`;
 }

@@ -27,7 +27,7 @@ const DYNAMIC_BALANCE = new Set(['leastconn', 'roundrobin', 'first', 'random']);
  * that exist with a dynamic balance and that only a map routes to (no rule, no default names them), map
  * entries of a map an existing frontend routes by (HAProxy has it loaded). Else undefined: the plan is
  * written (and reloaded if it must be). An endpoint move is a delete and an add of the same server at
- * runtime; one whose server still carries streams keeps the configuration's path (`busyMoves`). A server's `check` is sent with `add server`; HAProxy runs a runtime server's
+ * runtime; one whose server carries a stream is moved through the configuration instead (`busy`). A server's `check` is sent with `add server`; HAProxy runs a runtime server's
  * health checks only once enabled (`enable health`, which the API does not offer), so they start with the
  * next reload, which loads the persisted line.
  */
@@ -63,46 +63,18 @@ export function runtimeMapOps(plan: Plan, current: RawState): RuntimeOp[] | unde
 }
 
 /**
- * Whether a server an endpoint move would delete and add again at runtime still carries streams (a watch):
- * the API cannot cut them and HAProxy refuses to delete such a server, so that move keeps the
- * configuration's path, which changes the address in place (`set server addr`) and leaves the streams be.
- * One stats request per backend moved in.
+ * Sends `ops` in order; answers how many servers were left draining (not deleted yet), and the moved servers
+ * (`backend/server`) that carry a stream: HAProxy refuses to delete them and the API cannot cut the stream, so
+ * each is put back in service at its old address for the configuration's path to move in place.
  */
-export async function busyMoves(
-  client: DataplaneClient,
-  ops: readonly RuntimeOp[],
-  signal: AbortSignal,
-  counter: Counter,
-): Promise<boolean> {
-  const moved = new Map<string, Set<string>>();
-  for (const op of ops)
-    if (op.kind === 'update_server') {
-      const names = moved.get(op.backend) ?? new Set<string>();
-      names.add(op.server.name);
-      moved.set(op.backend, names);
-    }
-  for (const [backend, names] of moved) {
-    counter.requests++;
-    const res = await client.GET('/services/haproxy/stats/native', {
-      params: { query: { type: 'server', parent: checkedName(backend, 'backend') } },
-      signal,
-    });
-    const collections = Array.isArray(res.data) ? res.data : [res.data];
-    for (const c of collections)
-      for (const s of c?.stats ?? [])
-        if (s.type === 'server' && s.name && names.has(s.name) && (s.stats?.scur ?? 0) > 0) return true;
-  }
-  return false;
-}
-
-/** Sends `ops` in order; answers how many servers were left draining (not deleted yet). */
 export async function applyRuntimeOps(
   client: DataplaneClient,
   ops: readonly RuntimeOp[],
   signal: AbortSignal,
   counter: Counter,
-): Promise<{ draining: number }> {
+): Promise<{ draining: number; busy: string[] }> {
   let draining = 0;
+  const busy: string[] = [];
   for (const op of ops) {
     signal.throwIfAborted();
     switch (op.kind) {
@@ -110,12 +82,10 @@ export async function applyRuntimeOps(
         await addServer(client, op.backend, op.server, signal, counter);
         break;
       case 'update_server':
-        // Runtime servers have no endpoint change of their own: the old one goes, the new one comes. One a
-        // stream reached since `busyMoves` looked cannot go: it is put back in service, and the next pass
-        // (which reads again) moves it through the configuration.
+        // Runtime servers have no endpoint change of their own: the old one goes, the new one comes.
         if (await removeServer(client, op.backend, op.server.name, signal, counter)) {
-          draining++;
           await setAdminState(client, op.backend, op.server.name, 'ready', signal, counter);
+          busy.push(`${op.backend}/${op.server.name}`);
         } else await addServer(client, op.backend, op.server, signal, counter);
         break;
       case 'delete_server':
@@ -136,7 +106,7 @@ export async function applyRuntimeOps(
         break;
     }
   }
-  return { draining };
+  return { draining, busy };
 }
 
 async function setEntry(
