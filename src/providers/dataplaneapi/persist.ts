@@ -77,6 +77,7 @@ export class Persistence {
   private running: Promise<void> | undefined;
   /** The last persistence's duration and backends written, for logs and the report. */
   last: { ms: number; backends: number } | undefined;
+  private lastEnd = 0;
 
   constructor(
     private readonly client: DataplaneClient,
@@ -89,7 +90,11 @@ export class Persistence {
     if (this.pending.size === 0) this.firstAt = Date.now();
     for (const [b, list] of servers) this.pending.set(b, structuredClone(list));
     if (this.timer) clearTimeout(this.timer);
-    const wait = Math.max(0, Math.min(this.o.debounceMs, this.firstAt + this.o.maxDelayMs - Date.now()));
+    const now = Date.now();
+    // The API parses the whole configuration for each write (seconds at thousands of slots): the next write
+    // waits as long as the last one took, so persistence keeps the API busy half the time at most.
+    const spacing = this.last ? this.lastEnd + this.last.ms - now : 0;
+    const wait = Math.max(0, spacing, Math.min(this.o.debounceMs, this.firstAt + this.o.maxDelayMs - now));
     this.timer = setTimeout(() => {
       this.timer = undefined;
       this.flush().catch((err) =>
@@ -148,7 +153,8 @@ export class Persistence {
           params: { query: { ...(version !== undefined ? { version } : {}), skip_reload: true } },
           body: edited,
         });
-        this.last = { ms: Date.now() - started, backends: batch.size };
+        this.lastEnd = Date.now();
+        this.last = { ms: this.lastEnd - started, backends: batch.size };
         this.o.written(version, versionOf(pushed.headers), batch);
         return;
       } catch (err) {
