@@ -41,6 +41,7 @@ export class RoutingIndex {
   private badEntries = 0;
   private ownedStrays = 0;
   private sameNumber = 0;
+  private readonly numbers = new Set<number>();
 
   constructor(
     raw: RawState,
@@ -55,14 +56,7 @@ export class RoutingIndex {
     this.conflicts = structure.conflicts;
     if (structure.blocked) this.structureDoubt = 'a foreign frontend holds our name';
     else if (structure.operations.length > 0) this.structureDoubt = 'the structure changes';
-    const numbers = new Set<number>();
-    for (const b of raw.backends) {
-      const number = slotNumber(routing.slotPrefix, b.name);
-      if (number === undefined || !registry.owns(b.tags)) continue;
-      if (numbers.has(number)) this.sameNumber++;
-      numbers.add(number);
-      this.slots.set(b.name, { name: b.name, number, raw: b, refs: 0 });
-    }
+    for (const b of raw.backends) this.addSlot(b);
     this.entries = mapEntries(raw, routing.map);
     for (const backend of this.entries.values()) this.ref(backend, 1);
     for (const slot of this.slots.values()) this.classify(slot);
@@ -108,13 +102,20 @@ export class RoutingIndex {
 
   /**
    * Moves the index on to `raw` when `raw` is its state with some operations applied (and those only touch
-   * slots' servers and map entries); false when it must be built again.
+   * slots' servers, map entries and new slots); false when it must be built again.
    */
   advance(raw: RawState): boolean {
     const d = derivationOf(raw);
     const routing = this.desired.routing;
     if (!d || d.parent !== this.serial || !routing) return false;
     const touched = new Set<string>();
+    // Slots the pool grew by first: entries in the same operations may name them. They come in free.
+    for (const op of d.operations) {
+      if (op.kind !== 'create_backend') continue;
+      const b = backendNamed(raw, op.backend.name);
+      if (!b || !this.addSlot(b)) return false;
+      touched.add(b.name);
+    }
     for (const op of d.operations) if (!this.follow(op, routing.map, touched)) return false;
     this.entries = mapEntries(raw, routing.map);
     for (const name of touched) {
@@ -148,9 +149,27 @@ export class RoutingIndex {
       case 'delete_server':
         touched.add(op.backend);
         return true;
+      case 'create_backend':
+        return true; // a slot, filed above
+
       default:
         return false;
     }
+  }
+
+  /** Files an owned slot backend (its entries counted by the caller); undefined for any other backend. */
+  private addSlot(b: RawBackend): Slot | undefined {
+    const number = slotNumber(this.routing.slotPrefix, b.name);
+    if (number === undefined || !this.registry.owns(b.tags)) return undefined;
+    if (this.numbers.has(number)) this.sameNumber++;
+    this.numbers.add(number);
+    const slot = { name: b.name, number, raw: b, refs: 0 };
+    this.slots.set(b.name, slot);
+    return slot;
+  }
+
+  private get routing(): NonNullable<DesiredConfig['routing']> {
+    return this.desired.routing as NonNullable<DesiredConfig['routing']>;
   }
 
   /** Counts an entry naming `backend` (in or out); a slot's class is brought up to date by the caller. */

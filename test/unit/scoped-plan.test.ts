@@ -258,7 +258,9 @@ function summary(index: RoutingIndex) {
     free: index.free.map((s) => s.name),
     strays: [...index.strays].map((s) => s.name).sort(),
     named: index.named,
-    slots: [...index.slots.values()].map((s) => [s.name, s.refs, s.raw]),
+    slots: [...index.slots.values()]
+      .sort((a, b) => compareStrings(a.name, b.name))
+      .map((s) => [s.name, s.refs, s.raw]),
     entries: [...index.entries],
   };
 }
