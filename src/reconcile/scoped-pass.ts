@@ -1,4 +1,4 @@
-import type { DesiredRouting, RawState } from '../haproxy/model.js';
+import type { DesiredRoute, DesiredRouting, RawState } from '../haproxy/model.js';
 import { desiredShape, renderRoute } from '../haproxy/render.js';
 import type { ClusterRecord } from '../model/cluster.js';
 import type { Plan, PoolReport } from '../plan/operations.js';
@@ -6,7 +6,8 @@ import type { RoutingIndexCache } from '../plan/routing-index.js';
 import { planScoped } from '../plan/scoped.js';
 import { errorText } from '../providers/provider.js';
 import { endpointKey } from '../routes/endpoint.js';
-import { compareStrings, type Route } from '../routes/route.js';
+import { compareStrings, type RejectedRoute, type Route } from '../routes/route.js';
+import type { TopologyProblem } from '../topology/topology.js';
 import { type DesiredRoutesMemo, desiredMemo } from './desired.js';
 import { applyPlan, type FailureKind, failureKind, type PassInputs, phase } from './pass.js';
 import type { PassResult } from './status.js';
@@ -54,20 +55,16 @@ export async function runScopedPass(i: ScopedPassInputs): Promise<ScopedPassRepo
     raw = await i.provider.readState(i.signal, { fresh: false });
     endRead();
   } catch (err) {
-    return failed(i, scope.clusters, err);
+    return failed(i, scope, err);
   }
   const endPlan = phase(i.metrics, 'plan');
   const shape = desiredShape(i.render);
-  const routing = shape.routing as DesiredRouting;
   const planned = planScoped({
     index: i.indexes.for(raw, i.provider.registry, shape),
-    routing,
-    hosts: [...scope.hosts].sort(compareStrings),
-    routeAt: (host) => {
-      const route = memo.routeAt(host);
-      return route && renderRoute(route, i.render);
-    },
-    totalRoutes: memo.routeCount,
+    routing: shape.routing as DesiredRouting,
+    hosts: [...scope.hosts.keys()].sort(compareStrings),
+    routeAt: (host) => scope.hosts.get(host),
+    totalRoutes: scope.totalRoutes,
     grow: i.kind.grow,
   });
   endPlan();
@@ -80,31 +77,45 @@ export async function runScopedPass(i: ScopedPassInputs): Promise<ScopedPassRepo
     } catch (err) {
       // A full pass reads again and plans everything: what it does is what a conflict needs.
       if (failureKind(err) === 'conflict') return { doubt: `HAProxy changed meanwhile: ${errorText(err)}` };
-      return failed(i, scope.clusters, err);
+      return failed(i, scope, err);
     }
   }
-  const result = merged(i, memo, scope.clusters, p);
-  const touched = touchedBy(p, memo, scope.hosts);
-  return { result, clusters: scope.clusters, changed: p.operations.length > 0, touched, ...poolOf(p) };
+  const changed = p.operations.length > 0;
+  const touched = touchedBy(p, scope);
+  return { result: merged(i.last, scope, p), clusters: scope.names, changed, touched, ...poolOf(p) };
+}
+
+/** One cluster as the pass planned it: its record, its route when it holds its host, why not. */
+interface Planned {
+  record: ClusterRecord | undefined;
+  route?: Route;
+  rejected?: RejectedRoute;
+  problem?: TopologyProblem;
+}
+
+/** What a scoped pass plans, taken at its start (the store and the memo may move on while it awaits). */
+interface Scope {
+  names: Set<string>;
+  clusters: Map<string, Planned>;
+  /** Each host's desired route, rendered (undefined: the host is to be routed nowhere). */
+  hosts: Map<string, DesiredRoute | undefined>;
+  totalRoutes: number;
 }
 
 /**
  * The changed clusters, and every cluster and host a change reaches: the hosts a cluster held, claims or
  * is handed, and the clusters that held or claim those hosts (whose route or rejection may follow).
  */
-function scopeOf(
-  i: ScopedPassInputs,
-  memo: DesiredRoutesMemo,
-): { clusters: Set<string>; hosts: Set<string> } | { doubt: string } {
-  const clusters = new Set<string>();
+function scopeOf(i: ScopedPassInputs, memo: DesiredRoutesMemo): Scope | { doubt: string } {
+  const records = new Map<string, ClusterRecord | undefined>();
   const hosts = new Set<string>();
   const queue = [...i.clusters];
   while (queue.length > 0) {
     const name = queue.pop() as string;
-    if (clusters.has(name)) continue;
-    if (clusters.size >= MAX_SCOPE) return { doubt: `the change reaches more than ${MAX_SCOPE} clusters` };
-    clusters.add(name);
+    if (records.has(name)) continue;
+    if (records.size >= MAX_SCOPE) return { doubt: `the change reaches more than ${MAX_SCOPE} clusters` };
     const record = i.record(name);
+    records.set(name, record);
     const handedOut = memo.update(new Map([[name, record]]));
     const reached = [
       i.last.routes.get(name)?.host,
@@ -120,15 +131,22 @@ function scopeOf(
       queue.push(...memo.claimantsOf(host));
     }
   }
-  return { clusters, hosts };
+  const clusters = new Map([...records].map(([name, record]) => [name, { record, ...memo.lookup(name) }]));
+  const wanted = new Map<string, DesiredRoute | undefined>();
+  for (const host of hosts) {
+    const route = memo.routeAt(host);
+    wanted.set(host, route && renderRoute(route, i.render));
+  }
+  return { names: new Set(records.keys()), clusters, hosts: wanted, totalRoutes: memo.routeCount };
 }
 
-/** The last result with these clusters as the memo and the plan now have them (its maps taken over). */
-function merged(i: ScopedPassInputs, memo: DesiredRoutesMemo, clusters: Set<string>, p: Plan): PassResult {
-  const { error: _error, ...r } = i.last;
+/** The last result with the scope's clusters as planned (its maps taken over). */
+function merged(last: PassResult, scope: Scope, p: Plan): PassResult {
+  const { error: _error, ...r } = last;
   const backends = r.backends ?? new Map();
-  for (const name of clusters) {
-    const route = refresh(r, name, i.record(name), memo);
+  for (const [name, planned] of scope.clusters) {
+    refresh(r, name, planned);
+    const route = planned.route;
     const backend = route && p.pool?.assignments.get(route.host);
     if (route && backend !== undefined)
       backends.set(name, { host: route.host, backend, servers: route.endpoints.map(endpointKey) });
@@ -137,48 +155,37 @@ function merged(i: ScopedPassInputs, memo: DesiredRoutesMemo, clusters: Set<stri
   return { ...r, ok: true, backends };
 }
 
-/** A failed pass: these clusters as planned, everything routed as before, every status an error. */
-function failed(i: ScopedPassInputs, clusters: Set<string>, err: unknown): ScopedPassReport {
+/** A failed pass: the scope's clusters as planned, everything routed as before, every status an error. */
+function failed(i: ScopedPassInputs, scope: Scope, err: unknown): ScopedPassReport {
   const error = errorText(err);
   const failure = failureKind(err);
   i.logger.error({ err: error, failure }, 'reconcile failed');
-  const memo = desiredMemo(i.topology);
-  for (const name of clusters) refresh(i.last, name, i.record(name), memo);
-  return { result: { ...i.last, ok: false, error }, clusters, changed: false, touched: new Set(), failure };
+  for (const [name, planned] of scope.clusters) refresh(i.last, name, planned);
+  const result = { ...i.last, ok: false, error };
+  return { result, clusters: scope.names, changed: false, touched: new Set(), failure };
 }
 
-/** One cluster's entries of a result, as the memo has it now; its route, when it holds its host. */
-function refresh(
-  r: PassResult,
-  name: string,
-  record: ClusterRecord | undefined,
-  memo: DesiredRoutesMemo,
-): Route | undefined {
-  r.seen.delete(name);
+/** One cluster's entries of a result, as planned (its backend is the caller's: HAProxy may still run it). */
+function refresh(r: PassResult, name: string, planned: Planned): void {
   const before = r.routes.get(name);
   if (before && r.holders.get(before.host) === name) r.holders.delete(before.host);
-  r.routes.delete(name);
-  r.rejected.delete(name);
-  r.problems.delete(name);
-  r.conflicted.delete(name);
+  for (const map of [r.seen, r.routes, r.rejected, r.problems, r.conflicted]) map.delete(name);
+  const { record, route, rejected, problem } = planned;
   if (record) r.seen.set(name, record.updatedAt);
-  const { route, rejected, problem } = memo.lookup(name);
   if (route) {
     r.routes.set(name, route);
     r.holders.set(route.host, name);
   }
   if (rejected) r.rejected.set(name, rejected);
   if (problem) r.problems.set(name, problem);
-  return route;
 }
 
 /** Clusters whose map entry or slot servers the plan changes. */
-function touchedBy(p: Plan, memo: DesiredRoutesMemo, hosts: ReadonlySet<string>): Set<string> {
+function touchedBy(p: Plan, scope: Scope): Set<string> {
   const bySlot = new Map<string, string>();
-  for (const host of hosts) {
+  for (const [host, route] of scope.hosts) {
     const slot = p.pool?.assignments.get(host);
-    const cluster = memo.routeAt(host)?.cluster;
-    if (slot !== undefined && cluster !== undefined) bySlot.set(slot, cluster);
+    if (slot !== undefined && route) bySlot.set(slot, route.cluster);
   }
   const touched = new Set<string>();
   for (const op of p.operations) {

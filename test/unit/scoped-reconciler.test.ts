@@ -194,4 +194,26 @@ describe('Reconciler: scoped passes (map routing)', () => {
     expect(r.status('a')).toMatchObject({ state: 'applied', host: 'api.h2.example.com' });
     expect(entries().get('api.h2.example.com')).toBe(r.status('a')?.backend);
   });
+
+  it('reports a cluster stored again while its scoped pass applied as pending, until the next pass', async () => {
+    const r = make(16);
+    await settle(r.request('start'));
+    await put('a');
+    let release = () => {};
+    provider.gate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const first = r.request('webhook', { clusters: ['a'] });
+    await vi.advanceTimersByTimeAsync(50);
+    expect(provider.applies).toHaveLength(1);
+    // The pass waits at the provider when a newer version of `a` is stored.
+    await put('a', 'api.a.example.com', 31000);
+    release();
+    provider.gate = undefined;
+    expect(await settle(first)).toEqual({ ok: true, changed: true });
+    expect(r.status('a')?.state).toBe('pending');
+    await settle(r.request('webhook', { clusters: ['a'] }));
+    expect(r.status('a')).toMatchObject({ state: 'applied', servers: ['10.0.0.1:31000', '10.0.0.2:31000'] });
+    expect(await passes('scoped')).toBe(2);
+  });
 });
