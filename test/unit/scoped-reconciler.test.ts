@@ -216,4 +216,19 @@ describe('Reconciler: scoped passes (map routing)', () => {
     expect(r.status('a')).toMatchObject({ state: 'applied', servers: ['10.0.0.1:31000', '10.0.0.2:31000'] });
     expect(await passes('scoped')).toBe(2);
   });
+
+  it('falls back to a full pass when a foreign frontend holds our name (a conflict that blocks every route)', async () => {
+    const r = make(16);
+    await put('a');
+    await settle(r.request('start'));
+    provider.state = {
+      ...provider.state,
+      frontends: provider.state.frontends.map((f) => ({ ...f, tags: { owner: 'someone-else' } })),
+    };
+    await put('b');
+    const outcome = await settle(r.request('webhook', { clusters: ['b'] }));
+    expect(outcome).toMatchObject({ ok: false, error: expect.stringMatching(/frontend_not_owned/) });
+    expect([await passes('full'), await passes('scoped')]).toEqual([2, 0]);
+    expect(entries().has('api.b.example.com')).toBe(false);
+  });
 });
