@@ -14,6 +14,16 @@ export interface Slot {
   refs: number;
 }
 
+/** The operations an index follows; any other changes the structure it was built against. */
+const FOLLOWED: ReadonlySet<Operation['kind']> = new Set([
+  'create_backend',
+  'create_server',
+  'update_server',
+  'delete_server',
+  'set_map_entry',
+  'delete_map_entry',
+]);
+
 /** Strays beyond this many are not worth keeping apart: the next full pass clears them. */
 const MAX_STRAYS = 64;
 
@@ -108,6 +118,8 @@ export class RoutingIndex {
     const d = derivationOf(raw);
     const routing = this.desired.routing;
     if (!d || d.parent !== this.serial || !routing) return false;
+    // Structure changed (a cold start's frontend, a rule): built again, before anything here is touched.
+    if (!d.operations.every((op) => FOLLOWED.has(op.kind))) return false;
     const touched = new Set<string>();
     // Slots the pool grew by first: entries in the same operations may name them. They come in free.
     for (const op of d.operations) {
