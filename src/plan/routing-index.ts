@@ -69,7 +69,8 @@ export class RoutingIndex {
     for (const b of raw.backends) this.addSlot(b);
     this.entries = mapEntries(raw, routing.map);
     for (const backend of this.entries.values()) this.ref(backend, 1);
-    for (const slot of this.slots.values()) this.classify(slot);
+    // Filed in listing order, sorted once (not one insertion each).
+    for (const slot of this.slots.values()) this.classify(slot, true);
     this.free.sort((a, b) => a.number - b.number);
   }
 
@@ -163,7 +164,6 @@ export class RoutingIndex {
         return true;
       case 'create_backend':
         return true; // a slot, filed above
-
       default:
         return false;
     }
@@ -198,10 +198,11 @@ export class RoutingIndex {
     if (Math.min(before, slot.refs) === 0) this.named += delta;
   }
 
-  private classify(slot: Slot): void {
+  private classify(slot: Slot, unsorted = false): void {
     if (slot.refs > 0) return;
     if (slot.raw.servers.length === 0) {
-      this.free.splice(lowerBound(this.free, slot.number), 0, slot);
+      if (unsorted) this.free.push(slot);
+      else this.free.splice(lowerBound(this.free, slot.number), 0, slot);
       return;
     }
     this.strays.add(slot);
