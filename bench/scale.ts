@@ -1,18 +1,27 @@
 // Benchmark of one webhook-driven pass's parts at scale, in map routing: the pure pipeline (desired routes
 // from records + topology, render), the planner (no-op, one new route, one deleted), applyOperations of a
 // small plan to a large state, registry.interpret, and a durable store upsert. Prints a Markdown table and
-// the heap/RSS after each size. Bounded: a few repeats per cell, at most about two minutes in all.
+// the heap/RSS after each size; then a scoped pass (runScopedPass on the memory provider: memo update, routing
+// index, scoped plan, apply, result merge) adding, moving and deleting one route. Bounded: a few repeats per
+// cell, at most about two minutes in all.
 // Run: npx tsx bench/scale.ts [sizes, e.g. 10,1000,5000,20000]
 import { mkdtempSync, rmSync } from 'node:fs';
 import { cpus, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
+import pino from 'pino';
 import type { RawState } from '../src/haproxy/model.js';
 import { DEFAULT_RENDER_OPTIONS, type RenderOptions, renderDesired } from '../src/haproxy/render.js';
+import { createMetrics } from '../src/metrics/metrics.js';
 import type { ClusterRecord } from '../src/model/cluster.js';
 import { applyOperations } from '../src/plan/apply.js';
 import { plan } from '../src/plan/plan.js';
+import { RoutingIndexCache } from '../src/plan/routing-index.js';
+import { MemoryProvider } from '../src/providers/memory/memory-provider.js';
 import { desiredRoutes } from '../src/reconcile/desired.js';
-import { desiredConfig } from '../src/reconcile/pass.js';
+import { desiredConfig, runPass } from '../src/reconcile/pass.js';
+import { runScopedPass } from '../src/reconcile/scoped-pass.js';
+import type { PassResult } from '../src/reconcile/status.js';
+import { OwnedProvider } from '../src/registry/owned-provider.js';
 import { Registry } from '../src/registry/registry.js';
 import { ClusterStore } from '../src/store/cluster-store.js';
 import { StaticTopology } from '../src/topology/topology.js';
@@ -63,9 +72,59 @@ async function storeUpsert(n: number): Promise<number> {
   }
 }
 
+/** Median ms of scoped passes that add one route, move its endpoints, and delete it again (ops of each). */
+async function scopedPasses(n: number) {
+  const records = new Map(Array.from({ length: n }, (_, i) => [`cluster-${i}`, record(i)]));
+  const provider = new OwnedProvider(new MemoryProvider(), registry);
+  const common = {
+    topology,
+    provider,
+    render: RENDER,
+    signal: new AbortController().signal,
+    logger: pino({ level: 'silent' }),
+    metrics: createMetrics(),
+    indexes: new RoutingIndexCache(),
+  };
+  // A full pass from nothing, then one more: the state every webhook pass starts from.
+  let last: PassResult = (await runPass({ ...common, records: [...records.values()], retries: 0 })).result;
+  last = (await runPass({ ...common, records: [...records.values()], retries: 0 })).result;
+  const kind = { fresh: false, grow: 'when_needed' as const, repair: false };
+  const samples = { add: [] as number[], move: [] as number[], del: [] as number[] };
+  const ops = { add: 0, move: 0, del: 0 };
+  const step = async (which: keyof typeof samples, change: () => void) => {
+    change();
+    const started = process.hrtime.bigint();
+    const report = await runScopedPass({
+      ...common,
+      kind,
+      clusters: new Set(['probe']),
+      record: (name) => records.get(name),
+      last,
+    });
+    samples[which].push(Number(process.hrtime.bigint() - started) / 1e6);
+    if ('doubt' in report) throw new Error(`scoped pass declined: ${report.doubt}`);
+    last = report.result;
+    ops[which] =
+      (provider as unknown as { inner: MemoryProvider }).inner.applies.at(-1)?.operations.length ?? 0;
+  };
+  const probe = (port: number): ClusterRecord => ({
+    ...record(n + 1),
+    name: 'probe',
+    target: { nodePort: port },
+  });
+  for (let i = 0; i < 9; i++) {
+    await step('add', () => records.set('probe', probe(31000)));
+    await step('move', () => records.set('probe', probe(31001)));
+    await step('del', () => records.delete('probe'));
+  }
+  const median = (xs: number[]) => xs.sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? 0;
+  return { add: median(samples.add), move: median(samples.move), del: median(samples.del), ops };
+}
+
 const mib = (bytes: number) => (bytes / 2 ** 20).toFixed(0);
 const fmt = (ms: number) => ms.toFixed(2);
 const rows: string[] = [];
+const scopedRows: string[] = [];
 for (const n of SIZES) {
   const records = Array.from({ length: n }, (_, i) => record(i));
   // Cold: every record validated and rendered. A webhook pass: the same records but one new (memoized).
@@ -89,6 +148,10 @@ for (const n of SIZES) {
   const deleteOne = time(() => plan(removed, current, { grow: 'when_needed' }));
   const applySmall = time(() => applyOperations(raw, addOne.result.operations, registry));
   const upsert = await storeUpsert(n);
+  const scoped = await scopedPasses(n);
+  scopedRows.push(
+    `| ${n} | ${fmt(scoped.add)} (${scoped.ops.add}) | ${fmt(scoped.move)} (${scoped.ops.move}) | ${fmt(scoped.del)} (${scoped.ops.del}) |`,
+  );
   const mem = process.memoryUsage();
   rows.push(
     `| ${n} | ${fmt(render.ms)} | ${fmt(webhook.ms)} | ${fmt(noop.ms)} (${noop.result.operations.length}) | ${fmt(addOne.ms)} (${addOne.result.operations.length}) | ${fmt(deleteOne.ms)} (${deleteOne.result.operations.length}) | ${fmt(applySmall.ms)} | ${fmt(interpret.ms)} | ${fmt(upsert)} | ${fmt(webhook.ms + interpret.ms + addOne.ms + applySmall.ms)} | ${mib(mem.heapUsed)} / ${mib(mem.rss)} |`,
@@ -103,3 +166,9 @@ console.log(
 );
 console.log('| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |');
 for (const r of rows) console.log(r);
+console.log('\nScoped passes (runScopedPass on the memory provider, its apply included):\n');
+console.log(
+  '| N | scoped pass +1 route ms (ops) | scoped pass move ms (ops) | scoped pass −1 route ms (ops) |',
+);
+console.log('| --- | --- | --- | --- |');
+for (const r of scopedRows) console.log(r);

@@ -8,7 +8,7 @@ import { errorText, type Provider, type ProviderInfo } from '../providers/provid
 import { sortConflicts } from '../reconcile/conflicts.js';
 import { desiredConfig, planAgainst, runPass } from '../reconcile/pass.js';
 import { routeBackends } from '../reconcile/routing.js';
-import { type ClusterStatus, clusterStatuses, type PassResult } from '../reconcile/status.js';
+import { type ClusterStatus, clusterStatuses, passResult } from '../reconcile/status.js';
 import { OwnedProvider } from '../registry/owned-provider.js';
 import { ClusterStore } from '../store/cluster-store.js';
 import type { Topology } from '../topology/topology.js';
@@ -65,13 +65,12 @@ export async function planCommand(
     }
     const { blocking, byCluster: conflicted } = sortConflicts(p.conflicts, config.backends);
     // The state every cluster would be in after this plan is applied.
-    const after: PassResult = {
+    const after = passResult(desired, {
       seen: new Map(s.records.map((r) => [r.name, r.updatedAt])),
       ok: true,
-      desired,
       conflicted,
       backends: routeBackends(config, p),
-    };
+    });
     const clusters = clusterStatuses(s.records, after, new Map(), s.config.publicPort);
     const text = formatPlan(p);
     if (opts.json) {

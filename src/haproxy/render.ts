@@ -105,6 +105,18 @@ function renderMapRouting(routes: readonly Route[], options: RenderOptions): Des
   };
 }
 
+const NO_ROUTES: readonly Route[] = [];
+
+/** Map routing's desired frontend and routing settings, without routes (rendered once per options). */
+export function desiredShape(options: RenderOptions): DesiredConfig {
+  return renderDesired(NO_ROUTES, options);
+}
+
+/** One route as map routing renders it (remembered per route and setting). */
+export function renderRoute(route: Route, options: RenderOptions): MapRoute {
+  return mapRoute(route, options.healthChecks);
+}
+
 type MapRoute = NonNullable<DesiredConfig['routing']>['routes'][number];
 // Routes are immutable and kept from pass to pass (`DesiredRoutesMemo`): each is rendered once per setting.
 const rendered = new WeakMap<Route, { check: boolean; value: MapRoute }>();

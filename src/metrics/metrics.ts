@@ -22,6 +22,12 @@ export function createMetrics() {
       labelNames: ['result'] as const,
       registers: [registry],
     }),
+    reconcilePasses: new Counter({
+      name: `${NS}_reconcile_passes_total`,
+      help: 'Reconcile passes by scope: full (every cluster planned against everything HAProxy has) or scoped (a pass for webhook changes of a few clusters that planned only their hosts).',
+      labelNames: ['scope'] as const,
+      registers: [registry],
+    }),
     reconcileDuration: new Histogram({
       name: `${NS}_reconcile_duration_seconds`,
       help: 'Duration of reconcile passes, reading HAProxy and applying included.',
@@ -128,6 +134,7 @@ export function createMetrics() {
   // no increase() to Prometheus, so the first failed reload (or refused call) would raise no alert.
   for (const result of ['changed', 'unchanged', 'failed']) metrics.reconciles.inc({ result }, 0);
   for (const result of ['committed', 'conflict', 'failed']) metrics.transactions.inc({ result }, 0);
+  for (const scope of ['full', 'scoped']) metrics.reconcilePasses.inc({ scope }, 0);
   for (const result of ['succeeded', 'failed'])
     for (const reason of RELOAD_REASONS) metrics.reloads.inc({ result, reason }, 0);
   for (const reason of AUTH_FAILURE_REASONS) metrics.webhookAuthFailures.inc({ reason }, 0);

@@ -1,8 +1,9 @@
 import type { Owner, RawBackend, RawFrontend, RawMap, RawRule, RawState } from '../haproxy/model.js';
 import { ConcurrentChangeError } from '../providers/provider.js';
+import { backendPosition, derived, samePlaces } from './lineage.js';
 import type { Operation } from './plan.js';
 
-type Named = { name: string };
+type HasName = { name: string };
 
 /**
  * The one statement of what each operation does to HAProxy's objects: `state` with `operations` applied, the
@@ -16,23 +17,83 @@ export function applyOperations(state: RawState, operations: readonly Operation[
   // Copy-on-write: an object is copied the first time an operation changes it, so a small plan on a large
   // state costs what it touches. The result shares every untouched object with `state`; neither is changed
   // in place afterwards by anyone (providers read, plan and apply; they never edit a state).
-  // By name, in listing order (a Map keeps insertion order): one lookup per operation, not one scan.
+  // Without a proxy created or deleted, every name keeps its place: lists are copied and patched by
+  // position (no map of every name). Otherwise by name, in listing order (a Map keeps insertion order).
+  const keepsPlaces = !operations.some((op) => RESHAPING.has(op.kind));
   const w: Working = {
-    frontends: new Map(state.frontends.map((f) => [f.name, f])),
-    backends: new Map(state.backends.map((b) => [b.name, b])),
+    // A frontend or two: by name always (replacing one keeps its place in a Map).
+    frontends: new ByName(state.frontends),
+    backends: keepsPlaces ? new Placed(state) : new ByName(state.backends),
     maps: new Map((state.maps ?? []).map((m) => [m.name, m])),
     copied: new Set(),
     owner,
   };
   for (const op of operations) apply(w, op);
-  const result: RawState = { frontends: [...w.frontends.values()], backends: [...w.backends.values()] };
+  const result: RawState = { frontends: w.frontends.list(), backends: w.backends.list() };
   if (w.maps.size > 0 || state.maps !== undefined) result.maps = [...w.maps.values()];
+  if (keepsPlaces) samePlaces(state, result);
+  derived(result, state, operations);
   return result;
 }
 
+const RESHAPING: ReadonlySet<Operation['kind']> = new Set([
+  'create_frontend',
+  'delete_frontend',
+  'create_backend',
+  'delete_backend',
+]);
+
+/** Frontends or backends by name, as the operations change them. */
+interface Proxies<T extends HasName> {
+  get(name: string): T | undefined;
+  has(name: string): boolean;
+  /** Adds `item`, or puts it in the place of the one of its name. */
+  set(name: string, item: T): void;
+  delete(name: string): void;
+  list(): T[];
+}
+
+class ByName<T extends HasName> implements Proxies<T> {
+  private readonly byName: Map<string, T>;
+  constructor(items: readonly T[]) {
+    this.byName = new Map(items.map((x) => [x.name, x]));
+  }
+  get = (name: string) => this.byName.get(name);
+  has = (name: string) => this.byName.has(name);
+  set = (name: string, item: T) => void this.byName.set(name, item);
+  delete = (name: string) => void this.byName.delete(name);
+  list = () => [...this.byName.values()];
+}
+
+/** Backends as they were, the list copied at the first change and patched in the places of those replaced. */
+class Placed implements Proxies<RawBackend> {
+  private items: RawBackend[];
+  private copied = false;
+  constructor(private readonly state: RawState) {
+    this.items = state.backends;
+  }
+  get(name: string): RawBackend | undefined {
+    const i = backendPosition(this.state, name);
+    const item = i === undefined ? undefined : this.items[i];
+    return item?.name === name ? item : undefined;
+  }
+  has = (name: string) => this.get(name) !== undefined;
+  set(name: string, item: RawBackend): void {
+    const i = backendPosition(this.state, name);
+    if (i === undefined || this.items[i]?.name !== name) throw new Error(`no backend ${name} to replace`);
+    if (!this.copied) this.items = this.items.slice();
+    this.copied = true;
+    this.items[i] = item;
+  }
+  delete(name: string): void {
+    throw new Error(`deleting backend ${name} changes the places of the others`);
+  }
+  list = () => this.items;
+}
+
 interface Working {
-  frontends: Map<string, RawFrontend>;
-  backends: Map<string, RawBackend>;
+  frontends: Proxies<RawFrontend>;
+  backends: Proxies<RawBackend>;
   maps: Map<string, RawMap>;
   /** Objects this call made or copied: the only ones it may change in place. */
   copied: Set<object>;
@@ -67,14 +128,14 @@ function backendToChange(w: Working, name: string): RawBackend {
   return copy;
 }
 
-function find<T extends Named>(items: Map<string, T> | T[], name: string, what: string): T {
-  const item = items instanceof Map ? items.get(name) : items.find((x) => x.name === name);
+function find<T extends HasName>(items: Proxies<T> | T[], name: string, what: string): T {
+  const item = Array.isArray(items) ? items.find((x) => x.name === name) : items.get(name);
   if (!item) throw new ConcurrentChangeError(`${what} ${name} is not there any more`);
   return item;
 }
 
-function absent(items: Map<string, unknown> | Named[], name: string, what: string): void {
-  const there = items instanceof Map ? items.has(name) : items.some((x) => x.name === name);
+function absent(items: Proxies<HasName> | HasName[], name: string, what: string): void {
+  const there = Array.isArray(items) ? items.some((x) => x.name === name) : items.has(name);
   if (there) throw new ConcurrentChangeError(`${what} ${name} exists already`);
 }
 

@@ -50,6 +50,42 @@ const ORDER: Record<Operation['kind'], number> = {
 export function plan(desired: DesiredConfig, current: HaproxyState, options: PlanOptions = {}): Plan {
   const conflicts: Conflict[] = [];
   const ops: Operation[] = [];
+  if (!planHead(desired, current, ops, conflicts)) return { operations: [], conflicts };
+  const routing = desired.routing;
+  const pool = routing && planRouting(routing, current, options.grow ?? 'ahead', planServers, ops);
+  planTail(desired, current, ops);
+  const operations = sortOperations(ops);
+  return pool ? { operations, conflicts, pool } : { operations, conflicts };
+}
+
+/**
+ * Everything of `plan` but map routing's slots, servers and map entries: the frontend, per-cluster backends,
+ * rules, and what is deleted. With map routing, a state where this is empty (no operation, no foreign
+ * frontend under our name) can be planned host by host (`src/plan/scoped.ts`).
+ */
+export function planStructure(
+  desired: DesiredConfig,
+  current: HaproxyState,
+): { operations: Operation[]; conflicts: Conflict[]; blocked: boolean } {
+  const conflicts: Conflict[] = [];
+  const ops: Operation[] = [];
+  if (!planHead(desired, current, ops, conflicts)) return { operations: [], conflicts, blocked: true };
+  planTail(desired, current, ops);
+  return { operations: sortOperations(ops), conflicts, blocked: false };
+}
+
+/** A stable sort by kind: within one kind, operations keep the order they were planned in. */
+export function sortOperations(ops: Operation[]): Operation[] {
+  return ops.sort((a, b) => ORDER[a.kind] - ORDER[b.kind]);
+}
+
+/** The frontend, the backends and the rules; false when a foreign frontend holds our name (nothing applies). */
+function planHead(
+  desired: DesiredConfig,
+  current: HaproxyState,
+  ops: Operation[],
+  conflicts: Conflict[],
+): boolean {
   const currentFrontend = current.frontends.find((f) => f.name === desired.frontend.name);
   if (currentFrontend && !currentFrontend.owned) {
     conflicts.push({
@@ -57,7 +93,7 @@ export function plan(desired: DesiredConfig, current: HaproxyState, options: Pla
       name: desired.frontend.name,
       detail: `frontend ${desired.frontend.name} exists but is not owned by this service; nothing is applied`,
     });
-    return { operations: [], conflicts };
+    return false;
   }
   // Map routing wants no per-cluster backend: the index of every backend is then not worth building.
   const backends: ReadonlyMap<string, BackendState> =
@@ -83,21 +119,19 @@ export function plan(desired: DesiredConfig, current: HaproxyState, options: Pla
     planBackend(want, have, ops);
   }
   planRules(frontend.name, desired.frontend.rules, placed, currentFrontend, ops);
-  const routing = desired.routing;
-  const pool = routing && planRouting(routing, current, options.grow ?? 'ahead', planServers, ops);
+  return true;
+}
 
+/** Owned frontends and backends the desired state no longer has (slot backends stay: the pool keeps them). */
+function planTail(desired: DesiredConfig, current: HaproxyState, ops: Operation[]): void {
   for (const f of current.frontends) {
     if (f.owned && f.name !== desired.frontend.name) ops.push({ kind: 'delete_frontend', name: f.name });
   }
   const wanted = new Set(desired.backends.map((b) => b.name));
   for (const b of current.backends) {
-    if (b.owned && !wanted.has(b.name) && !isSlot(routing, b.name))
+    if (b.owned && !wanted.has(b.name) && !isSlot(desired.routing, b.name))
       ops.push({ kind: 'delete_backend', name: b.name });
   }
-
-  // A stable sort: within one kind, operations keep the order they were planned in.
-  const operations = ops.sort((a, b) => ORDER[a.kind] - ORDER[b.kind]);
-  return pool ? { operations, conflicts, pool } : { operations, conflicts };
 }
 
 /** The frontend's own settings; a default backend must be an existing backend of another owner. */
@@ -189,7 +223,12 @@ function planBackend(want: DesiredBackend, have: BackendState | undefined, ops: 
  * servers left over (an address change becomes one update, which HAProxy can apply without a reload);
  * only then are new slots created or old ones deleted.
  */
-function planServers(backend: string, want: DesiredServer[], have: ServerState[], ops: Operation[]): void {
+export function planServers(
+  backend: string,
+  want: DesiredServer[],
+  have: ServerState[],
+  ops: Operation[],
+): void {
   if (sameServers(want, have)) return;
   const spare = have.filter((s) => s.owned).sort(bySlot);
   const unmatched: DesiredServer[] = [];

@@ -118,7 +118,9 @@ export function planRouting(
   };
 }
 
-function serversKey(servers: ReadonlyArray<{ address: string; port: number; check: boolean }>): string {
+export function serversKey(
+  servers: ReadonlyArray<{ address: string; port: number; check: boolean }>,
+): string {
   return servers
     .map((s) => `${s.address}|${s.port}|${s.check}`)
     .sort()

@@ -65,6 +65,10 @@ export class DesiredRoutesMemo {
   private problems = new Map<string, TopologyProblem>();
   private last: DesiredRoutes | undefined;
   private lastRecords: readonly ClusterRecord[] = [];
+  /** `update` ran since the last answer: the next `routesFor` compares every record again. */
+  private dirty = false;
+  /** `routes` is the array of an answer already given: copied before it changes. */
+  private shared = false;
   /** Records validated again by the last call (for tests and the bench). */
   revalidated = 0;
 
@@ -75,14 +79,78 @@ export class DesiredRoutesMemo {
     this.revalidated = 0;
     if (revision === undefined || revision !== this.revision || this.last === undefined) {
       this.rebuild(records, revision);
-    } else if (!sameObjects(records, this.lastRecords)) {
+    } else if (this.dirty || !sameObjects(records, this.lastRecords)) {
       this.patch(records);
     } else return this.last;
     this.lastRecords = records;
+    this.dirty = false;
+    this.shared = true;
     const degraded = this.routes.filter((r) => r.endpoints.length === 0).map((r) => r.cluster);
     const rejected = [...this.rejected.values()].sort((a, b) => compareStrings(a.cluster, b.cluster));
     this.last = { routes: this.routes, rejected, degraded, topologyProblems: new Map(this.problems) };
     return this.last;
+  }
+
+  /** Whether the answers kept hold for the topology as it is now (a revision that has not moved). */
+  current(): boolean {
+    const revision = this.topology.revision?.();
+    return revision !== undefined && revision === this.revision && this.last !== undefined;
+  }
+
+  /**
+   * Brings some clusters up to date (a record, or undefined for a deleted one) as `routesFor` would with the
+   * whole record set, in O(clusters) (and a copy of the routes array once per answer given): returns the
+   * hosts handed out again. A pass that plans only these clusters reads the routes off `routeAt`/`lookup`.
+   */
+  update(changes: ReadonlyMap<string, ClusterRecord | undefined>): Set<string> {
+    const hosts = new Set<string>();
+    for (const [name, record] of changes) {
+      const before = this.checked.get(name);
+      if (before?.record === record) continue;
+      this.dirty = true;
+      if (before) this.forget(before, hosts);
+      if (!record) continue;
+      const now = this.check(record);
+      if (now.route) hosts.add(now.route.host);
+    }
+    if (hosts.size === 0) return hosts;
+    if (this.shared) this.routes = this.routes.slice();
+    this.shared = false;
+    for (const host of hosts) this.handOut(host);
+    return hosts;
+  }
+
+  /** The route that holds `host`, if any. */
+  routeAt(host: string): Route | undefined {
+    const route = this.routes[lowerBound(this.routes, host)];
+    return route?.host === host ? route : undefined;
+  }
+
+  /** A cluster as the memo knows it: its route if it holds its host, its rejection, its topology problem. */
+  lookup(name: string): { route?: Route; rejected?: RejectedRoute; problem?: TopologyProblem } {
+    const c = this.checked.get(name);
+    if (!c) return {};
+    const route = c.route && this.routeAt(c.route.host)?.cluster === name ? c.route : undefined;
+    const rejected = this.rejected.get(name);
+    return {
+      ...(route ? { route } : {}),
+      ...(rejected ? { rejected } : {}),
+      ...(c.problem ? { problem: c.problem } : {}),
+    };
+  }
+
+  /** Clusters with a valid claim on `host` (its holder among them). */
+  claimantsOf(host: string): ReadonlySet<string> {
+    return this.claimants.get(host) ?? new Set();
+  }
+
+  /** The host a cluster's record claims, if the memo has checked it. */
+  hostOf(name: string): string | undefined {
+    return this.checked.get(name)?.record.host;
+  }
+
+  get routeCount(): number {
+    return this.routes.length;
   }
 
   private rebuild(records: readonly ClusterRecord[], revision: number | undefined): void {
@@ -194,9 +262,14 @@ function lowerBound(routes: readonly Route[], host: string): number {
 
 const memos = new WeakMap<Topology, DesiredRoutesMemo>();
 
-/** `desiredRoutes`, remembered per topology between passes (see `DesiredRoutesMemo`). */
-export function memoizedDesiredRoutes(records: readonly ClusterRecord[], topology: Topology): DesiredRoutes {
+/** The memo of a topology, shared by every pass over it. */
+export function desiredMemo(topology: Topology): DesiredRoutesMemo {
   const memo = memos.get(topology) ?? new DesiredRoutesMemo(topology);
   memos.set(topology, memo);
-  return memo.routesFor(records);
+  return memo;
+}
+
+/** `desiredRoutes`, remembered per topology between passes (see `DesiredRoutesMemo`). */
+export function memoizedDesiredRoutes(records: readonly ClusterRecord[], topology: Topology): DesiredRoutes {
+  return desiredMemo(topology).routesFor(records);
 }

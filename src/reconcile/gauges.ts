@@ -1,30 +1,96 @@
 import type { Metrics } from '../metrics/metrics.js';
 import type { PoolReport } from '../plan/operations.js';
-import { CLUSTER_STATES, type ClusterStatus, type PassResult } from './status.js';
+import { CLUSTER_STATES, type ClusterState, type ClusterStatus, type PassResult } from './status.js';
+
+/** What one cluster adds to the gauges: its state, why its route is rejected, which backend serves it. */
+interface Share {
+  state?: ClusterState;
+  reason?: string;
+  info?: { cluster: string; host: string; backend: string };
+}
 
 /**
  * The gauges a pass leaves behind: clusters by state, rejected routes by reason, which backend serves each
- * routed cluster, and the slot pool. Each is reset first, so a deleted cluster's series goes with it.
+ * routed cluster, and the slot pool. `all` sets them from every cluster (each gauge reset first, so a deleted
+ * cluster's series goes with it); `some` changes only the clusters a scoped pass planned, in O(those).
  */
-export function publishGauges(
-  metrics: Metrics,
-  statuses: readonly ClusterStatus[],
-  last: PassResult | undefined,
-  pool: PoolReport | undefined,
-): void {
-  metrics.routes.reset();
-  for (const state of CLUSTER_STATES) {
-    metrics.routes.set({ state }, statuses.filter((s) => s.state === state).length);
+export class Gauges {
+  private readonly shares = new Map<string, Share>();
+  private readonly states = new Map<ClusterState, number>();
+  private readonly reasons = new Map<string, number>();
+
+  constructor(private readonly metrics: Metrics) {}
+
+  all(statuses: readonly ClusterStatus[], last: PassResult | undefined, pool: PoolReport | undefined): void {
+    this.shares.clear();
+    this.states.clear();
+    this.reasons.clear();
+    this.metrics.routes.reset();
+    this.metrics.rejectedRoutes.reset();
+    this.metrics.routeBackendInfo.reset();
+    const names = new Set(statuses.map((s) => s.name));
+    for (const name of last?.rejected.keys() ?? []) names.add(name);
+    for (const name of last?.conflicted.keys() ?? []) names.add(name);
+    for (const name of last?.backends?.keys() ?? []) names.add(name);
+    const byName = new Map(statuses.map((s) => [s.name, s]));
+    for (const name of names) this.add(name, shareOf(name, byName.get(name), last));
+    for (const state of CLUSTER_STATES) this.metrics.routes.set({ state }, this.states.get(state) ?? 0);
+    for (const [reason, count] of this.reasons) this.metrics.rejectedRoutes.set({ reason }, count);
+    this.setPool(pool);
   }
-  metrics.rejectedRoutes.reset();
-  const reasons = new Map<string, number>();
-  for (const r of last?.desired.rejected ?? []) reasons.set(r.reason, (reasons.get(r.reason) ?? 0) + 1);
-  const conflicts = last?.conflicted.size ?? 0;
-  if (conflicts > 0) reasons.set('backend_not_owned', conflicts);
-  for (const [reason, count] of reasons) metrics.rejectedRoutes.set({ reason }, count);
-  metrics.routeBackendInfo.reset();
-  for (const [cluster, { host, backend }] of last?.backends ?? [])
-    metrics.routeBackendInfo.set({ cluster, host, backend }, 1);
-  metrics.slotPoolSize.set(pool?.size ?? 0);
-  metrics.slotPoolFree.set(pool?.free ?? 0);
+
+  /** Only `changes` (a cluster's status now, undefined when it is gone): every other series stays. */
+  some(
+    changes: ReadonlyMap<string, ClusterStatus | undefined>,
+    last: PassResult | undefined,
+    pool: PoolReport | undefined,
+  ): void {
+    const reasons = new Set<string>();
+    for (const [name, status] of changes) {
+      const before = this.shares.get(name);
+      if (before?.reason) reasons.add(before.reason);
+      if (before) this.remove(name, before);
+      const now = shareOf(name, status, last);
+      if (now.reason) reasons.add(now.reason);
+      this.add(name, now);
+    }
+    for (const state of CLUSTER_STATES) this.metrics.routes.set({ state }, this.states.get(state) ?? 0);
+    for (const reason of reasons) {
+      const count = this.reasons.get(reason) ?? 0;
+      if (count > 0) this.metrics.rejectedRoutes.set({ reason }, count);
+      else this.metrics.rejectedRoutes.remove({ reason });
+    }
+    this.setPool(pool);
+  }
+
+  private add(name: string, share: Share): void {
+    if (!share.state && !share.reason && !share.info) return;
+    this.shares.set(name, share);
+    if (share.state) this.states.set(share.state, (this.states.get(share.state) ?? 0) + 1);
+    if (share.reason) this.reasons.set(share.reason, (this.reasons.get(share.reason) ?? 0) + 1);
+    if (share.info) this.metrics.routeBackendInfo.set(share.info, 1);
+  }
+
+  private remove(name: string, share: Share): void {
+    this.shares.delete(name);
+    if (share.state) this.states.set(share.state, (this.states.get(share.state) ?? 1) - 1);
+    if (share.reason) this.reasons.set(share.reason, (this.reasons.get(share.reason) ?? 1) - 1);
+    if (share.info) this.metrics.routeBackendInfo.remove(share.info);
+  }
+
+  private setPool(pool: PoolReport | undefined): void {
+    this.metrics.slotPoolSize.set(pool?.size ?? 0);
+    this.metrics.slotPoolFree.set(pool?.free ?? 0);
+  }
+}
+
+function shareOf(name: string, status: ClusterStatus | undefined, last: PassResult | undefined): Share {
+  const share: Share = {};
+  if (status) share.state = status.state;
+  const reason =
+    last?.rejected.get(name)?.reason ?? (last?.conflicted.has(name) ? 'backend_not_owned' : undefined);
+  if (reason) share.reason = reason;
+  const served = last?.backends?.get(name);
+  if (served) share.info = { cluster: name, host: served.host, backend: served.backend };
+  return share;
 }

@@ -1,12 +1,13 @@
 import pRetry from 'p-retry';
 import type { Logger } from 'pino';
-import type { DesiredConfig } from '../haproxy/model.js';
+import type { DesiredConfig, RawState } from '../haproxy/model.js';
 import { type RenderOptions, renderDesired } from '../haproxy/render.js';
 import type { Metrics } from '../metrics/metrics.js';
 import type { ClusterRecord } from '../model/cluster.js';
 import { formatPlan } from '../plan/format.js';
 import type { PoolReport } from '../plan/operations.js';
 import { type Plan, plan } from '../plan/plan.js';
+import type { RoutingIndexCache } from '../plan/routing-index.js';
 import {
   ConcurrentChangeError,
   errorText,
@@ -19,7 +20,7 @@ import type { Topology } from '../topology/topology.js';
 import { sortConflicts } from './conflicts.js';
 import { type DesiredRoutes, memoizedDesiredRoutes } from './desired.js';
 import { type PassKind, type RouteBackend, reloadReason, routeBackends } from './routing.js';
-import type { PassResult } from './status.js';
+import { type PassResult, passResult } from './status.js';
 
 const PLAN_LOG_LINES = 50;
 
@@ -70,6 +71,11 @@ export interface PassInputs {
   metrics: Metrics;
   /** How to read, whether to grow the slot pool, how a reload counts; default: a fresh read, growing ahead. */
   kind?: PassKind;
+  /**
+   * Map routing: the index scoped passes plan from, built here from the state this pass read, so that the
+   * next scoped pass only advances it by what this one applied.
+   */
+  indexes?: RoutingIndexCache;
 }
 
 export interface PassReport {
@@ -109,13 +115,14 @@ export async function runPass(i: PassInputs): Promise<PassReport> {
           logger.info({ err: errorText(error), attemptNumber }, 'HAProxy changed meanwhile; reading again');
       },
     });
-    const result = { seen, ok: true, desired, conflicted, backends: out.backends };
+    const result = passResult(desired, { seen, ok: true, conflicted, backends: out.backends });
     return { result, changed, touched, ...(out.pool ? { pool: out.pool } : {}) };
   } catch (err) {
     const error = errorText(err);
     const failure = failureKind(err);
     logger.error({ err: error, failure }, 'reconcile failed');
-    return { result: { seen, ok: false, error, desired, conflicted }, changed: false, touched, failure };
+    const result = passResult(desired, { seen, ok: false, error, conflicted });
+    return { result, changed: false, touched, failure };
   }
 }
 
@@ -131,7 +138,7 @@ interface AttemptOutput {
 
 const DEFAULT_KIND: PassKind = { fresh: true, grow: 'ahead', repair: false };
 
-const phase = (metrics: Metrics, name: 'render' | 'read' | 'plan' | 'apply') =>
+export const phase = (metrics: Metrics, name: 'render' | 'read' | 'plan' | 'apply') =>
   metrics.reconcilePhaseDuration.startTimer({ phase: name });
 
 /** Reads, plans and applies once; resolves whether a plan was applied, throws what the provider threw. */
@@ -149,6 +156,7 @@ async function attempt(
   endRead();
   const endPlan = phase(metrics, 'plan');
   const p = plan(config, provider.registry.interpret(raw), { grow: kind.grow });
+  if (config.routing) i.indexes?.for(raw, provider.registry, config);
   endPlan();
   out.backends = routeBackends(config, p);
   if (p.pool) out.pool = p.pool;
@@ -164,10 +172,22 @@ async function attempt(
   for (const c of others) logger.warn({ conflict: c.kind, object: c.name }, c.detail);
   if (p.operations.length === 0) return false;
   for (const cluster of clustersTouched(p, clusterOf)) out.touched.add(cluster);
-  logPlan(logger, p);
+  await applyPlan(i, p, raw, kind);
+  return true;
+}
+
+/** Applies a non-empty plan to the state it was made from, with its log line and metrics; throws what the provider threw. */
+export async function applyPlan(
+  i: Pick<PassInputs, 'provider' | 'signal' | 'logger' | 'metrics'>,
+  p: Plan,
+  raw: RawState,
+  kind: PassKind,
+): Promise<void> {
+  const { metrics } = i;
+  logPlan(i.logger, p);
   const endApply = phase(metrics, 'apply');
   try {
-    const report = await provider.apply(p, raw, signal);
+    const report = await i.provider.apply(p, raw, i.signal);
     metrics.transactions.inc({ result: 'committed' });
     if (report.reload === 'succeeded')
       metrics.reloads.inc({ result: 'succeeded', reason: reloadReason(p, kind.repair) });
@@ -179,7 +199,6 @@ async function attempt(
   } finally {
     endApply();
   }
-  return true;
 }
 
 // A cold sync of thousands of routes is tens of thousands of lines: log the head only.

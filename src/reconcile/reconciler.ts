@@ -1,72 +1,17 @@
-import type { Logger } from 'pino';
-import type { RenderOptions } from '../haproxy/render.js';
-import type { Metrics } from '../metrics/metrics.js';
 import { formatPlan } from '../plan/format.js';
-import type { PoolReport } from '../plan/operations.js';
 import type { Plan } from '../plan/plan.js';
-import type { OwnedProvider } from '../registry/owned-provider.js';
-import type { ClusterStore } from '../store/cluster-store.js';
-import type { Topology } from '../topology/topology.js';
+import { RoutingIndexCache } from '../plan/routing-index.js';
 import { type Clock, sleep, systemClock } from './clock.js';
-import { publishGauges } from './gauges.js';
-import { desiredConfig, planAgainst, runPass } from './pass.js';
+import { PassLedger } from './ledger.js';
+import { desiredConfig, type PassReport, planAgainst, runPass } from './pass.js';
+import { type PassOutcome, type ReconcilerOptions, TopologyNotSyncedError } from './reconciler-options.js';
 import { Requeue } from './requeue.js';
-import { passKind, type RouteBackend, routeBackends } from './routing.js';
-import { type ClusterStatus, clusterStatus, clusterStatuses, type PassResult } from './status.js';
+import { type PassKind, passKind, type RouteBackend, routeBackends } from './routing.js';
+import { runScopedPass, type ScopedPassReport } from './scoped-pass.js';
+import type { ClusterStatus } from './status.js';
 import { RevisionWatch } from './watch.js';
 
-export interface ReconcilerOptions {
-  store: ClusterStore;
-  topology: Topology;
-  provider: OwnedProvider;
-  render: RenderOptions;
-  metrics: Metrics;
-  logger: Logger;
-  /** Quiet time after the last event before a pass starts: a burst of events becomes one pass. */
-  debounceMs: number;
-  /** Longest a steady stream of events can hold a pass back, counted from when the pass began to wait. */
-  maxDelayMs: number;
-  /** Periodic resync that repairs drift; 0 disables it. */
-  resyncIntervalMs: number;
-  /**
-   * Times one pass reads, plans and applies again at once when HAProxy changed meanwhile; once they run out
-   * the pass is backed off like any failure. Other errors are never tried again within a pass.
-   */
-  retries: number;
-  /** Port users reach HAProxy on, for `api_endpoint`. */
-  publicPort: number;
-  /**
-   * First delay before a failed pass is tried again by itself (doubles up to 30 s); a terminal error is not
-   * tried again by itself. Default 1000; 0 disables it.
-   */
-  failureBackoffMs?: number;
-  /**
-   * After a transient failure, how often HAProxy (or its API) is pinged while it does not answer; the pass is
-   * tried again as soon as it answers, instead of at the end of the backoff. Default 1000; 0 disables it.
-   */
-  recoveryProbeMs?: number;
-  /**
-   * How often the provider's revision token is read (`KUBEBYON_HAPROXY_WATCH_MS`): a change (a reload or
-   * restart by anyone) asks for a fresh pass (`haproxy_reloaded`). Default 0: not watched.
-   */
-  watchMs?: number;
-  /** Time for debounce, delays, resync, backoff, the revision watch and `last_applied_at`; tests hand in their own. */
-  clock?: Clock;
-}
-
-/** `GET /v1/plan` before the topology has been read: an unread topology is unknown, not empty. */
-export class TopologyNotSyncedError extends Error {
-  override readonly name = 'TopologyNotSyncedError';
-  constructor() {
-    super('the topology has not been read yet; a plan now would remove every server');
-  }
-}
-
-export interface PassOutcome {
-  ok: boolean;
-  changed: boolean;
-  error?: string;
-}
+export { type PassOutcome, type ReconcilerOptions, TopologyNotSyncedError };
 
 /** A pass's outcome, and whether it left the slot pool's growth to a pass no webhook waits on. */
 interface Served {
@@ -81,16 +26,13 @@ interface Waiter {
 
 /**
  * Level-triggered and idempotent: events only say "look again". Each pass (`runPass`) reads the whole desired
- * state and HAProxy's current state, plans, and applies the plan as one unit. This class schedules passes:
+ * state and HAProxy's current state, plans, and applies the plan as one unit; with map routing, a pass only
+ * webhooks asked for plans just the clusters they named (`runScopedPass`), or falls back to a full one when
+ * in doubt. This class schedules passes:
  * one at a time, events during the debounce window or during a pass served together by the next pass; whether
  * and when a failed pass is tried again is `Requeue`'s one rule.
  */
-/** Passes publish the per-cluster gauges at most this often; a scrape publishes what is newer. */
-const GAUGE_INTERVAL_MS = 1_000;
-
 export class Reconciler {
-  private gaugesDirty = false;
-  private gaugesAt = Number.NEGATIVE_INFINITY;
   private requested = 0;
   private served = 0;
   private waiters: Waiter[] = [];
@@ -98,23 +40,22 @@ export class Reconciler {
   private stopResync: (() => void) | undefined;
   private stopped = false;
   private readonly abort = new AbortController();
-  private last: PassResult | undefined;
-  private readonly appliedAt = new Map<string, number>();
+  private readonly ledger: PassLedger;
   private reasons = new Set<string>();
+  /** The clusters the webhooks since the last pass changed, or `all` when anything else asked for a pass. */
+  private scope: Set<string> | 'all' = new Set();
+  /** Map routing's index of what HAProxy has, kept from pass to pass (`routing-index.ts`). */
+  private readonly indexes = new RoutingIndexCache();
   private firstPassOk = false;
   /** When the last pass ended (epoch ms): a change later than the debounce time after it is applied at once. */
   private lastActive = Number.NEGATIVE_INFINITY;
   private readonly clock: Clock;
   private readonly requeue: Requeue;
   private readonly watch: RevisionWatch;
-  /** The slot pool as the last successful plan left it (map routing). */
-  private pool: PoolReport | undefined;
 
   constructor(private readonly o: ReconcilerOptions) {
-    o.metrics.beforeScrape.hook = () => {
-      if (this.gaugesDirty) this.publish();
-    };
     this.clock = o.clock ?? systemClock;
+    this.ledger = new PassLedger({ ...o, clock: this.clock });
     this.requeue = new Requeue({
       clock: this.clock,
       baseMs: o.failureBackoffMs ?? 1000,
@@ -141,7 +82,8 @@ export class Reconciler {
 
   /** The last pass's failure, or null: readiness reports it. */
   get lastError(): string | null {
-    return this.last && !this.last.ok ? (this.last.error ?? 'failed') : null;
+    const last = this.ledger.last;
+    return last && !last.ok ? (last.error ?? 'failed') : null;
   }
 
   start(): void {
@@ -179,11 +121,16 @@ export class Reconciler {
     for (const w of this.waiters.splice(0)) w.resolve({ ok: false, changed: false, error: 'shutting down' });
   }
 
-  /** Marks the desired state dirty; the promise resolves after a pass that began after this call. */
-  request(reason: string): Promise<PassOutcome> {
+  /**
+   * Marks the desired state dirty; the promise resolves after a pass that began after this call. A webhook
+   * names the clusters it changed: a pass only webhooks asked for may then plan only those (map routing).
+   */
+  request(reason: string, changed?: { clusters: readonly string[] }): Promise<PassOutcome> {
     if (this.stopped) return Promise.resolve({ ok: false, changed: false, error: 'shutting down' });
     const generation = ++this.requested;
     this.reasons.add(reason);
+    if (reason !== 'webhook' || !changed || this.scope === 'all') this.scope = 'all';
+    else for (const name of changed.clusters) this.scope.add(name);
     const done = new Promise<PassOutcome>((resolve) => this.waiters.push({ generation, resolve }));
     this.o.logger.debug({ reason, generation }, 'reconcile requested');
     this.kick();
@@ -191,20 +138,12 @@ export class Reconciler {
   }
 
   statuses(): ClusterStatus[] {
-    return clusterStatuses(this.o.store.list(), this.last, this.appliedAt, this.o.publicPort);
-  }
-
-  /** The gauges for the last pass: clusters by state, rejected routes, route backends, the pool. */
-  private publish(): void {
-    this.gaugesDirty = false;
-    this.gaugesAt = this.clock.now();
-    publishGauges(this.o.metrics, this.statuses(), this.last, this.pool);
+    return this.ledger.statuses();
   }
 
   /** One cluster's status, or undefined when the store has no such cluster. */
   status(name: string): ClusterStatus | undefined {
-    const record = this.o.store.get(name);
-    return record && clusterStatus(record, this.last, this.appliedAt, this.o.publicPort);
+    return this.ledger.status(name);
   }
 
   /** What the next pass would apply, without applying it, and which backend would serve each cluster after. */
@@ -233,7 +172,9 @@ export class Reconciler {
       const generation = this.requested;
       const reasons = new Set(this.reasons);
       this.reasons.clear();
-      const { outcome, growthDeferred } = await this.pass(reasons);
+      const scope = this.scope;
+      this.scope = new Set();
+      const { outcome, growthDeferred } = await this.pass(reasons, scope);
       this.lastActive = this.clock.now();
       this.served = generation;
       const ready = this.waiters.filter((w) => w.generation <= generation);
@@ -254,7 +195,7 @@ export class Reconciler {
     } while (this.requested !== seen && this.clock.now() < deadline);
   }
 
-  private async pass(reasons: ReadonlySet<string>): Promise<Served> {
+  private async pass(reasons: ReadonlySet<string>, scope: Set<string> | 'all'): Promise<Served> {
     const { metrics, logger } = this.o;
     if (!this.o.topology.synced()) {
       // Unknown topology is not an empty one: applying now would remove every server.
@@ -265,43 +206,16 @@ export class Reconciler {
     // This pass is the try a failure planned, or makes it moot: its own outcome plans the next.
     this.requeue.cancel();
     const endTimer = metrics.reconcileDuration.startTimer();
-    const { result, changed, touched, failure, pool } = await runPass({
-      records: this.o.store.list(),
-      topology: this.o.topology,
-      provider: this.o.provider,
-      render: this.o.render,
-      retries: this.o.retries,
-      signal: this.abort.signal,
-      logger,
-      metrics,
-      kind,
-    });
+    const report = (await this.scopedPass(reasons, scope, kind)) ?? (await this.fullPass(kind));
     endTimer();
-    const now = this.clock.now();
+    const { result, changed, failure, pool } = report;
     if (result.ok) {
       this.firstPassOk = true;
-      for (const route of result.desired.routes) {
-        if (result.conflicted.has(route.cluster)) continue;
-        if (touched.has(route.cluster) || !this.appliedAt.has(route.cluster))
-          this.appliedAt.set(route.cluster, now);
-      }
       metrics.reconciles.inc({ result: changed ? 'changed' : 'unchanged' });
-      metrics.lastSuccess.set(now / 1000);
+      metrics.lastSuccess.set(this.clock.now() / 1000);
       // A pass only a resync or a foreign reload asked for, and that finds changes, has repaired drift.
       if (changed && kind.repair) metrics.driftCorrections.inc();
-      this.pool = pool;
-    } else {
-      metrics.reconciles.inc({ result: 'failed' });
-      // Nothing (or not all) of the plan was applied: HAProxy still routes as the last pass left it.
-      if (this.last?.backends) result.backends = this.last.backends;
-    }
-    const routed = new Set(result.desired.routes.map((r) => r.cluster));
-    for (const name of this.appliedAt.keys()) {
-      if (!routed.has(name)) this.appliedAt.delete(name);
-    }
-    this.last = result;
-    this.gaugesDirty = true;
-    if (now - this.gaugesAt >= GAUGE_INTERVAL_MS) this.publish();
+    } else metrics.reconciles.inc({ result: 'failed' });
     if (!this.stopped) this.requeue.after(failure);
     if (!result.ok)
       return {
@@ -309,5 +223,60 @@ export class Reconciler {
         growthDeferred: false,
       };
     return { outcome: { ok: true, changed }, growthDeferred: pool?.growthDeferred ?? false };
+  }
+
+  /** Every cluster planned against everything HAProxy has: the level-triggered ground truth. */
+  private async fullPass(kind: PassKind): Promise<PassReport> {
+    this.o.metrics.reconcilePasses.inc({ scope: 'full' });
+    const report = await runPass({
+      records: this.o.store.list(),
+      topology: this.o.topology,
+      provider: this.o.provider,
+      render: this.o.render,
+      retries: this.o.retries,
+      signal: this.abort.signal,
+      logger: this.o.logger,
+      metrics: this.o.metrics,
+      kind,
+      indexes: this.indexes,
+    });
+    this.ledger.full(report);
+    return report;
+  }
+
+  /**
+   * Only the clusters webhooks changed (map routing, a cached read, after a successful pass), or undefined
+   * when a full pass must run: anything else asked for this pass, or the scoped pass found a doubt.
+   */
+  private async scopedPass(
+    reasons: ReadonlySet<string>,
+    scope: Set<string> | 'all',
+    kind: PassKind,
+  ): Promise<ScopedPassReport | undefined> {
+    const last = this.ledger.last;
+    const webhooksOnly = [...reasons].every((r) => r === 'webhook');
+    if (scope === 'all' || scope.size === 0 || !webhooksOnly || kind.fresh) return undefined;
+    if (this.o.render.routing !== 'map' || !last?.ok) return undefined;
+    const report = await runScopedPass({
+      clusters: scope,
+      record: (name) => this.o.store.get(name),
+      last,
+      topology: this.o.topology,
+      provider: this.o.provider,
+      render: this.o.render,
+      signal: this.abort.signal,
+      logger: this.o.logger,
+      metrics: this.o.metrics,
+      kind,
+      indexes: this.indexes,
+    });
+    if ('doubt' in report) {
+      this.o.logger.debug({ doubt: report.doubt }, 'planning every cluster: a scoped pass could differ');
+      return undefined;
+    }
+    this.o.metrics.reconcilePasses.inc({ scope: 'scoped' });
+    this.o.logger.debug({ clusters: report.clusters.size }, 'scoped pass');
+    this.ledger.scoped(report, report.clusters);
+    return report;
   }
 }

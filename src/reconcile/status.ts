@@ -1,4 +1,6 @@
 import type { ClusterRecord } from '../model/cluster.js';
+import type { RejectedRoute, Route } from '../routes/route.js';
+import type { TopologyProblem } from '../topology/topology.js';
 import type { DesiredRoutes } from './desired.js';
 import type { RouteBackend } from './routing.js';
 
@@ -18,37 +20,45 @@ export interface ClusterStatus {
   servers: string[];
 }
 
-/** The outcome of the last reconcile pass, as far as cluster status is concerned. */
+/**
+ * The outcome of the last reconcile pass, as far as cluster status is concerned: by cluster, so that one
+ * cluster's status costs a lookup. A pass that planned only some clusters (a scoped pass) takes over the
+ * maps of the result before it and changes those clusters' entries (`mergeScoped`): a result is only read
+ * until the next one replaces it.
+ */
 export interface PassResult {
   /** The version (`updatedAt`) of each cluster the pass planned from: a cluster stored since is still pending. */
-  seen: ReadonlyMap<string, number>;
+  seen: Map<string, number>;
   ok: boolean;
   error?: string;
-  desired: DesiredRoutes;
+  /** Each cluster's route, when it holds its host. */
+  routes: Map<string, Route>;
+  /** Who holds each host: host -> cluster. */
+  holders: Map<string, string>;
+  rejected: Map<string, RejectedRoute>;
+  /** Clusters whose endpoints the topology could not fully resolve, with why. */
+  problems: Map<string, TopologyProblem>;
   /** Backends the plan could not create because a foreign object holds the name. */
   conflicted: Map<string, string>;
   /** Which backend serves each routed cluster after the pass (what HAProxy still runs, if it failed). */
-  backends?: ReadonlyMap<string, RouteBackend>;
+  backends?: Map<string, RouteBackend>;
 }
 
-interface StatusIndex {
-  rejected: Map<string, DesiredRoutes['rejected'][number]>;
-  routes: Map<string, DesiredRoutes['routes'][number]>;
-}
-
-// Built once per pass result: a webhook asks for one cluster's status, and must not pay O(N) for it.
-const indexes = new WeakMap<PassResult, StatusIndex>();
-
-function indexOf(last: PassResult): StatusIndex {
-  let index = indexes.get(last);
-  if (!index) {
-    index = {
-      rejected: new Map(last.desired.rejected.map((r) => [r.cluster, r])),
-      routes: new Map(last.desired.routes.map((r) => [r.cluster, r])),
-    };
-    indexes.set(last, index);
-  }
-  return index;
+/** A full pass's result, indexed by cluster. */
+export function passResult(
+  desired: DesiredRoutes,
+  fields: Pick<PassResult, 'seen' | 'ok' | 'conflicted' | 'backends' | 'error'>,
+): PassResult {
+  const { backends, error, ...rest } = fields;
+  return {
+    ...rest,
+    ...(error !== undefined ? { error } : {}),
+    ...(backends ? { backends } : {}),
+    routes: new Map(desired.routes.map((r) => [r.cluster, r])),
+    holders: new Map(desired.routes.map((r) => [r.host, r.cluster])),
+    rejected: new Map(desired.rejected.map((r) => [r.cluster, r])),
+    problems: new Map(desired.topologyProblems),
+  };
 }
 
 /**
@@ -84,15 +94,14 @@ export function clusterStatus(
   };
   if (!last || last.seen.get(record.name) !== record.updatedAt)
     return { ...base, state: 'pending', reason: null };
-  const { rejected, routes } = indexOf(last);
-  const rejection = rejected.get(record.name);
+  const rejection = last.rejected.get(record.name);
   if (rejection) return { ...base, state: 'rejected', reason: `${rejection.reason}: ${rejection.detail}` };
   const conflict = last.conflicted.get(record.name);
   if (conflict) return { ...base, state: 'rejected', reason: `backend_not_owned: ${conflict}` };
   if (!last.ok) return { ...base, state: 'error', reason: last.error ?? 'reconcile failed' };
-  const route = routes.get(record.name);
+  const route = last.routes.get(record.name);
   const api_endpoint = route ? `https://${route.host}:${publicPort}` : null;
-  const problem = last.desired.topologyProblems.get(record.name);
+  const problem = last.problems.get(record.name);
   if (problem || route?.endpoints.length === 0) {
     return { ...base, api_endpoint, state: 'degraded', reason: problem ?? 'no_endpoints' };
   }

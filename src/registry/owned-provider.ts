@@ -1,4 +1,5 @@
 import type { RawState } from '../haproxy/model.js';
+import { backendNamed, frontendNamed } from '../plan/lineage.js';
 import type { Operation, Plan } from '../plan/plan.js';
 import {
   type ApplyReport,
@@ -60,11 +61,10 @@ export class OwnedProvider implements Provider {
  * from `current` are left to the provider (a concurrent change, not an ownership question).
  */
 export function refuseForeign(operations: readonly Operation[], current: RawState, registry: Registry): void {
-  const proxies = new Map<string, { kind: string; owned: boolean }>();
-  for (const f of current.frontends) proxies.set(f.name, { kind: 'frontend', owned: registry.owns(f.tags) });
-  for (const b of current.backends) proxies.set(b.name, { kind: 'backend', owned: registry.owns(b.tags) });
-  const servers = new Map(current.backends.map((b) => [b.name, b.servers]));
-  // Maps an owned frontend routes by, now or once this plan has made or changed it.
+  // One lookup per object an operation names (`lineage.ts` indexes the state once): a plan of a few
+  // operations on a state of thousands of backends costs those few.
+  const backend = (name: string) => backendNamed(current, name);
+  // Maps an owned frontend routes by, now or once this plan has made or changed it (frontends are few).
   const maps = new Set<string>();
   for (const f of current.frontends) if (f.sniMap && registry.owns(f.tags)) maps.add(f.sniMap);
   for (const op of operations)
@@ -73,13 +73,16 @@ export function refuseForeign(operations: readonly Operation[], current: RawStat
   const refuse = (what: string) => {
     throw new NotOwnedError(`refusing to change ${what}: it is not owned by ${registry.id}`);
   };
+  // Frontends and backends share one namespace: a name is checked against both.
   const proxy = (name: string) => {
-    const p = proxies.get(name);
-    if (p && !p.owned) refuse(`${p.kind} ${name}`);
+    const f = frontendNamed(current, name);
+    if (f && !registry.owns(f.tags)) refuse(`frontend ${name}`);
+    const b = backend(name);
+    if (b && !registry.owns(b.tags)) refuse(`backend ${name}`);
   };
-  const server = (backend: string, name: string) => {
-    const s = servers.get(backend)?.find((x) => x.name === name);
-    if (s && !registry.owns(s.tags)) refuse(`server ${backend}/${name}`);
+  const server = (backendName: string, name: string) => {
+    const s = backend(backendName)?.servers.find((x) => x.name === name);
+    if (s && !registry.owns(s.tags)) refuse(`server ${backendName}/${name}`);
   };
   for (const op of operations) {
     switch (op.kind) {

@@ -75,7 +75,7 @@ export function clustersRouter(o: ClustersRouterOptions): express.Router {
     const input = checked.routed ? checked.input : undefined;
     const ok = await stored<unknown>(res, () => (input ? o.store.upsert(input) : o.store.delete(name)));
     if (ok === undefined) return;
-    const outcome = o.reconciler.request('webhook');
+    const outcome = o.reconciler.request('webhook', { clusters: [name] });
     await answer(req, res, outcome, () => status(name) ?? { name, routed: false }, clusterVerdict);
   };
 
@@ -85,7 +85,8 @@ export function clustersRouter(o: ClustersRouterOptions): express.Router {
     if (badName) return fieldError(res, badName);
     const existed = await stored(res, () => o.store.delete(name));
     if (existed === undefined) return;
-    await answer(req, res, o.reconciler.request('webhook'), () => ({ name, deleted: existed }));
+    const outcome = o.reconciler.request('webhook', { clusters: [name] });
+    await answer(req, res, outcome, () => ({ name, deleted: existed }));
   };
 
   const replaceAll: Handler = async (req, res) => {

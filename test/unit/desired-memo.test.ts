@@ -154,4 +154,47 @@ describe('DesiredRoutesMemo', () => {
       { numRuns: 300 },
     );
   });
+
+  it('brings single clusters up to date (update) to the same answers, cluster by cluster and host by host', () => {
+    const hosts = ['a.example.com', 'b.example.com', 'c.example.com', 'bad_host'];
+    const names = ['a', 'b', 'c', 'd', 'e'];
+    const change = fc.record({
+      name: fc.constantFrom(...names),
+      host: fc.option(fc.constantFrom(...hosts), { nil: undefined, freq: 3 }),
+      claimedAt: fc.integer({ min: 0, max: 3 }),
+      port: fc.constantFrom(30000, 31000, 70000),
+      full: fc.boolean(),
+    });
+    fc.assert(
+      fc.property(fc.array(change, { maxLength: 25 }), (changes) => {
+        const topology = new MovingTopology(['10.0.0.1']);
+        const memo = new DesiredRoutesMemo(topology);
+        const state = new Map<string, ClusterRecord>();
+        memo.routesFor([]);
+        for (const c of changes) {
+          if (c.host === undefined) state.delete(c.name);
+          else state.set(c.name, record(c.name, c.host, c.claimedAt, c.port));
+          const records = sorted(state);
+          const want = desiredRoutes(records, topology);
+          if (c.full) {
+            expect(memo.routesFor(records)).toEqual(want);
+            continue;
+          }
+          expect(memo.current()).toBe(true);
+          memo.update(new Map([[c.name, state.get(c.name)]]));
+          expect(memo.routeCount).toBe(want.routes.length);
+          for (const name of names) {
+            const route = want.routes.find((r) => r.cluster === name);
+            const rejected = want.rejected.find((r) => r.cluster === name);
+            expect(memo.lookup(name).route).toEqual(route);
+            expect(memo.lookup(name).rejected).toEqual(rejected);
+          }
+          for (const host of hosts)
+            expect(memo.routeAt(host)).toEqual(want.routes.find((r) => r.host === host));
+        }
+        expect(memo.routesFor(sorted(state))).toEqual(desiredRoutes(sorted(state), topology));
+      }),
+      { numRuns: 300 },
+    );
+  });
 });

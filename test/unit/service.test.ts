@@ -239,10 +239,11 @@ describe('startService (composition root)', () => {
   it('with map routing, reports the slot serving each host, and watches HAProxy for reloads by anyone', async () => {
     const provider = new MemoryProvider();
     provider.revisionToken = 'worker-1';
-    const { client } = await start(provider, {
+    const { client, service } = await start(provider, {
       KUBEBYON_HAPROXY_ROUTING: 'map',
       KUBEBYON_HAPROXY_WATCH_MS: '50',
     });
+    await client.request('POST', '/v1/reconcile?wait=true');
     const put = await client.request(
       'PUT',
       '/v1/clusters/first?wait=true',
@@ -253,6 +254,9 @@ describe('startService (composition root)', () => {
       backend: expect.stringMatching(/^kubebyon_slot_\d{5}$/),
       servers: ['10.0.0.1:31001', '10.0.0.2:31001'],
     });
+    // The webhook named its cluster: its pass planned that cluster's host only.
+    const metrics = await (await fetch(`${service.url}/metrics`)).text();
+    expect(metrics).toMatch(/^kubebyon_haproxy_adapter_reconcile_passes_total\{scope="scoped"\} 1$/m);
     const entries = () => provider.state.maps?.[0]?.entries ?? new Map();
     expect(entries().get('api.example.com')).toBe(put.body.backend);
     // A reload by someone else that lost the runtime map entry: back within a poll and a pass.

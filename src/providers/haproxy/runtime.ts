@@ -1,5 +1,6 @@
-import type { RawBackend, RawState } from '../../haproxy/model.js';
+import type { RawState } from '../../haproxy/model.js';
 import { isHaproxyName } from '../../naming/names.js';
+import { backendNamed } from '../../plan/lineage.js';
 import type { Operation } from '../../plan/plan.js';
 import { errorText } from '../provider.js';
 import { isMapKey, mapPath, mapRuntime } from './map-file.js';
@@ -26,10 +27,11 @@ class RuntimeCommandError extends Error {
  * only under a dynamic algorithm), and entries of SNI maps the worker runs.
  */
 export function runtimeOnly(operations: readonly Operation[], current: RawState): boolean {
-  const backends = new Map(current.backends.map((b) => [b.name, b]));
+  // One lookup per operation (the state is indexed once, `lineage.ts`), not a map of every backend.
+  const backends = { get: (name: string) => backendNamed(current, name) };
   const maps = new Set((current.maps ?? []).map((m) => m.name));
   return operations.every((op) => {
-    if (op.kind === 'set_map_entry') return maps.has(op.map) && backends.has(op.backend);
+    if (op.kind === 'set_map_entry') return maps.has(op.map) && backends.get(op.backend) !== undefined;
     if (op.kind === 'delete_map_entry') return maps.has(op.map);
     const backend = 'backend' in op && typeof op.backend === 'string' ? backends.get(op.backend) : undefined;
     if (op.kind === 'delete_server') return backend !== undefined;
@@ -87,7 +89,6 @@ export async function applyAtRuntime(
 
 /** One apply's runtime commands, and what undoes those that ran. */
 class RuntimeChange {
-  private readonly backends: Map<string, RawBackend>;
   /** Undoes of single commands, in the order they ran (undone in reverse). */
   private readonly undos: Cmd[] = [];
   /** Undoes of address changes, sent batched like the changes. */
@@ -97,11 +98,9 @@ class RuntimeChange {
 
   constructor(
     private readonly s: Session,
-    current: RawState,
+    private readonly current: RawState,
     private readonly signal: AbortSignal,
-  ) {
-    this.backends = new Map(current.backends.map((b) => [b.name, b]));
-  }
+  ) {}
 
   async apply(op: Operation): Promise<void> {
     if (op.kind !== 'update_server') await this.flushMoves();
@@ -137,7 +136,7 @@ class RuntimeChange {
    * dozen connections to the master instead of one each.
    */
   private async move(op: UpdateServer): Promise<void> {
-    const before = this.backends.get(op.backend)?.servers.find((s) => s.name === op.server.name);
+    const before = backendNamed(this.current, op.backend)?.servers.find((s) => s.name === op.server.name);
     this.moves.push({
       ...runtime.setAddr(op.backend, op.server.name, op.server.address, op.server.port),
       undo: before ? runtime.setAddr(op.backend, op.server.name, before.address, before.port) : undefined,

@@ -24,6 +24,8 @@ export class MemoryProvider implements Provider {
   revisionToken = '';
   /** The options of every `readState` call, in order. */
   readOptions: ReadOptions[] = [];
+  /** The state as this provider last made it (a read's copy or an apply's result). */
+  private applied: RawState | undefined;
 
   constructor(
     public state: RawState = { frontends: [], backends: [] },
@@ -47,7 +49,15 @@ export class MemoryProvider implements Provider {
     if (this.down) throw this.down;
     this.reads++;
     this.readOptions.push(options);
-    return structuredClone(this.state);
+    // Like the stock provider's cached read: without `fresh`, what the last apply left, as it is (states are
+    // never changed in place), so that a pass on a large state does not pay for a copy of it. A fresh read,
+    // or one after `state` was set by hand, is a copy the provider goes on from: what was done to the old
+    // object by hand is in it, and nothing kept about the old object applies to it.
+    if (options.fresh || this.state !== this.applied) {
+      this.state = structuredClone(this.state);
+      this.applied = this.state;
+    }
+    return this.state;
   }
 
   async apply(plan: Plan, _current: RawState, signal: AbortSignal): Promise<ApplyReport> {
@@ -59,6 +69,7 @@ export class MemoryProvider implements Provider {
     if (plan.operations.length === 0) return { reload: 'none', requests: 0 };
     // All or nothing: applyOperations works on a copy, kept only when every operation succeeded.
     this.state = applyOperations(this.state, plan.operations, this.owner);
+    this.applied = this.state;
     this.applies.push(plan);
     // As the real providers: server moves, and with map routing map entries and slots' servers, are runtime.
     const runtime = new Set<string>(['update_server']);

@@ -1,0 +1,271 @@
+import type { DesiredConfig, RawBackend, RawState, ServerState } from '../haproxy/model.js';
+import { slotNumber } from '../naming/names.js';
+import type { Registry } from '../registry/registry.js';
+import { backendNamed, derivationOf, serialOf } from './lineage.js';
+import type { Conflict, Operation } from './operations.js';
+import { planStructure } from './plan.js';
+
+/** An owned slot backend of the pool, as the index knows it. */
+export interface Slot {
+  name: string;
+  number: number;
+  raw: RawBackend;
+  /** Map entries that name it. */
+  refs: number;
+}
+
+/** The operations an index follows; any other changes the structure it was built against. */
+const FOLLOWED: ReadonlySet<Operation['kind']> = new Set([
+  'create_backend',
+  'create_server',
+  'update_server',
+  'delete_server',
+  'set_map_entry',
+  'delete_map_entry',
+]);
+
+/** Strays beyond this many are not worth keeping apart: the next full pass clears them. */
+const MAX_STRAYS = 64;
+
+/**
+ * Map routing's view of one raw state, for planning a few hosts (`scoped.ts`): the owned map's entries, the
+ * owned slots by name, the free slots in slot order, the slots no entry names that hold servers (strays),
+ * and whether anything outside the slots and entries would make a full plan differ (`doubt`). Built once,
+ * O(N); then advanced by the operations applied to its state, O(operations), as long as every state read
+ * is one `applyOperations` made from the last (`lineage.ts`).
+ */
+export class RoutingIndex {
+  readonly slots = new Map<string, Slot>();
+  /** Slots no entry names and without servers, by number. */
+  readonly free: Slot[] = [];
+  /** Slots no entry names that hold servers. */
+  readonly strays = new Set<Slot>();
+  entries: ReadonlyMap<string, string> = new Map();
+  /** Slots named by at least one entry. */
+  named = 0;
+  /** The structure's own conflicts (none blocking), reported by every plan made from this state. */
+  readonly conflicts: Conflict[];
+  private serial: number;
+  private structureDoubt: string | undefined;
+  /** Entries naming no owned slot, or a slot another entry names too. */
+  private badEntries = 0;
+  private ownedStrays = 0;
+  private sameNumber = 0;
+  private readonly numbers = new Set<number>();
+
+  constructor(
+    raw: RawState,
+    private readonly registry: Registry,
+    /** The desired frontend and routing settings, without routes (`RoutingIndexCache`). */
+    private readonly desired: DesiredConfig,
+  ) {
+    this.serial = serialOf(raw);
+    const routing = desired.routing;
+    if (!routing || desired.backends.length > 0) throw new Error('a routing index needs map routing');
+    const structure = planStructure(desired, registry.interpret(structureOf(raw, desired)));
+    this.conflicts = structure.conflicts;
+    if (structure.blocked) this.structureDoubt = 'a foreign frontend holds our name';
+    else if (structure.operations.length > 0) this.structureDoubt = 'the structure changes';
+    for (const b of raw.backends) this.addSlot(b);
+    this.entries = mapEntries(raw, routing.map);
+    for (const backend of this.entries.values()) this.ref(backend, 1);
+    // Filed in listing order, sorted once (not one insertion each).
+    for (const slot of this.slots.values()) this.classify(slot, true);
+    this.free.sort((a, b) => a.number - b.number);
+  }
+
+  /** Why a plan of a few hosts could differ from the full plan here; undefined when it cannot. */
+  get doubt(): string | undefined {
+    if (this.structureDoubt) return this.structureDoubt;
+    if (this.badEntries > 0) return 'a map entry names no slot of its own';
+    if (this.ownedStrays > 0 || this.strays.size > MAX_STRAYS) return 'a slot no entry names holds servers';
+    if (this.sameNumber > 0) return 'two slots of one number';
+    return undefined;
+  }
+
+  describes(raw: RawState): boolean {
+    return this.serial === serialOf(raw);
+  }
+
+  /** The interpreted servers of a slot (ownership read off their tags, as `Registry.interpret` does). */
+  servers(slot: Slot): ServerState[] {
+    return slot.raw.servers.map((s) => ({
+      name: s.name,
+      address: s.address,
+      port: s.port,
+      check: s.check,
+      owned: this.registry.owns(s.tags),
+    }));
+  }
+
+  /** `hosts` in the order the map lists them (the order the full planner deletes entries in). */
+  inEntryOrder(hosts: readonly string[]): string[] {
+    if (hosts.length < 2) return [...hosts];
+    const wanted = new Set(hosts);
+    const out: string[] = [];
+    for (const host of this.entries.keys()) {
+      if (!wanted.has(host)) continue;
+      out.push(host);
+      if (out.length === wanted.size) break;
+    }
+    return out;
+  }
+
+  /**
+   * Moves the index on to `raw` when `raw` is its state with some operations applied (and those only touch
+   * slots' servers, map entries and new slots); false when it must be built again.
+   */
+  advance(raw: RawState): boolean {
+    const d = derivationOf(raw);
+    const routing = this.desired.routing;
+    if (!d || d.parent !== this.serial || !routing) return false;
+    // Structure changed (a cold start's frontend, a rule): built again, before anything here is touched.
+    if (!d.operations.every((op) => FOLLOWED.has(op.kind))) return false;
+    const touched = new Set<string>();
+    // Slots the pool grew by first: entries in the same operations may name them. They come in free.
+    for (const op of d.operations) {
+      if (op.kind !== 'create_backend') continue;
+      const b = backendNamed(raw, op.backend.name);
+      if (!b || !this.addSlot(b)) return false;
+      touched.add(b.name);
+    }
+    for (const op of d.operations) if (!this.follow(op, routing.map, touched)) return false;
+    this.entries = mapEntries(raw, routing.map);
+    for (const name of touched) {
+      const slot = this.slots.get(name);
+      const now = backendNamed(raw, name);
+      if (!slot) continue;
+      if (!now) return false;
+      this.unclassify(slot);
+      slot.raw = now;
+      this.classify(slot);
+    }
+    this.serial = serialOf(raw);
+    return true;
+  }
+
+  private follow(op: Operation, map: string, touched: Set<string>): boolean {
+    switch (op.kind) {
+      case 'set_map_entry':
+        if (op.map !== map) return true;
+        if (op.previous !== null) this.ref(op.previous, -1);
+        this.ref(op.backend, 1);
+        for (const name of [op.previous, op.backend]) if (name !== null) touched.add(name);
+        return true;
+      case 'delete_map_entry':
+        if (op.map !== map) return true;
+        this.ref(op.backend, -1);
+        touched.add(op.backend);
+        return true;
+      case 'create_server':
+      case 'update_server':
+      case 'delete_server':
+        touched.add(op.backend);
+        return true;
+      case 'create_backend':
+        return true; // a slot, filed above
+      default:
+        return false;
+    }
+  }
+
+  /** Files an owned slot backend (its entries counted by the caller); undefined for any other backend. */
+  private addSlot(b: RawBackend): Slot | undefined {
+    const number = slotNumber(this.routing.slotPrefix, b.name);
+    if (number === undefined || !this.registry.owns(b.tags)) return undefined;
+    if (this.numbers.has(number)) this.sameNumber++;
+    this.numbers.add(number);
+    const slot = { name: b.name, number, raw: b, refs: 0 };
+    this.slots.set(b.name, slot);
+    return slot;
+  }
+
+  private get routing(): NonNullable<DesiredConfig['routing']> {
+    return this.desired.routing as NonNullable<DesiredConfig['routing']>;
+  }
+
+  /** Counts an entry naming `backend` (in or out); a slot's class is brought up to date by the caller. */
+  private ref(backend: string, delta: 1 | -1): void {
+    const slot = this.slots.get(backend);
+    if (!slot) {
+      this.badEntries += delta;
+      return;
+    }
+    const before = slot.refs;
+    slot.refs += delta;
+    // A second entry on one slot is a bad entry; the count of named slots moves on 0 <-> 1.
+    if (Math.max(before, slot.refs) > 1) this.badEntries += delta;
+    if (Math.min(before, slot.refs) === 0) this.named += delta;
+  }
+
+  private classify(slot: Slot, unsorted = false): void {
+    if (slot.refs > 0) return;
+    if (slot.raw.servers.length === 0) {
+      if (unsorted) this.free.push(slot);
+      else this.free.splice(lowerBound(this.free, slot.number), 0, slot);
+      return;
+    }
+    this.strays.add(slot);
+    if (slot.raw.servers.some((s) => this.registry.owns(s.tags))) this.ownedStrays++;
+  }
+
+  private unclassify(slot: Slot): void {
+    const i = lowerBound(this.free, slot.number);
+    if (this.free[i] === slot) this.free.splice(i, 1);
+    if (this.strays.delete(slot) && slot.raw.servers.some((s) => this.registry.owns(s.tags)))
+      this.ownedStrays--;
+  }
+}
+
+/** The owned map's entries (empty when the state has none). */
+function mapEntries(raw: RawState, map: string): ReadonlyMap<string, string> {
+  return raw.maps?.find((m) => m.name === map)?.entries ?? new Map();
+}
+
+/** What `planStructure` looks at: frontends, the backends that are no slot, and the default backend. */
+function structureOf(raw: RawState, desired: DesiredConfig): RawState {
+  const prefix = desired.routing?.slotPrefix ?? '';
+  const fallback = desired.frontend.defaultBackend;
+  const backends = raw.backends.filter(
+    (b) => slotNumber(prefix, b.name) === undefined || b.name === fallback,
+  );
+  return { frontends: raw.frontends, backends, ...(raw.maps ? { maps: raw.maps } : {}) };
+}
+
+function lowerBound(slots: readonly Slot[], n: number): number {
+  let lo = 0;
+  let hi = slots.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if ((slots[mid] as Slot).number < n) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/** One index per lineage of states: reused, advanced, or built again when the state read is another. */
+export class RoutingIndexCache {
+  private index: RoutingIndex | undefined;
+  private key = '';
+
+  /** The index of `raw` for `desired`'s frontend and routing settings (its routes do not matter). */
+  for(raw: RawState, registry: Registry, desired: DesiredConfig): RoutingIndex {
+    const shape = shapeOf(desired);
+    const key = `${registry.id}\n${JSON.stringify(shape)}`;
+    const i = this.index;
+    if (i && key === this.key && (i.describes(raw) || i.advance(raw))) return i;
+    this.key = key;
+    this.index = new RoutingIndex(raw, registry, shape);
+    return this.index;
+  }
+}
+
+/** The desired state without its routes: all a routing index depends on. */
+function shapeOf(d: DesiredConfig): DesiredConfig {
+  if (!d.routing) throw new Error('a routing index needs map routing');
+  return {
+    frontend: { ...d.frontend, rules: [] },
+    backends: [],
+    routing: { ...d.routing, routes: [] },
+  };
+}

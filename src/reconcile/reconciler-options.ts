@@ -1,0 +1,60 @@
+import type { Logger } from 'pino';
+import type { RenderOptions } from '../haproxy/render.js';
+import type { Metrics } from '../metrics/metrics.js';
+import type { OwnedProvider } from '../registry/owned-provider.js';
+import type { ClusterStore } from '../store/cluster-store.js';
+import type { Topology } from '../topology/topology.js';
+import type { Clock } from './clock.js';
+
+export interface ReconcilerOptions {
+  store: ClusterStore;
+  topology: Topology;
+  provider: OwnedProvider;
+  render: RenderOptions;
+  metrics: Metrics;
+  logger: Logger;
+  /** Quiet time after the last event before a pass starts: a burst of events becomes one pass. */
+  debounceMs: number;
+  /** Longest a steady stream of events can hold a pass back, counted from when the pass began to wait. */
+  maxDelayMs: number;
+  /** Periodic resync that repairs drift; 0 disables it. */
+  resyncIntervalMs: number;
+  /**
+   * Times one pass reads, plans and applies again at once when HAProxy changed meanwhile; once they run out
+   * the pass is backed off like any failure. Other errors are never tried again within a pass.
+   */
+  retries: number;
+  /** Port users reach HAProxy on, for `api_endpoint`. */
+  publicPort: number;
+  /**
+   * First delay before a failed pass is tried again by itself (doubles up to 30 s); a terminal error is not
+   * tried again by itself. Default 1000; 0 disables it.
+   */
+  failureBackoffMs?: number;
+  /**
+   * After a transient failure, how often HAProxy (or its API) is pinged while it does not answer; the pass is
+   * tried again as soon as it answers, instead of at the end of the backoff. Default 1000; 0 disables it.
+   */
+  recoveryProbeMs?: number;
+  /**
+   * How often the provider's revision token is read (`KUBEBYON_HAPROXY_WATCH_MS`): a change (a reload or
+   * restart by anyone) asks for a fresh pass (`haproxy_reloaded`). Default 0: not watched.
+   */
+  watchMs?: number;
+  /** Time for debounce, delays, resync, backoff, the revision watch and `last_applied_at`; tests hand in their own. */
+  clock?: Clock;
+}
+
+/** `GET /v1/plan` before the topology has been read: an unread topology is unknown, not empty. */
+export class TopologyNotSyncedError extends Error {
+  override readonly name = 'TopologyNotSyncedError';
+  constructor() {
+    super('the topology has not been read yet; a plan now would remove every server');
+  }
+}
+
+export interface PassOutcome {
+  ok: boolean;
+  changed: boolean;
+  error?: string;
+}

@@ -1,0 +1,266 @@
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import type { DesiredConfig, DesiredRoute, RawState } from '../../src/haproxy/model.js';
+import { DEFAULT_RENDER_OPTIONS, type RenderOptions, renderDesired } from '../../src/haproxy/render.js';
+import { applyOperations } from '../../src/plan/apply.js';
+import type { Plan } from '../../src/plan/plan.js';
+import { plan } from '../../src/plan/plan.js';
+import { RoutingIndex, RoutingIndexCache } from '../../src/plan/routing-index.js';
+import { planScoped, type ScopedPlan } from '../../src/plan/scoped.js';
+import { Registry } from '../../src/registry/registry.js';
+import { compareStrings, type Route } from '../../src/routes/route.js';
+
+const registry = new Registry();
+const HOSTS = 12;
+const hostOf = (h: number) => `api.h${h}.example.com`;
+
+/** A desired set: host number -> endpoint ports (sorted, distinct) on one address. */
+type Wanted = Map<number, number[]>;
+
+const ports = fc.uniqueArray(fc.integer({ min: 30000, max: 30003 }), { minLength: 1, maxLength: 2 });
+const wantedSet = fc
+  .array(fc.tuple(fc.integer({ min: 0, max: HOSTS - 1 }), ports), { maxLength: HOSTS })
+  .map((pairs) => new Map(pairs.map(([h, p]) => [h, [...p].sort((a, b) => a - b)])));
+const change = fc.tuple(
+  fc.integer({ min: 0, max: HOSTS - 1 }),
+  fc.option(ports, { nil: undefined, freq: 2 }),
+);
+
+function routesOf(wanted: Wanted): Route[] {
+  return [...wanted].map(([h, p]) => ({
+    cluster: `c${h}`,
+    host: hostOf(h),
+    endpoints: p.map((port) => ({ address: '10.0.0.1', port })),
+  }));
+}
+
+function configOf(wanted: Wanted, options: RenderOptions): DesiredConfig {
+  return renderDesired(routesOf(wanted), options);
+}
+
+/** Full passes until nothing is left to do (growth ahead of need takes a second pass at most). */
+function converge(raw: RawState, config: DesiredConfig, grow: 'ahead' | 'when_needed'): RawState {
+  let state = raw;
+  for (let i = 0; i < 4; i++) {
+    const p = plan(config, registry.interpret(state), { grow });
+    if (p.operations.length === 0) return state;
+    state = applyOperations(state, p.operations, registry);
+  }
+  throw new Error('no convergence');
+}
+
+/** A foreign server in the lowest free slot: a stray that only a route with exactly its servers takes. */
+function withForeignStray(raw: RawState, port: number): RawState {
+  const named = new Set(raw.maps?.flatMap((m) => [...m.entries.values()]) ?? []);
+  const i = raw.backends.findIndex(
+    (b) => b.name.includes('_slot_') && !named.has(b.name) && b.servers.length === 0,
+  );
+  if (i < 0) return raw;
+  const backends = raw.backends.slice();
+  const b = backends[i] as RawState['backends'][number];
+  const server = { name: 'theirs', address: '10.0.0.1', port, check: false, tags: {} };
+  backends[i] = { ...b, servers: [...b.servers, server] };
+  return { ...raw, backends };
+}
+
+function scopedFor(
+  index: RoutingIndex,
+  config: DesiredConfig,
+  hosts: string[],
+  grow: 'ahead' | 'when_needed',
+): ScopedPlan {
+  const routing = config.routing as NonNullable<DesiredConfig['routing']>;
+  const byHost = new Map<string, DesiredRoute>(routing.routes.map((r) => [r.host, r]));
+  return planScoped({
+    index,
+    routing,
+    hosts: [...new Set(hosts)].sort(compareStrings),
+    routeAt: (h) => byHost.get(h),
+    totalRoutes: routing.routes.length,
+    grow,
+  });
+}
+
+const creates = (p: Plan) => p.operations.some((op) => op.kind === 'create_backend');
+const restricted = (m: Map<string, string>, hosts: string[]) =>
+  new Map([...m].filter(([h]) => hosts.includes(h)));
+
+const scenario = fc.record({
+  history: fc.array(fc.tuple(wantedSet, fc.boolean()), { maxLength: 4 }),
+  base: wantedSet,
+  minSlots: fc.integer({ min: 1, max: 6 }),
+  checks: fc.boolean(),
+  strays: fc.array(fc.integer({ min: 30000, max: 30001 }), { maxLength: 2 }),
+  steps: fc.array(fc.tuple(fc.array(change, { minLength: 1, maxLength: 4 }), fc.boolean()), {
+    minLength: 1,
+    maxLength: 5,
+  }),
+});
+
+type Scenario = typeof scenario extends fc.Arbitrary<infer T> ? T : never;
+
+/** A state a history of full passes left (slots reused out of order, entries in any order), converged on `base`. */
+function start(s: Scenario, options: RenderOptions): RawState {
+  let raw: RawState = { frontends: [], backends: [] };
+  for (const [wanted, ahead] of s.history)
+    raw = converge(raw, configOf(wanted, options), ahead ? 'ahead' : 'when_needed');
+  raw = converge(raw, configOf(s.base, options), 'when_needed');
+  for (const port of s.strays) raw = withForeignStray(raw, port);
+  return raw;
+}
+
+describe('scoped map-routing plan', () => {
+  it('plans a few hosts exactly as the full planner does, step after step, and its index follows the applies', () => {
+    fc.assert(
+      fc.property(scenario, (s) => {
+        const options = {
+          ...DEFAULT_RENDER_OPTIONS,
+          routing: 'map' as const,
+          minSlots: s.minSlots,
+          healthChecks: s.checks,
+        };
+        let raw = start(s, options);
+        let wanted: Wanted = new Map(s.base);
+        const cache = new RoutingIndexCache();
+        for (const [changes, ahead] of s.steps) {
+          const grow = ahead ? 'ahead' : 'when_needed';
+          const before = configOf(wanted, options);
+          // The precondition: the state is as the desired state wants it, apart from the change.
+          if (plan(before, registry.interpret(raw), { grow }).operations.length > 0) return;
+          wanted = new Map(wanted);
+          for (const [h, p] of changes) {
+            if (p)
+              wanted.set(
+                h,
+                [...p].sort((a, b) => a - b),
+              );
+            else wanted.delete(h);
+          }
+          const config = configOf(wanted, options);
+          const hosts = changes.map(([h]) => hostOf(h));
+          const full = plan(config, registry.interpret(raw), { grow });
+          const index = cache.for(raw, registry, config);
+          const fresh = new RoutingIndex(raw, registry, config);
+          expect(summary(index)).toEqual(summary(fresh));
+          const scoped = scopedFor(index, config, hosts, grow);
+          // It declines exactly when the pool must grow in this plan.
+          expect(scoped.doubt !== undefined).toBe(creates(full));
+          if (scoped.plan) {
+            expect(scoped.plan.operations).toEqual(full.operations);
+            expect(scoped.plan.conflicts).toEqual(full.conflicts);
+            const { assignments, ...pool } = scoped.plan.pool ?? {};
+            const { assignments: all, ...fullPool } = full.pool ?? {};
+            expect(pool).toEqual(fullPool);
+            expect(assignments).toEqual(restricted(all ?? new Map(), hosts));
+          }
+          raw = applyOperations(raw, full.operations, registry);
+        }
+      }),
+      { numRuns: 300, seed: 20261203 },
+    );
+  });
+});
+
+describe('scoped passes against full passes', () => {
+  it('leave HAProxy as full passes do after the same changes, one pass per change set', () => {
+    fc.assert(
+      fc.property(scenario, (s) => {
+        const options = { ...DEFAULT_RENDER_OPTIONS, routing: 'map' as const, minSlots: s.minSlots };
+        let scopedRaw = start(s, options);
+        let fullRaw = scopedRaw;
+        let wanted: Wanted = new Map(s.base);
+        const cache = new RoutingIndexCache();
+        for (const [changes, ahead] of s.steps) {
+          const grow = ahead ? 'ahead' : 'when_needed';
+          wanted = new Map(wanted);
+          for (const [h, p] of changes) {
+            if (p)
+              wanted.set(
+                h,
+                [...p].sort((a, b) => a - b),
+              );
+            else wanted.delete(h);
+          }
+          const config = configOf(wanted, options);
+          const hosts = changes.map(([h]) => hostOf(h));
+          const index = cache.for(scopedRaw, registry, config);
+          // Where the scoped planner declines, the pass falls back to a full one.
+          const p =
+            scopedFor(index, config, hosts, grow).plan ??
+            plan(config, registry.interpret(scopedRaw), { grow });
+          scopedRaw = applyOperations(scopedRaw, p.operations, registry);
+          const full = plan(config, registry.interpret(fullRaw), { grow });
+          fullRaw = applyOperations(fullRaw, full.operations, registry);
+        }
+        expect(scopedRaw).toEqual(fullRaw);
+      }),
+      { numRuns: 200, seed: 31 },
+    );
+  });
+});
+
+describe('scoped plan: when it declines', () => {
+  const options = { ...DEFAULT_RENDER_OPTIONS, routing: 'map' as const, minSlots: 4 };
+  const two: Wanted = new Map([
+    [1, [30001]],
+    [2, [30002]],
+  ]);
+  const base = () => converge({ frontends: [], backends: [] }, configOf(two, options), 'ahead');
+  const add3 = configOf(new Map([...two, [3, [30003]]]), options);
+  const declines = (raw: RawState) =>
+    scopedFor(new RoutingIndex(raw, registry, add3), add3, [hostOf(3)], 'when_needed').doubt;
+
+  it('plans a new host in a clean state', () => {
+    expect(declines(base())).toBeUndefined();
+  });
+
+  it('declines when a slot no entry names holds our servers (an add cut short): a full pass takes or clears it', () => {
+    const raw = base();
+    const cut = applyOperations(
+      raw,
+      [
+        {
+          kind: 'create_server',
+          backend: 'kubebyon_slot_00004',
+          server: { name: 'srv1', address: '10.0.0.9', port: 30009, check: true, owned: true },
+        },
+      ],
+      registry,
+    );
+    expect(declines(cut)).toMatch(/holds servers/);
+  });
+
+  it('declines when an entry names no slot of ours, or the frontend differs from the desired one', () => {
+    const raw = base();
+    const entries = new Map(raw.maps?.[0]?.entries);
+    entries.set('api.hand.example.com', 'their_backend');
+    expect(declines({ ...raw, maps: [{ name: options.sniMap, entries }] })).toMatch(/entry/);
+    const frontends = raw.frontends.map((f) => ({ ...f, inspectDelayMs: 1 }));
+    expect(declines({ ...raw, frontends })).toMatch(/structure/);
+  });
+
+  it('declines when the new host finds no free slot (a reload first)', () => {
+    const three = new Map([...two, [4, [30004]]]);
+    const four = new Map([...three, [5, [30005]]]);
+    // Four slots for three routes; the fourth takes the last free one and defers growth.
+    let raw = converge({ frontends: [], backends: [] }, configOf(three, options), 'ahead');
+    raw = converge(raw, configOf(four, options), 'when_needed');
+    const config = configOf(new Map([...four, [3, [30003]]]), options);
+    const i = new RoutingIndex(raw, registry, config);
+    expect([i.slots.size, i.free.length]).toEqual([4, 0]);
+    expect(scopedFor(i, config, [hostOf(3)], 'when_needed').doubt).toMatch(/no free slot/);
+  });
+});
+
+function summary(index: RoutingIndex) {
+  return {
+    doubt: index.doubt,
+    free: index.free.map((s) => s.name),
+    strays: [...index.strays].map((s) => s.name).sort(),
+    named: index.named,
+    slots: [...index.slots.values()]
+      .sort((a, b) => compareStrings(a.name, b.name))
+      .map((s) => [s.name, s.refs, s.raw]),
+    entries: [...index.entries],
+  };
+}
