@@ -82,22 +82,45 @@ function tagComment(tags: Tags): string {
 export function generationOf(state: RawState): number {
   // Fixed key order: the same structure must hash alike whether rendered from a plan or parsed from disk.
   const tags = (t: Tags) => Object.entries(t).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-  const structure = {
-    f: [...state.frontends].sort(byName).map((f) => [
-      f.name,
-      f.bind && [f.bind.address, f.bind.port],
-      f.inspectDelayMs,
-      f.acceptsTlsHello,
-      f.defaultBackend,
-      f.rules.map((r) => [r.backend, r.host, tags(r.tags)]),
-      tags(f.tags),
-      // Only when set: files written before map routing keep their generation.
-      ...(f.sniMap ? [f.sniMap] : []),
-    ]),
-    b: [...state.backends].sort(byName).map((b) => [b.name, b.balance, tags(b.tags)]),
-  };
-  const digest = createHash('sha256').update(JSON.stringify(structure)).digest();
+  const f = byNameSorted(state.frontends).map((f) => [
+    f.name,
+    f.bind && [f.bind.address, f.bind.port],
+    f.inspectDelayMs,
+    f.acceptsTlsHello,
+    f.defaultBackend,
+    f.rules.map((r) => [r.backend, r.host, tags(r.tags)]),
+    tags(f.tags),
+    // Only when set: files written before map routing keep their generation.
+    ...(f.sniMap ? [f.sniMap] : []),
+  ]);
+  // The text of JSON.stringify({ f, b }) fed in parts (so every file written before hashes alike), each
+  // backend's part kept with the backend: a persistence of thousands of slots hashes only what changed.
+  const hash = createHash('sha256').update(`{"f":${JSON.stringify(f)},"b":[`);
+  byNameSorted(state.backends).forEach((b, i) => {
+    let piece = generationPieces.get(b);
+    if (piece === undefined) {
+      piece = JSON.stringify([b.name, b.balance, tags(b.tags)]);
+      generationPieces.set(b, piece);
+    }
+    hash.update(i === 0 ? piece : `,${piece}`);
+  });
+  const digest = hash.update(']}').digest();
   return GENERATION_BASE + (digest.readUInt32BE(0) % GENERATION_BASE);
+}
+
+// Raw objects are never changed in place once built (applyOperations copies on write), so what is derived
+// from one can be kept with it.
+const generationPieces = new WeakMap<RawBackend, string>();
+const renderedBackends = new WeakMap<
+  RawBackend,
+  { defaultsName: string; servers: RawServer[]; text: string }
+>();
+
+/** `items` by name: the list itself when it already is (a read or a plan keeps them in order). */
+function byNameSorted<T extends { name: string }>(items: readonly T[]): readonly T[] {
+  for (let i = 1; i < items.length; i++)
+    if (byName(items[i - 1] as T, items[i] as T) > 0) return [...items].sort(byName);
+  return items;
 }
 
 /** The frontend whose `id` carries the generation: the first by name, as `renderOwnedFile` writes them. */
@@ -154,6 +177,15 @@ function renderFrontend(
   return lines;
 }
 
+/** A backend's section, kept with the backend (and its servers' list) it was rendered from. */
+function renderBackendText(b: RawBackend, defaultsName: string): string {
+  const kept = renderedBackends.get(b);
+  if (kept && kept.defaultsName === defaultsName && kept.servers === b.servers) return kept.text;
+  const text = renderBackend(b, defaultsName).join('\n');
+  renderedBackends.set(b, { defaultsName, servers: b.servers, text });
+  return text;
+}
+
 function renderBackend(b: RawBackend, defaultsName: string): string[] {
   name('backend name', b.name);
   need(BALANCE.has(b.balance), 'balance algorithm', b.balance);
@@ -185,8 +217,8 @@ const HEADER = [
  */
 export function renderOwnedFile(state: RawState, defaultsName = DEFAULTS_NAME, mapDir?: string): string {
   need(isHaproxyName(defaultsName), 'defaults name', defaultsName);
-  const frontends = [...state.frontends].sort(byName);
-  const backends = [...state.backends].sort(byName);
+  const frontends = byNameSorted(state.frontends);
+  const backends = byNameSorted(state.backends);
   const names = new Set<string>();
   for (const p of [...frontends, ...backends]) {
     need(!names.has(p.name), 'duplicate proxy name', p.name);
@@ -197,7 +229,7 @@ export function renderOwnedFile(state: RawState, defaultsName = DEFAULTS_NAME, m
   const sections = [
     [`defaults ${defaultsName}`, ...DEFAULTS_BODY.map((l) => `  ${l}`)],
     ...frontends.map((f, i) => renderFrontend(f, i === 0 ? generation : null, defaultsName, mapDir)),
-    ...backends.map((b) => renderBackend(b, defaultsName)),
+    ...backends.map((b) => [renderBackendText(b, defaultsName)]),
   ];
   return `${HEADER.join('\n')}\n\n${sections.map((s) => s.join('\n')).join('\n\n')}\n`;
 }
