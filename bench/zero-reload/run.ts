@@ -177,6 +177,9 @@ export async function runZeroReload(
       const before = await target.loads();
       const samples: Array<number | null> = [];
       for (const c of list) samples.push(await what(c));
+      // Which changes were slow (index: ms), to tell a one-off (a first pass, a persistence) from a trend.
+      const slow = samples.flatMap((x, i) => (x !== null && x > 50 ? [`${i}:${Math.round(x)}`] : []));
+      if (slow.length > 0) o.log(`slow changes ${slow.join(' ')}`);
       return latencies(samples, (await target.loads()) - before);
     };
     result.add = await timed(async (c) => {

@@ -58,35 +58,50 @@ export async function writeMapFiles(
   };
 }
 
+/** What a persistence writes: the owned file's new text (null: it already holds it), then the map files. */
+export interface PersistWrite {
+  fileState: RawState;
+  text: string | null;
+}
+
 /**
- * Writes the owned file and the map files for what `reading` says runs, where they differ from it. Only
- * while the owned file is still the one `reading` was taken with: else it changed under us, and nothing is
- * written (the caller reads again). Returns whether it wrote (or found nothing to write).
+ * What to write so that the owned file and the map files hold what `reading` says runs: `changed` when the
+ * owned file is no longer the one `reading` was taken with (it changed under us: nothing is written, the
+ * caller reads again), `nothing` when nothing of ours runs. Reads and renders only; `writePersist` writes.
  */
-export async function persistReading(
+export async function preparePersist(
   s: Session,
   owned: OwnedFileCache,
   reading: Reading,
   defaultsName: string,
-): Promise<boolean> {
-  if (!reading.consistent) return false;
-  const started = Date.now();
+): Promise<PersistWrite | 'changed' | 'nothing'> {
+  if (!reading.consistent) return 'changed';
   const { text: onDisk } = await owned.read();
-  if (onDisk !== reading.text) return false;
+  if (onDisk !== reading.text) return 'changed';
   const fileState = fileStateOf(reading.raw, reading.inFile);
   // Nothing of ours runs: nothing to keep (an empty owned file stays as the operator created it).
-  if (fileState.frontends.length === 0 && fileState.backends.length === 0) return true;
+  if (fileState.frontends.length === 0 && fileState.backends.length === 0) return 'nothing';
   const text = renderOwnedFile(fileState, defaultsName, mapDirOf(s));
+  return { fileState, text: text === reading.text ? null : text };
+}
+
+/** Writes what `preparePersist` gave for `reading`; `reading.text` follows the owned file. */
+export async function writePersist(
+  s: Session,
+  owned: OwnedFileCache,
+  reading: Reading,
+  w: PersistWrite,
+): Promise<void> {
+  const started = Date.now();
   // The owned file first: a crash between the two leaves servers no entry names, never an entry that
   // names a slot without its servers.
-  if (text !== reading.text) {
-    await writeOwnedFile(s, text);
-    owned.remember(text, fileState);
-    reading.text = text;
+  if (w.text !== null) {
+    await writeOwnedFile(s, w.text);
+    owned.remember(w.text, w.fileState);
+    reading.text = w.text;
   }
-  await writeMapFiles(s, fileState, reading.raw.maps);
+  await writeMapFiles(s, w.fileState, reading.raw.maps);
   s.logger.debug({ ms: Date.now() - started }, 'runtime state persisted to the files HAProxy loads');
-  return true;
 }
 
 /**

@@ -16,7 +16,7 @@ import {
 import type { StockHaproxyConfig } from './config.js';
 import { MasterCli } from './master-cli.js';
 import { defaultsNameFor, renderOwnedFile, UnsafeValueError } from './owned-file.js';
-import { Debounced, fileStateOf, persistReading, writeMapFiles } from './persist.js';
+import { Debounced, fileStateOf, preparePersist, writeMapFiles, writePersist } from './persist.js';
 import { OwnedFileCache, type Reading, takeReading, unchangedSince, workerGeneration } from './read.js';
 import { applyByReload } from './reload.js';
 import { applyAtRuntime, runtimeOnly } from './runtime.js';
@@ -64,6 +64,13 @@ export class StockHaproxyProvider implements Provider {
   private readonly persistence: Debounced;
   private readonly defaultsName: string;
   private queue: Promise<unknown> = Promise.resolve();
+  /**
+   * Persistence's writes, outside the queue: a runtime apply (which writes no file) need not wait for
+   * megabytes to reach the disk. What writes files (a reload, the next persistence) waits for them.
+   */
+  private io: Promise<void> = Promise.resolve();
+  /** The owned file's text before and after the write under way: both are ours, not a change by someone. */
+  private persisting: { from: string; to: string } | undefined;
   private swept = false;
 
   constructor(
@@ -75,11 +82,7 @@ export class StockHaproxyProvider implements Provider {
     this.defaultsName = defaultsNameFor(deps.owner.id);
     this.owned = new OwnedFileCache(config.ownedFile, this.defaultsName, dirname(config.ownedFile));
     const delay = deps.persistDelayMs ?? 100;
-    this.persistence = new Debounced(
-      () => this.serialized(() => this.persistLatest()),
-      delay,
-      Math.max(1_000, delay),
-    );
+    this.persistence = new Debounced(() => this.persistLatest(), delay, Math.max(1_000, delay));
   }
 
   async ping(signal: AbortSignal): Promise<ProviderInfo> {
@@ -97,7 +100,7 @@ export class StockHaproxyProvider implements Provider {
 
   async readState(signal: AbortSignal, options: ReadOptions = {}): Promise<RawState> {
     const last = this.latest;
-    if (!options.fresh && last && (await unchangedSince(this.session, this.owned, last, signal))) {
+    if (!options.fresh && last && (await unchangedSince(this.session, this.owned, last, signal, this.ours))) {
       // An apply may have advanced it meanwhile: that one is as current.
       const now = this.latest ?? last;
       this.reads.set(now.raw, now);
@@ -107,10 +110,12 @@ export class StockHaproxyProvider implements Provider {
     this.latest = reading;
     this.reads.set(reading.raw, reading);
     // What runs and what the files say may differ (a crash before persistence): the files catch up.
-    if (reading.consistent)
+    if (reading.consistent) {
       await this.serialized(async () => {
         if (this.latest === reading) await this.persist(reading);
       });
+      await this.io;
+    }
     return reading.raw;
   }
 
@@ -123,6 +128,7 @@ export class StockHaproxyProvider implements Provider {
   /** Writes now what runtime applies left unpersisted, and stops the timer. */
   async close(): Promise<void> {
     await this.persistence.flush();
+    await this.io;
   }
 
   /** Whatever runtime applies have not yet written to the files, written now (tests, shutdown). */
@@ -160,6 +166,7 @@ export class StockHaproxyProvider implements Provider {
     }
     // After a reload (or a failed one) the next read reads everything again.
     this.latest = undefined;
+    await this.io;
     const { fileState, text } = this.render(reading, plan, target);
     const restoreMaps = await this.guard(() => writeMapFiles(this.session, fileState, target.maps));
     try {
@@ -180,23 +187,54 @@ export class StockHaproxyProvider implements Provider {
   }
 
   private async persistLatest(): Promise<void> {
-    const reading = this.latest;
-    if (reading) await this.persist(reading);
+    await this.serialized(async () => {
+      const reading = this.latest;
+      if (reading) await this.persist(reading);
+    });
+    await this.io;
   }
 
+  private readonly ours = (text: string): boolean =>
+    this.persisting !== undefined && (text === this.persisting.from || text === this.persisting.to);
+
+  /**
+   * In the queue: renders what `reading` says runs; the writes then go on outside it (`io`), one at a time.
+   * Resolves once they have started.
+   */
   private async persist(reading: Reading): Promise<void> {
-    const started = Date.now();
+    await this.io;
+    let w: Awaited<ReturnType<typeof preparePersist>>;
     try {
-      const written = await this.guard(() =>
-        persistReading(this.session, this.owned, reading, this.defaultsName),
-      );
-      // The file changed under us: nothing of what this provider knows is trusted until a full read.
-      if (!written && this.latest === reading) this.latest = undefined;
-      else this.deps.logger.debug({ ms: Date.now() - started }, 'persisted');
+      w = await this.guard(() => preparePersist(this.session, this.owned, reading, this.defaultsName));
     } catch (err) {
       this.latest = undefined;
       this.deps.logger.error({ err: errorText(err) }, 'could not write the runtime state to the files');
+      return;
     }
+    // The file changed under us: nothing of what this provider knows is trusted until a full read.
+    if (w === 'changed') {
+      if (this.latest === reading) this.latest = undefined;
+      return;
+    }
+    if (w === 'nothing') return;
+    const from = reading.text;
+    const to = w.text ?? from;
+    this.persisting = { from, to };
+    const write = w;
+    this.io = this.guard(() => writePersist(this.session, this.owned, reading, write))
+      .then(
+        () => {
+          // Applies since advanced `latest` from the same file: it holds the new text now.
+          if (this.latest && this.latest.text === from) this.latest.text = to;
+        },
+        (err) => {
+          this.latest = undefined;
+          this.deps.logger.error({ err: errorText(err) }, 'could not write the runtime state to the files');
+        },
+      )
+      .finally(() => {
+        this.persisting = undefined;
+      });
   }
 
   /**
@@ -219,7 +257,7 @@ export class StockHaproxyProvider implements Provider {
   private async stillCurrent(current: RawState, signal: AbortSignal): Promise<Reading> {
     const last = this.reads.get(current);
     this.reads.delete(current);
-    if (last && (await unchangedSince(this.session, this.owned, last, signal))) return last;
+    if (last && (await unchangedSince(this.session, this.owned, last, signal, this.ours))) return last;
     return takeReading(this.session, this.owned, signal);
   }
 

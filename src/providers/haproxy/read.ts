@@ -162,10 +162,12 @@ export async function unchangedSince(
   owned: OwnedFileCache,
   last: Reading,
   signal: AbortSignal,
+  /** A text that is ours too (a write of ours under way). */
+  ours: (text: string) => boolean = () => false,
 ): Promise<boolean> {
   const proc = await workerGeneration(s, signal);
   const { text } = await owned.read();
-  return text === last.text && sameGeneration(proc, last.proc);
+  return (text === last.text || ours(text)) && sameGeneration(proc, last.proc);
 }
 
 async function readRunning(s: Session, file: RawState, signal: AbortSignal): Promise<Running> {
