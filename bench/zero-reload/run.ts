@@ -125,6 +125,13 @@ export async function runZeroReload(
     KUBEBYON_HAPROXY_ROUTING: o.routing,
     // e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof` to see where a pass goes.
     ...(process.env.BENCH_NODE_OPTIONS ? { NODE_OPTIONS: process.env.BENCH_NODE_OPTIONS } : {}),
+    // Experiments: `BENCH_SERVICE_ENV='KUBEBYON_PERSIST_DELAY_MS=60000,…'` overrides the service's settings.
+    ...Object.fromEntries(
+      (process.env.BENCH_SERVICE_ENV ?? '')
+        .split(',')
+        .filter((kv) => kv.includes('='))
+        .map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]),
+    ),
   };
   let svc = await startService(env, secret);
   const port = target.sniPort;

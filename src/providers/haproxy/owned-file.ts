@@ -95,16 +95,17 @@ export function generationOf(state: RawState): number {
   ]);
   // The text of JSON.stringify({ f, b }) fed in parts (so every file written before hashes alike), each
   // backend's part kept with the backend: a persistence of thousands of slots hashes only what changed.
-  const hash = createHash('sha256').update(`{"f":${JSON.stringify(f)},"b":[`);
-  byNameSorted(state.backends).forEach((b, i) => {
+  const pieces = byNameSorted(state.backends).map((b) => {
     let piece = generationPieces.get(b);
     if (piece === undefined) {
       piece = JSON.stringify([b.name, b.balance, tags(b.tags)]);
       generationPieces.set(b, piece);
     }
-    hash.update(i === 0 ? piece : `,${piece}`);
+    return piece;
   });
-  const digest = hash.update(']}').digest();
+  const digest = createHash('sha256')
+    .update(`{"f":${JSON.stringify(f)},"b":[${pieces.join(',')}]}`)
+    .digest();
   return GENERATION_BASE + (digest.readUInt32BE(0) % GENERATION_BASE);
 }
 
