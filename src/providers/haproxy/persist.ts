@@ -21,6 +21,8 @@ export function fileStateOf(state: RawState, inFile: ReadonlySet<string>): RawSt
   };
 }
 
+const yieldToLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
+
 async function readText(path: string): Promise<string | null> {
   try {
     return await readFile(path, 'utf8');
@@ -42,6 +44,7 @@ export async function writeMapFiles(
   const previous: Array<{ path: string; text: string }> = [];
   for (const name of new Set(fileState.frontends.map((f) => f.sniMap).filter((m) => !!m))) {
     const path = mapPath(mapDirOf(s), name as string);
+    await yieldToLoop();
     const text = renderMapFile(maps?.find((m) => m.name === name)?.entries ?? new Map());
     const before = await readText(path);
     if (before === text) continue;
@@ -81,6 +84,8 @@ export async function preparePersist(
   const fileState = fileStateOf(reading.raw, reading.inFile);
   // Nothing of ours runs: nothing to keep (an empty owned file stays as the operator created it).
   if (fileState.frontends.length === 0 && fileState.backends.length === 0) return 'nothing';
+  // Rendering thousands of sections takes tens of ms: webhooks waiting to be served go first.
+  await yieldToLoop();
   const text = renderOwnedFile(fileState, defaultsName, mapDirOf(s));
   return { fileState, text: text === reading.text ? null : text };
 }

@@ -71,6 +71,9 @@ export class StockHaproxyProvider implements Provider {
   private io: Promise<void> = Promise.resolve();
   /** The owned file's text before and after the write under way: both are ours, not a change by someone. */
   private persisting: { from: string; to: string } | undefined;
+  /** Moves whenever an apply writes files for a reload; `reloadWriting` while it does. */
+  private fileEpoch = 0;
+  private reloadWriting = false;
   private swept = false;
 
   constructor(
@@ -111,9 +114,7 @@ export class StockHaproxyProvider implements Provider {
     this.reads.set(reading.raw, reading);
     // What runs and what the files say may differ (a crash before persistence): the files catch up.
     if (reading.consistent) {
-      await this.serialized(async () => {
-        if (this.latest === reading) await this.persist(reading);
-      });
+      if (this.latest === reading) await this.persist(reading);
       await this.io;
     }
     return reading.raw;
@@ -166,14 +167,21 @@ export class StockHaproxyProvider implements Provider {
     }
     // After a reload (or a failed one) the next read reads everything again.
     this.latest = undefined;
-    await this.io;
-    const { fileState, text } = this.render(reading, plan, target);
-    const restoreMaps = await this.guard(() => writeMapFiles(this.session, fileState, target.maps));
+    this.fileEpoch++;
+    this.reloadWriting = true;
     try {
-      await applyByReload(this.session, reading.text, fileState, text, signal);
-    } catch (err) {
-      await restoreMaps();
-      throw err;
+      await this.io;
+      const { fileState, text } = this.render(reading, plan, target);
+      const restoreMaps = await this.guard(() => writeMapFiles(this.session, fileState, target.maps));
+      try {
+        await applyByReload(this.session, reading.text, fileState, text, signal);
+      } catch (err) {
+        await restoreMaps();
+        throw err;
+      }
+    } finally {
+      this.reloadWriting = false;
+      this.fileEpoch++;
     }
     return { reload: 'succeeded', requests: requests() };
   }
@@ -187,10 +195,8 @@ export class StockHaproxyProvider implements Provider {
   }
 
   private async persistLatest(): Promise<void> {
-    await this.serialized(async () => {
-      const reading = this.latest;
-      if (reading) await this.persist(reading);
-    });
+    const reading = this.latest;
+    if (reading) await this.persist(reading);
     await this.io;
   }
 
@@ -198,11 +204,14 @@ export class StockHaproxyProvider implements Provider {
     this.persisting !== undefined && (text === this.persisting.from || text === this.persisting.to);
 
   /**
-   * In the queue: renders what `reading` says runs; the writes then go on outside it (`io`), one at a time.
-   * Resolves once they have started.
+   * Renders what `reading` says runs, outside the apply queue (a runtime apply writes no file, and need not
+   * wait for thousands of sections to render); the writes then go on in `io`, one persistence at a time.
+   * A reload's apply writes files itself: a persistence rendered while one was under way is dropped.
+   * Resolves once the writes have started.
    */
   private async persist(reading: Reading): Promise<void> {
     await this.io;
+    const epoch = this.fileEpoch;
     let w: Awaited<ReturnType<typeof preparePersist>>;
     try {
       w = await this.guard(() => preparePersist(this.session, this.owned, reading, this.defaultsName));
@@ -216,7 +225,7 @@ export class StockHaproxyProvider implements Provider {
       if (this.latest === reading) this.latest = undefined;
       return;
     }
-    if (w === 'nothing') return;
+    if (w === 'nothing' || epoch !== this.fileEpoch || this.reloadWriting) return;
     const from = reading.text;
     const to = w.text ?? from;
     this.persisting = { from, to };
