@@ -2,10 +2,16 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setImmediate } from 'node:timers/promises';
+import pino from 'pino';
 import { vi } from 'vitest';
+import type { RenderOptions } from '../../src/haproxy/render.js';
+import type { Metrics } from '../../src/metrics/metrics.js';
 import { MemoryProvider } from '../../src/providers/memory/memory-provider.js';
-import type { Reconciler } from '../../src/reconcile/reconciler.js';
+import { Reconciler } from '../../src/reconcile/reconciler.js';
+import { OwnedProvider } from '../../src/registry/owned-provider.js';
 import { ClusterStore } from '../../src/store/cluster-store.js';
+import { StaticTopology } from '../../src/topology/topology.js';
+import { registry } from './owner.js';
 
 // The loop's time is fake (vitest's timers drive the Reconciler's default clock): a test says how much time
 // passes, instead of racing the wall clock. Real I/O (the store's fsync) still runs in real time.
@@ -57,4 +63,29 @@ export async function closeReconcilerBed(dir: string, reconciler: Reconciler | u
   if (reconciler) await settle(reconciler.stop());
   vi.useRealTimers();
   rmSync(dir, { recursive: true, force: true });
+}
+
+/**
+ * A Reconciler over `bed` as the map-routing tests drive it: two static nodes, the owner's registry, a 20 ms
+ * debounce, no resync; its log lines (parsed) go to `logs`.
+ */
+export function reconcilerOn(
+  bed: { store: ClusterStore; provider: MemoryProvider },
+  o: { render: RenderOptions; metrics: Metrics; logs: unknown[]; watchMs?: number },
+): Reconciler {
+  const sink = { write: (line: string) => void o.logs.push(JSON.parse(line)) };
+  return new Reconciler({
+    store: bed.store,
+    topology: new StaticTopology(['10.0.0.1', '10.0.0.2']),
+    provider: new OwnedProvider(bed.provider, registry),
+    render: o.render,
+    metrics: o.metrics,
+    logger: pino({ level: 'debug' }, sink),
+    debounceMs: 20,
+    maxDelayMs: 2000,
+    resyncIntervalMs: 0,
+    retries: 3,
+    publicPort: 443,
+    ...(o.watchMs !== undefined ? { watchMs: o.watchMs } : {}),
+  });
 }

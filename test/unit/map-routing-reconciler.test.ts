@@ -1,14 +1,10 @@
-import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { DEFAULT_RENDER_OPTIONS, type RenderOptions } from '../../src/haproxy/render.js';
 import { createMetrics, type Metrics } from '../../src/metrics/metrics.js';
 import type { MemoryProvider } from '../../src/providers/memory/memory-provider.js';
-import { Reconciler } from '../../src/reconcile/reconciler.js';
-import { OwnedProvider } from '../../src/registry/owned-provider.js';
+import type { Reconciler } from '../../src/reconcile/reconciler.js';
 import type { ClusterStore } from '../../src/store/cluster-store.js';
-import { StaticTopology } from '../../src/topology/topology.js';
-import { registry } from '../support/owner.js';
-import { closeReconcilerBed, openReconcilerBed, settle } from '../support/reconciler-bed.js';
+import { closeReconcilerBed, openReconcilerBed, reconcilerOn, settle } from '../support/reconciler-bed.js';
 
 // Map routing with a small pool: 4 slots at first, grown ×1.5 once 7/8 of it is held (at the 4th route).
 const render: RenderOptions = { ...DEFAULT_RENDER_OPTIONS, routing: 'map', minSlots: 4 };
@@ -25,21 +21,7 @@ describe('Reconciler with map routing', () => {
   const make = (watchMs = 0) => {
     metrics = createMetrics();
     logs = [];
-    const sink = { write: (line: string) => void logs.push(JSON.parse(line)) };
-    reconciler = new Reconciler({
-      store,
-      topology: new StaticTopology(['10.0.0.1', '10.0.0.2']),
-      provider: new OwnedProvider(provider, registry),
-      render,
-      metrics,
-      logger: pino({ level: 'debug' }, sink),
-      debounceMs: 20,
-      maxDelayMs: 2000,
-      resyncIntervalMs: 0,
-      retries: 3,
-      publicPort: 443,
-      watchMs,
-    });
+    reconciler = reconcilerOn({ store, provider }, { render, metrics, logs, watchMs });
     return reconciler;
   };
   const add = (name: string, nodePort = 30443) =>

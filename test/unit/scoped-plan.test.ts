@@ -127,15 +127,7 @@ describe('scoped map-routing plan', () => {
           const before = configOf(wanted, options);
           // The precondition: the state is as the desired state wants it, apart from the change.
           if (plan(before, registry.interpret(raw), { grow }).operations.length > 0) return;
-          wanted = new Map(wanted);
-          for (const [h, p] of changes) {
-            if (p)
-              wanted.set(
-                h,
-                [...p].sort((a, b) => a - b),
-              );
-            else wanted.delete(h);
-          }
+          wanted = withChanges(wanted, changes);
           const config = configOf(wanted, options);
           const hosts = changes.map(([h]) => hostOf(h));
           const full = plan(config, registry.interpret(raw), { grow });
@@ -161,6 +153,23 @@ describe('scoped map-routing plan', () => {
   });
 });
 
+/** `wanted` with `changes` made: a host's ports set (sorted), or the host gone. */
+function withChanges(
+  wanted: Wanted,
+  changes: ReadonlyArray<readonly [number, readonly number[] | null | undefined]>,
+): Wanted {
+  const next = new Map(wanted);
+  for (const [h, p] of changes) {
+    if (p)
+      next.set(
+        h,
+        [...p].sort((a, b) => a - b),
+      );
+    else next.delete(h);
+  }
+  return next;
+}
+
 describe('scoped passes against full passes', () => {
   it('leave HAProxy as full passes do after the same changes, one pass per change set', () => {
     fc.assert(
@@ -172,15 +181,7 @@ describe('scoped passes against full passes', () => {
         const cache = new RoutingIndexCache();
         for (const [changes, ahead] of s.steps) {
           const grow = ahead ? 'ahead' : 'when_needed';
-          wanted = new Map(wanted);
-          for (const [h, p] of changes) {
-            if (p)
-              wanted.set(
-                h,
-                [...p].sort((a, b) => a - b),
-              );
-            else wanted.delete(h);
-          }
+          wanted = withChanges(wanted, changes);
           const config = configOf(wanted, options);
           const hosts = changes.map(([h]) => hostOf(h));
           const index = cache.for(scopedRaw, registry, config);

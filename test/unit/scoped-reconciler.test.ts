@@ -1,32 +1,10 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { setImmediate } from 'node:timers/promises';
-import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { DEFAULT_RENDER_OPTIONS, type RenderOptions } from '../../src/haproxy/render.js';
 import { createMetrics, type Metrics } from '../../src/metrics/metrics.js';
-import { MemoryProvider } from '../../src/providers/memory/memory-provider.js';
-import { Reconciler } from '../../src/reconcile/reconciler.js';
-import { OwnedProvider } from '../../src/registry/owned-provider.js';
-import { ClusterStore } from '../../src/store/cluster-store.js';
-import { StaticTopology } from '../../src/topology/topology.js';
-import { registry } from '../support/owner.js';
-
-const FAKED = ['setTimeout', 'clearTimeout', 'setInterval', 'clearInterval', 'Date'] as const;
-
-async function settle<T>(p: Promise<T>, limitMs = 60_000): Promise<T> {
-  let done = false;
-  const tracked = p.finally(() => {
-    done = true;
-  });
-  for (let t = 0; t <= limitMs; t += 5) {
-    await setImmediate();
-    if (done) return tracked;
-    await vi.advanceTimersByTimeAsync(5);
-  }
-  throw new Error(`still pending after ${limitMs} ms of fake time`);
-}
+import type { MemoryProvider } from '../../src/providers/memory/memory-provider.js';
+import type { Reconciler } from '../../src/reconcile/reconciler.js';
+import type { ClusterStore } from '../../src/store/cluster-store.js';
+import { closeReconcilerBed, openReconcilerBed, reconcilerOn, settle } from '../support/reconciler-bed.js';
 
 describe('Reconciler: scoped passes (map routing)', () => {
   let dir: string;
@@ -40,20 +18,7 @@ describe('Reconciler: scoped passes (map routing)', () => {
     const render: RenderOptions = { ...DEFAULT_RENDER_OPTIONS, routing: 'map', minSlots };
     metrics = createMetrics();
     logs = [];
-    const sink = { write: (line: string) => void logs.push(JSON.parse(line)) };
-    reconciler = new Reconciler({
-      store,
-      topology: new StaticTopology(['10.0.0.1', '10.0.0.2']),
-      provider: new OwnedProvider(provider, registry),
-      render,
-      metrics,
-      logger: pino({ level: 'debug' }, sink),
-      debounceMs: 20,
-      maxDelayMs: 2000,
-      resyncIntervalMs: 0,
-      retries: 3,
-      publicPort: 443,
-    });
+    reconciler = reconcilerOn({ store, provider }, { render, metrics, logs });
     return reconciler;
   };
   const put = (name: string, host = `api.${name}.example.com`, nodePort = 30443) =>
@@ -81,17 +46,10 @@ describe('Reconciler: scoped passes (map routing)', () => {
   });
 
   beforeEach(async () => {
-    vi.useFakeTimers({ toFake: [...FAKED] });
-    dir = mkdtempSync(join(tmpdir(), 'kubebyon-scoped-'));
-    store = await ClusterStore.open(join(dir, 'state.json'));
-    provider = new MemoryProvider();
+    ({ dir, store, provider } = await openReconcilerBed('kubebyon-scoped-'));
     reconciler = undefined;
   });
-  afterEach(async () => {
-    if (reconciler) await settle(reconciler.stop());
-    vi.useRealTimers();
-    rmSync(dir, { recursive: true, force: true });
-  });
+  afterEach(() => closeReconcilerBed(dir, reconciler));
 
   it('plans only the changed clusters; a full pass after them finds nothing to do and reports the same', async () => {
     const r = make(16);
