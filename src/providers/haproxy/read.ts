@@ -1,6 +1,5 @@
 import { readFile, stat } from 'node:fs/promises';
 import type { Owner, RawBackend, RawFrontend, RawMap, RawState } from '../../haproxy/model.js';
-import { CLUSTER_TAG } from '../../registry/registry.js';
 import { TerminalError } from '../provider.js';
 import { mapPath, parseShowMap, showMapCommand } from './map-file.js';
 import { generationCarrier, generationOf } from './owned-file.js';
@@ -252,12 +251,13 @@ function stateOf(
 
 /**
  * `b` with the servers the worker runs (runtime drift included), tagged as the owned file tags them. In a
- * slot backend of ours (no cluster tag), a server the file does not name yet is ours: added at runtime and
- * not persisted before a crash, or added by hand (which the planner then removes).
+ * backend of ours (a slot, or a cluster's own with rules routing), a server the file does not name yet is
+ * ours: added at runtime and not persisted yet (or before a crash), or added by hand (which the planner then
+ * removes). Another process reading meanwhile must not take it for someone else's.
  */
 function withRuntimeServers(b: RawBackend, servers: readonly RunningServer[], owner: Owner): RawBackend {
   const tagsOf = new Map(b.servers.map((srv) => [srv.name, srv.tags]));
-  const untracked = owner.owns(b.tags) && b.tags[CLUSTER_TAG] === undefined ? owner.tags() : {};
+  const untracked = owner.owns(b.tags) ? owner.tags() : {};
   return {
     ...b,
     servers: servers.map((srv) => ({
