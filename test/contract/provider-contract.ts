@@ -22,6 +22,12 @@ export interface ProviderUnderTest {
    * answer from what it remembers of its own writes.
    */
   fresh?(): Provider;
+  /**
+   * Waits until what `provider` changed at runtime is in the files HAProxy loads, when it writes them later
+   * (the Data Plane API's runtime servers carry no health-check flag of their own: a fresh reader learns it
+   * from the file).
+   */
+  persisted?(): Promise<void>;
 }
 
 export interface ContractOptions {
@@ -104,8 +110,10 @@ export function describeProvider(
               await owned.apply(p, current, signal());
               const expected = canonical(applyToState(before, p.operations));
               expect(await read()).toEqual(expected);
-              if (t.fresh)
+              if (t.fresh) {
+                await t.persisted?.();
                 expect(canonical(interpret(await t.fresh().readState(signal())))).toEqual(expected);
+              }
               expect(foreignOf(await t.provider.readState(signal()))).toEqual(foreign);
               // Applied means converged: planning again finds nothing to do.
               expect((await planFor(claims)).p.operations).toEqual([]);

@@ -6,17 +6,21 @@ import { type Harness, resetToForeign, source, startHarness, versionUnderTest } 
 if (source) {
   // Every plan through transactions and single requests; then every plan through the edited file (endpoint
   // moves as runtime actions). A provider that never wrote anything reads back each time as well.
-  for (const [path, options] of [
-    ['requests', { rawMinWrites: 0 }],
-    ['edited file', { rawMinWrites: 1, runtimeMaxServers: 0 }],
+  // Then map routing (the default): slots and map entries at runtime, persisted soon after.
+  for (const [path, options, routing] of [
+    ['requests', { rawMinWrites: 0 }, 'rules'],
+    ['edited file', { rawMinWrites: 1, runtimeMaxServers: 0 }, 'rules'],
+    ['map routing', { persistDebounceMs: 20, persistMaxDelayMs: 200 }, 'map'],
   ] as const) {
     describeProvider(
       `dataplaneapi (${path}) on HAProxy ${versionUnderTest()}`,
       async () => {
         const harness: Harness = await startHarness();
+        const provider = harness.provider(options);
         return {
-          provider: harness.provider(options),
-          render: harness.render,
+          provider,
+          persisted: () => provider.persisted(),
+          render: { ...harness.render, routing, minSlots: 4 },
           reset: () => resetToForeign(harness.tb),
           cleanup: () => harness.close(),
           fresh: () => harness.provider(),

@@ -69,8 +69,11 @@ export async function startHarness(): Promise<Harness> {
     beta,
     gamma,
     sniPort,
+    // Rules routing: these suites count the requests of the transaction and edited-file paths; map routing
+    // (the default) has its own suite (map-routing.test.ts) and contract run.
     render: {
       ...DEFAULT_RENDER_OPTIONS,
+      routing: 'rules',
       bind: { address: '127.0.0.1', port: sniPort },
       defaultBackend: 'console_tls',
     },

@@ -216,7 +216,7 @@ describe.skipIf(!source)(`Data Plane API map routing on HAProxy ${versionUnderTe
       const loads = h.tb.loadCount();
       await h.tb.masterCli('reload');
       await waitFor(() => h.tb.loadCount() > loads, 10_000, 'the reload', { everyMs: 25 });
-      // The map file kept beta's entry (force_sync) but the new worker lost its runtime server.
+      // Neither beta's server nor its map entry had reached the files: the new worker has neither.
       await waitFor(
         async () => (await slow.revision(AbortSignal.timeout(5_000))) !== before,
         5_000,

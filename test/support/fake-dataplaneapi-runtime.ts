@@ -76,12 +76,22 @@ export function runtimeRoute(
     return { status: 204, body: undefined };
   }
   // biome-ignore lint/suspicious/noAssignInExpressions: a small regex router, one match per branch
+  if ((m = /^\/services\/haproxy\/storage\/maps\/([^/]+)$/.exec(path)) && method === 'GET') {
+    const text = rt.storage.get(m[1] as string);
+    if (text === undefined) return { status: 404, body: { code: 404, message: 'not found' } };
+    return { status: 200, body: text };
+  }
+  // biome-ignore lint/suspicious/noAssignInExpressions: a small regex router, one match per branch
   if ((m = /^\/services\/haproxy\/runtime\/maps\/([^/]+)\/entries(?:\/([^/]+))?$/.exec(path))) {
     const name = m[1] as string;
     const entries = rt.entries.get(name);
     if (!entries) return { status: 404, body: { code: 404, message: `map ${name} not loaded` } };
     const key = m[2] === undefined ? undefined : decodeURIComponent(m[2]);
-    const sync = () => rt.storage.set(name, [...entries].map(([k, v]) => `${k} ${v}\n`).join(''));
+    // As the API does: the map file follows a runtime change only when asked (`force_sync`).
+    const sync = () => {
+      if (query.get('force_sync') === 'true')
+        rt.storage.set(name, [...entries].map(([k, v]) => `${k} ${v}\n`).join(''));
+    };
     if (method === 'GET' && key === undefined)
       return { status: 200, body: [...entries].map(([k, v], i) => ({ id: `0x${i}`, key: k, value: v })) };
     if (method === 'POST' && key === undefined) {

@@ -140,9 +140,20 @@ describe('dataplaneapi provider, map routing, against the fake API', () => {
     expect(writes()).toEqual([
       expect.stringMatching(/^POST \/services\/haproxy\/runtime\/backends\/\S+slot_00002\/servers$/),
       expect.stringMatching(/^PUT \/services\/haproxy\/runtime\/backends\/\S+slot_00002\/servers\/srv1$/),
-      `POST /services/haproxy/runtime/maps/${storageName(SNI_MAP)}/entries?force_sync=true`,
+      `POST /services/haproxy/runtime/maps/${storageName(SNI_MAP)}/entries`,
     ]);
     await waitFor(() => fake.rawPushed?.includes('127.0.0.1:30002') === true, 2_000, 'the server persisted');
+    // The map file follows in the same batch (no force_sync per entry), after the servers.
+    await waitFor(
+      () => /^two\.example\.com \S+slot_00002$/m.test(fake.runtime.storage.get(storageName(SNI_MAP)) ?? ''),
+      2_000,
+      'the map file persisted',
+    );
+    const pushes = writes().filter((r) => /configuration\/raw|storage\/maps\//.test(r));
+    expect(pushes).toEqual([
+      expect.stringMatching(/^POST \/services\/haproxy\/configuration\/raw\?.*skip_reload=true/),
+      expect.stringMatching(/^PUT \/services\/haproxy\/storage\/maps\/\S+\?skip_reload=true$/),
+    ]);
     expect(fake.requests.filter((r) => r.startsWith('POST /services/haproxy/configuration/raw'))).toEqual([
       expect.stringMatching(/skip_reload=true/),
     ]);
@@ -160,7 +171,7 @@ describe('dataplaneapi provider, map routing, against the fake API', () => {
     const { report } = await converge([claim('one')]);
     expect(report.reload).toBe('none');
     expect(writes()).toEqual([
-      `DELETE /services/haproxy/runtime/maps/${storageName(SNI_MAP)}/entries/two.example.com?force_sync=true`,
+      `DELETE /services/haproxy/runtime/maps/${storageName(SNI_MAP)}/entries/two.example.com`,
       `PUT /services/haproxy/runtime/backends/${slot}/servers/srv1`,
       `DELETE /services/haproxy/runtime/backends/${slot}/servers/srv1`,
     ]);

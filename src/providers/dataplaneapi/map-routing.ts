@@ -16,6 +16,8 @@ export function mapText(entries: ReadonlyMap<string, string>): string {
   return lines.join('');
 }
 
+const EMPTY_MAP = '# no entries\n';
+
 interface StoredMap {
   file?: string;
   storage_name?: string;
@@ -60,7 +62,8 @@ export class MapFiles {
       counter.requests++;
       await this.client.PUT('/services/haproxy/storage/maps/{name}', {
         params: { path: { name: stored }, query: { skip_reload: true } },
-        body: content,
+        // The API refuses an empty body (400 "value is required"): an empty map is a comment line.
+        body: content === '' ? EMPTY_MAP : content,
         signal,
       });
       return file;

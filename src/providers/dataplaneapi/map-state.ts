@@ -90,6 +90,15 @@ export class MapState {
       ...maps.map((m) => readMapEntries(this.client, m, 'runtime', signal, counter)),
     ]);
     raw.maps = maps.map((name, i) => ({ name, entries: entries[i] as Map<string, string> }));
+    // Map files behind what runs (a crash or a reload before persistence): written like the servers.
+    const stored = await Promise.all(
+      maps.map((m) => readMapEntries(this.client, m, 'storage', signal, counter)),
+    );
+    const mapDrift = new Map<string, ReadonlyMap<string, string>>();
+    maps.forEach((name, i) => {
+      const runs = entries[i] as Map<string, string>;
+      if (!sameEntries(runs, stored[i] as Map<string, string>)) mapDrift.set(name, runs);
+    });
     const drift = new Map<string, RawServer[]>();
     // A server not in the file yet is as the service's last apply left it (runtime servers carry no check
     // flag or tags of their own).
@@ -115,8 +124,8 @@ export class MapState {
       if (key(serving) !== key(b.servers.filter((s) => !draining(list, s.name)))) drift.set(b.name, serving);
       b.servers = runs;
     }
-    this.persistence.schedule(drift);
-    return drift.size > 0;
+    this.persistence.schedule(drift, mapDrift);
+    return drift.size > 0 || mapDrift.size > 0;
   }
 
   remember(state: RawState, pid: number, version: number, snapshot: Snapshot | undefined): void {
@@ -152,4 +161,10 @@ function key(servers: ReadonlyArray<{ name: string; address: string; port: numbe
     .map((s) => `${s.name}|${s.address}|${s.port}`)
     .sort()
     .join(',');
+}
+
+function sameEntries(a: ReadonlyMap<string, string>, b: ReadonlyMap<string, string>): boolean {
+  if (a.size !== b.size) return false;
+  for (const [k, v] of a) if (b.get(k) !== v) return false;
+  return true;
 }

@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import type { RawServer } from '../../haproxy/model.js';
 import { ConcurrentChangeError } from '../provider.js';
 import { type DataplaneClient, DataplaneHttpError, versionOf } from './client.js';
+import { mapText } from './map-routing.js';
 import type { Counter } from './options.js';
 import { type LineTags, parse, render, serverLine } from './raw-lines.js';
 
@@ -26,6 +27,8 @@ export interface PersistOptions {
     to: number | undefined,
     servers: ReadonlyMap<string, RawServer[]>,
   ) => void;
+  /** Writes a map file's text to the API's storage (no reload: the next one loads it). */
+  writeMap: (name: string, text: string) => Promise<void>;
 }
 
 const ATTEMPTS = 3;
@@ -72,6 +75,8 @@ function sameEndpoint(line: string, s: RawServer): boolean {
 
 export class Persistence {
   private readonly pending = new Map<string, RawServer[]>();
+  /** SNI maps (logical name) whose file must hold these entries, as HAProxy runs them now. */
+  private readonly pendingMaps = new Map<string, ReadonlyMap<string, string>>();
   private timer: NodeJS.Timeout | undefined;
   private firstAt = 0;
   private running: Promise<void> | undefined;
@@ -84,11 +89,18 @@ export class Persistence {
     private readonly o: PersistOptions,
   ) {}
 
-  /** Backends whose servers, as now run, must reach the file. */
-  schedule(servers: ReadonlyMap<string, RawServer[]>): void {
-    if (servers.size === 0) return;
-    if (this.pending.size === 0) this.firstAt = Date.now();
+  /**
+   * Backends whose servers, and maps whose entries, as now run, must reach the files. The entries are kept,
+   * not copied: a state's map is never changed in place (`applyOperations` copies on write).
+   */
+  schedule(
+    servers: ReadonlyMap<string, RawServer[]>,
+    maps: ReadonlyMap<string, ReadonlyMap<string, string>> = new Map(),
+  ): void {
+    if (servers.size === 0 && maps.size === 0) return;
+    if (!this.isPending) this.firstAt = Date.now();
     for (const [b, list] of servers) this.pending.set(b, structuredClone(list));
+    for (const [name, entries] of maps) this.pendingMaps.set(name, entries);
     if (this.timer) clearTimeout(this.timer);
     const now = Date.now();
     // The API parses the whole configuration for each write (seconds at thousands of slots): the next write
@@ -105,18 +117,20 @@ export class Persistence {
   }
 
   get isPending(): boolean {
-    return this.pending.size > 0 || this.running !== undefined;
+    return this.pending.size > 0 || this.pendingMaps.size > 0 || this.running !== undefined;
   }
 
   /** Writes what is pending now (and waits for a write under way). A failure keeps it pending and retries. */
   async flush(): Promise<void> {
     while (this.running) await this.running.catch(() => {});
-    if (this.pending.size === 0) return;
+    if (this.pending.size === 0 && this.pendingMaps.size === 0) return;
     if (this.timer) clearTimeout(this.timer);
     this.timer = undefined;
     const batch = new Map(this.pending);
+    const maps = new Map(this.pendingMaps);
     this.pending.clear();
-    this.running = this.write(batch).finally(() => {
+    this.pendingMaps.clear();
+    this.running = this.write(batch, maps).finally(() => {
       this.running = undefined;
     });
     try {
@@ -124,6 +138,7 @@ export class Persistence {
     } catch (err) {
       // Newer changes win over the failed batch's.
       for (const [b, list] of batch) if (!this.pending.has(b)) this.pending.set(b, list);
+      for (const [m, entries] of maps) if (!this.pendingMaps.has(m)) this.pendingMaps.set(m, entries);
       this.retryLater();
       throw err;
     }
@@ -138,8 +153,20 @@ export class Persistence {
     this.timer.unref();
   }
 
-  private async write(batch: Map<string, RawServer[]>): Promise<void> {
+  private async write(
+    batch: Map<string, RawServer[]>,
+    maps: Map<string, ReadonlyMap<string, string>>,
+  ): Promise<void> {
     const started = Date.now();
+    // Servers first: a crash between the two leaves servers no entry names, never an entry naming a slot
+    // without its servers in the file.
+    if (batch.size > 0) await this.writeServers(batch, started);
+    for (const [name, entries] of maps) await this.o.writeMap(name, mapText(entries));
+    if (batch.size === 0) this.last = { ms: Date.now() - started, backends: 0 };
+    this.lastEnd = Date.now();
+  }
+
+  private async writeServers(batch: Map<string, RawServer[]>, started: number): Promise<void> {
     const counter: Counter = { requests: 0 };
     for (let attempt = 1; ; attempt++) {
       const res = await this.client.GET('/services/haproxy/configuration/raw', {});

@@ -83,6 +83,9 @@ export class DataplaneProvider implements Provider {
       logger: o.logger,
       lines: () => lineTagsFor(capabilities()),
       written: (from, to, servers) => this.persistedServers(from, to, servers),
+      writeMap: async (name, text) => {
+        await this.mapFiles.write(name, text, AbortSignal.timeout(o.timeoutMs), { requests: 0 });
+      },
     });
     this.maps = new MapState(this.client, o.owner, capabilities, this.persistence);
     this.transactions = new Transactions(this.client, this.reloads, o);
@@ -222,9 +225,11 @@ export class DataplaneProvider implements Provider {
   ): Promise<ApplyReport> {
     const after = applyOperations(current, plan.operations, this.o.owner);
     const touched = new Map<string, RawServer[]>();
+    const maps = new Map<string, ReadonlyMap<string, string>>();
     for (const op of ops)
       if ('server' in op)
         touched.set(op.backend, after.backends.find((b) => b.name === op.backend)?.servers ?? []);
+      else maps.set(op.map, after.maps?.find((m) => m.name === op.map)?.entries ?? new Map());
     let draining = 0;
     let busy: string[] = [];
     try {
@@ -241,7 +246,7 @@ export class DataplaneProvider implements Provider {
         touched.delete(key.slice(0, key.indexOf('/')));
       }
       this.maps.forget();
-      this.persistence.schedule(touched);
+      this.persistence.schedule(touched, maps);
       // The pass reads and plans again at once; that plan moves them through the configuration.
       throw new ConcurrentChangeError(
         `moved servers carry streams (${busy.join(', ')}): moved in place instead`,
@@ -250,7 +255,7 @@ export class DataplaneProvider implements Provider {
     // A server left draining still runs: the next pass reads what runs and deletes it once it can.
     if (draining > 0) this.maps.forget();
     else this.maps.applied(after);
-    this.persistence.schedule(touched);
+    this.persistence.schedule(touched, maps);
     return { reload: 'none', requests: counter.requests };
   }
 

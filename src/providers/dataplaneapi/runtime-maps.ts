@@ -10,9 +10,9 @@ import type { Counter } from './options.js';
  * Map routing's runtime path: servers of slot backends and SNI map entries changed through HAProxy's runtime
  * API (`/services/haproxy/runtime/...`), no configuration write, no reload. Steps run in plan order (a new
  * route's servers before its map entry; a deleted route's entry before its servers), one request each, with
- * no undo: when one fails, what ran stays, and the loop reads and plans again. Map entries are sent with
- * `force_sync`, so the map file holds them too; servers are written to the configuration later
- * (`persist.ts`).
+ * no undo: when one fails, what ran stays, and the loop reads and plans again. Map entries are sent without
+ * `force_sync` (with it the API compares the whole running map with its file on every entry: O(N) per
+ * change); the map files and the servers are written soon after, batched (`persist.ts`).
  */
 export type RuntimeOp = Extract<
   Operation,
@@ -99,7 +99,6 @@ export async function applyRuntimeOps(
         await client.DELETE('/services/haproxy/runtime/maps/{parent_name}/entries/{id}', {
           params: {
             path: { parent_name: storageName(op.map), id: checkedHost(op.host) },
-            query: { force_sync: true },
           },
           signal,
         });
@@ -121,14 +120,14 @@ async function setEntry(
   counter.requests++;
   if (op.previous === null) {
     await client.POST('/services/haproxy/runtime/maps/{parent_name}/entries', {
-      params: { path: { parent_name }, query: { force_sync: true } },
+      params: { path: { parent_name } },
       body: { key, value },
       signal,
     });
     return;
   }
   await client.PUT('/services/haproxy/runtime/maps/{parent_name}/entries/{id}', {
-    params: { path: { parent_name, id: key }, query: { force_sync: true } },
+    params: { path: { parent_name, id: key } },
     body: { value },
     signal,
   });
