@@ -8,15 +8,10 @@ import { parseOwnedFile } from '../../src/providers/haproxy/owned-file-parse.js'
 import type { StockHaproxyProvider } from '../../src/providers/haproxy/provider.js';
 import { parseShowProc } from '../../src/providers/haproxy/runtime-text.js';
 import { type RouteClaim as Claim, resolveRoutes } from '../../src/routes/route.js';
-import {
-  type HaproxyTestbed,
-  haproxyVersionUnderTest,
-  startHaproxyTestbed,
-} from '../support/haproxy-testbed.js';
+import { type HaproxyTestbed, haproxyVersionUnderTest } from '../support/haproxy-testbed.js';
 import { interpret } from '../support/owner.js';
-import { freeLoopbackPort } from '../support/ports.js';
-import { operatorConfig, stockProviderFor } from '../support/stock-haproxy.js';
-import { type NamedTlsServer, sniProbe, startNamedTlsServer } from '../support/tls.js';
+import { type StockMapBed, startStockMapBed, stockProviderFor } from '../support/stock-haproxy.js';
+import { type NamedTlsServer, sniProbe } from '../support/tls.js';
 import { waitFor } from '../support/wait.js';
 
 const version = haproxyVersionUnderTest();
@@ -73,29 +68,13 @@ describe(`haproxy provider, map routing, on HAProxy ${version}`, () => {
       .map((x) => [x.name, x.servers.map((s) => s.port)]),
   });
 
+  let bed: StockMapBed | undefined;
   beforeAll(async () => {
-    [a, b] = await Promise.all([startNamedTlsServer('a'), startNamedTlsServer('b')]);
-    port = await freeLoopbackPort();
-    haproxy = await startHaproxyTestbed(
-      operatorConfig(await freeLoopbackPort(), await freeLoopbackPort()),
-      version,
-      { ownedFile: true },
-    );
+    bed = await startStockMapBed(version, 8);
+    ({ haproxy, provider, a, b, port, render } = bed);
     dir = haproxy.dir;
-    provider = stockProviderFor(haproxy);
-    render = {
-      ...DEFAULT_RENDER_OPTIONS,
-      routing: 'map',
-      minSlots: 8,
-      bind: { address: '127.0.0.1', port },
-      healthChecks: false,
-    };
   });
-  afterAll(async () => {
-    await provider?.close();
-    await haproxy?.stop();
-    await Promise.all([a?.close(), b?.close()]);
-  });
+  afterAll(() => bed?.close());
   beforeEach(async () => {
     await provider.flush();
     await haproxy.owned?.reloadWith('');

@@ -1,18 +1,13 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DEFAULT_RENDER_OPTIONS, type RenderOptions, renderDesired } from '../../src/haproxy/render.js';
+import { type RenderOptions, renderDesired } from '../../src/haproxy/render.js';
 import { plan } from '../../src/plan/plan.js';
 import type { StockHaproxyProvider } from '../../src/providers/haproxy/provider.js';
 import { parseShowProc } from '../../src/providers/haproxy/runtime-text.js';
 import { type RouteClaim as Claim, resolveRoutes } from '../../src/routes/route.js';
-import {
-  type HaproxyTestbed,
-  haproxyVersionUnderTest,
-  startHaproxyTestbed,
-} from '../support/haproxy-testbed.js';
+import { type HaproxyTestbed, haproxyVersionUnderTest } from '../support/haproxy-testbed.js';
 import { interpret } from '../support/owner.js';
-import { freeLoopbackPort } from '../support/ports.js';
-import { operatorConfig, stockProviderFor } from '../support/stock-haproxy.js';
-import { type NamedTlsServer, sniProbe, startNamedTlsServer } from '../support/tls.js';
+import { type StockMapBed, startStockMapBed } from '../support/stock-haproxy.js';
+import { type NamedTlsServer, sniProbe } from '../support/tls.js';
 
 const version = haproxyVersionUnderTest();
 /** Routes already there (KUBEBYON_TEST_MAP_ROUTES, default 1000). */
@@ -51,27 +46,12 @@ describe(`haproxy provider, map routing at N=${N}, HAProxy ${version}`, () => {
   };
   const reloads = async () => parseShowProc(await haproxy.masterCli('show proc')).reloads;
 
+  let bed: StockMapBed | undefined;
   beforeAll(async () => {
-    [a, b] = await Promise.all([startNamedTlsServer('a'), startNamedTlsServer('b')]);
-    port = await freeLoopbackPort();
-    haproxy = await startHaproxyTestbed(
-      operatorConfig(await freeLoopbackPort(), await freeLoopbackPort()),
-      version,
-      { ownedFile: true },
-    );
-    provider = stockProviderFor(haproxy);
-    render = {
-      ...DEFAULT_RENDER_OPTIONS,
-      routing: 'map',
-      bind: { address: '127.0.0.1', port },
-      healthChecks: false,
-    };
+    bed = await startStockMapBed(version);
+    ({ haproxy, provider, a, b, port, render } = bed);
   }, 60_000);
-  afterAll(async () => {
-    await provider?.close();
-    await haproxy?.stop();
-    await Promise.all([a?.close(), b?.close()]);
-  });
+  afterAll(() => bed?.close());
 
   it('adds, moves and deletes one route among N with no reload', async () => {
     const claims = Array.from({ length: N }, (_, i) => claim(i + 1, a.port));

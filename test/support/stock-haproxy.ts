@@ -1,8 +1,11 @@
 import pino, { type Logger } from 'pino';
+import { DEFAULT_RENDER_OPTIONS, type RenderOptions } from '../../src/haproxy/render.js';
 import type { StockHaproxyConfig } from '../../src/providers/haproxy/config.js';
 import { StockHaproxyProvider } from '../../src/providers/haproxy/provider.js';
-import type { HaproxyTestbed } from './haproxy-testbed.js';
+import { type HaproxyTestbed, type HaproxyVersion, startHaproxyTestbed } from './haproxy-testbed.js';
 import { registry } from './owner.js';
+import { freeLoopbackPort } from './ports.js';
+import { type NamedTlsServer, startNamedTlsServer } from './tls.js';
 
 /**
  * The operator's own configuration in tests of the stock-HAProxy provider: a foreign TLS frontend and its
@@ -41,4 +44,48 @@ export function stockConfigFor(haproxy: HaproxyTestbed): StockHaproxyConfig {
 
 export function stockProviderFor(haproxy: HaproxyTestbed, logger: Logger = pino({ level: 'silent' })) {
   return new StockHaproxyProvider(stockConfigFor(haproxy), { logger, owner: registry });
+}
+
+/** What the map-routing suites run against: HAProxy with an owned file, the provider, two TLS servers. */
+export interface StockMapBed {
+  haproxy: HaproxyTestbed;
+  provider: StockHaproxyProvider;
+  a: NamedTlsServer;
+  b: NamedTlsServer;
+  /** The SNI frontend's port (`render.bind`). */
+  port: number;
+  /** Map routing, no health checks (the stand-ins are TLS servers, not API servers). */
+  render: RenderOptions;
+  close(): Promise<void>;
+}
+
+export async function startStockMapBed(version: HaproxyVersion, minSlots?: number): Promise<StockMapBed> {
+  const [a, b] = await Promise.all([startNamedTlsServer('a'), startNamedTlsServer('b')]);
+  const port = await freeLoopbackPort();
+  const haproxy = await startHaproxyTestbed(
+    operatorConfig(await freeLoopbackPort(), await freeLoopbackPort()),
+    version,
+    { ownedFile: true },
+  );
+  const provider = stockProviderFor(haproxy);
+  const render: RenderOptions = {
+    ...DEFAULT_RENDER_OPTIONS,
+    routing: 'map',
+    ...(minSlots !== undefined ? { minSlots } : {}),
+    bind: { address: '127.0.0.1', port },
+    healthChecks: false,
+  };
+  return {
+    haproxy,
+    provider,
+    a,
+    b,
+    port,
+    render,
+    close: async () => {
+      await provider.close();
+      await haproxy.stop();
+      await Promise.all([a.close(), b.close()]);
+    },
+  };
 }
