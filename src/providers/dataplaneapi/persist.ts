@@ -160,13 +160,13 @@ export class Persistence {
     const started = Date.now();
     // Servers first: a crash between the two leaves servers no entry names, never an entry naming a slot
     // without its servers in the file.
-    if (batch.size > 0) await this.writeServers(batch, started);
+    if (batch.size > 0) await this.writeServers(batch);
     for (const [name, entries] of maps) await this.o.writeMap(name, mapText(entries));
-    if (batch.size === 0) this.last = { ms: Date.now() - started, backends: 0 };
     this.lastEnd = Date.now();
+    this.last = { ms: this.lastEnd - started, backends: batch.size };
   }
 
-  private async writeServers(batch: Map<string, RawServer[]>, started: number): Promise<void> {
+  private async writeServers(batch: Map<string, RawServer[]>): Promise<void> {
     const counter: Counter = { requests: 0 };
     for (let attempt = 1; ; attempt++) {
       const res = await this.client.GET('/services/haproxy/configuration/raw', {});
@@ -180,8 +180,6 @@ export class Persistence {
           params: { query: { ...(version !== undefined ? { version } : {}), skip_reload: true } },
           body: edited,
         });
-        this.lastEnd = Date.now();
-        this.last = { ms: this.lastEnd - started, backends: batch.size };
         this.o.written(version, versionOf(pushed.headers), batch);
         return;
       } catch (err) {

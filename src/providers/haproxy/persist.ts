@@ -1,4 +1,5 @@
 import { readFile } from 'node:fs/promises';
+import { setImmediate } from 'node:timers/promises';
 import type { RawMap, RawState } from '../../haproxy/model.js';
 import { writeFileAtomic } from '../../store/atomic-file.js';
 import { errorText } from '../provider.js';
@@ -21,8 +22,6 @@ export function fileStateOf(state: RawState, inFile: ReadonlySet<string>): RawSt
   };
 }
 
-const yieldToLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
-
 async function readText(path: string): Promise<string | null> {
   try {
     return await readFile(path, 'utf8');
@@ -44,7 +43,7 @@ export async function writeMapFiles(
   const previous: Array<{ path: string; text: string }> = [];
   for (const name of new Set(fileState.frontends.map((f) => f.sniMap).filter((m) => !!m))) {
     const path = mapPath(mapDirOf(s), name as string);
-    await yieldToLoop();
+    await setImmediate();
     const text = renderMapFile(maps?.find((m) => m.name === name)?.entries ?? new Map());
     const before = await readText(path);
     if (before === text) continue;
@@ -85,7 +84,7 @@ export async function preparePersist(
   // Nothing of ours runs: nothing to keep (an empty owned file stays as the operator created it).
   if (fileState.frontends.length === 0 && fileState.backends.length === 0) return 'nothing';
   // Rendering thousands of sections takes tens of ms: webhooks waiting to be served go first.
-  await yieldToLoop();
+  await setImmediate();
   const text = renderOwnedFile(fileState, defaultsName, mapDirOf(s));
   return { fileState, text: text === reading.text ? null : text };
 }

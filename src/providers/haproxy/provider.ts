@@ -216,8 +216,7 @@ export class StockHaproxyProvider implements Provider {
     try {
       w = await this.guard(() => preparePersist(this.session, this.owned, reading, this.defaultsName));
     } catch (err) {
-      this.latest = undefined;
-      this.deps.logger.error({ err: errorText(err) }, 'could not write the runtime state to the files');
+      this.persistFailed(err);
       return;
     }
     // The file changed under us: nothing of what this provider knows is trusted until a full read.
@@ -236,14 +235,17 @@ export class StockHaproxyProvider implements Provider {
           // Applies since advanced `latest` from the same file: it holds the new text now.
           if (this.latest && this.latest.text === from) this.latest.text = to;
         },
-        (err) => {
-          this.latest = undefined;
-          this.deps.logger.error({ err: errorText(err) }, 'could not write the runtime state to the files');
-        },
+        (err) => this.persistFailed(err),
       )
       .finally(() => {
         this.persisting = undefined;
       });
+  }
+
+  /** A persistence that failed: nothing this provider knows is trusted until a full read. */
+  private persistFailed(err: unknown): void {
+    this.latest = undefined;
+    this.deps.logger.error({ err: errorText(err) }, 'could not write the runtime state to the files');
   }
 
   /**
