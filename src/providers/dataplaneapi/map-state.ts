@@ -85,15 +85,14 @@ export class MapState {
       raw.maps = maps.map((name, i) => ({ name, entries: entries[i] as Map<string, string> }));
       return false;
     }
-    const [running, ...entries] = await Promise.all([
+    // What runs, and the map files as stored: those behind what runs (a crash or a reload before
+    // persistence) are written like the servers.
+    const [running, entries, stored] = await Promise.all([
       readRunningServers(this.client, signal, counter),
-      ...maps.map((m) => readMapEntries(this.client, m, 'runtime', signal, counter)),
+      Promise.all(maps.map((m) => readMapEntries(this.client, m, 'runtime', signal, counter))),
+      Promise.all(maps.map((m) => readMapEntries(this.client, m, 'storage', signal, counter))),
     ]);
     raw.maps = maps.map((name, i) => ({ name, entries: entries[i] as Map<string, string> }));
-    // Map files behind what runs (a crash or a reload before persistence): written like the servers.
-    const stored = await Promise.all(
-      maps.map((m) => readMapEntries(this.client, m, 'storage', signal, counter)),
-    );
     const mapDrift = new Map<string, ReadonlyMap<string, string>>();
     maps.forEach((name, i) => {
       const runs = entries[i] as Map<string, string>;
