@@ -78,6 +78,8 @@ export interface FakeDataplaneApi {
   runtime: FakeRuntime;
   /** The text last pushed to `POST /configuration/raw`. */
   rawPushed: string | undefined;
+  /** Matching requests are applied at once but answered `ms` later (a slow answer, e.g. a long parse). */
+  slow: Array<{ method: string; path: RegExp; ms: number }>;
   spec: Record<string, unknown>;
   close(): Promise<void>;
 }
@@ -117,12 +119,14 @@ export async function startFakeDataplaneApi(
       transactions.clear();
       fake.runtime = newFakeRuntime();
       fake.rawPushed = undefined;
+      fake.slow = [];
       version++;
     },
     runtimeChanges: 0,
     reloads: 0,
     runtime: newFakeRuntime(),
     rawPushed: undefined,
+    slow: [],
     spec,
     close: async () => {},
   };
@@ -147,6 +151,14 @@ export async function startFakeDataplaneApi(
     const method = req.method ?? 'GET';
     const path = url.pathname.replace(/^\/v3/, '');
     const q = url.searchParams;
+    const slow = fake.slow.find((x) => x.method === method && x.path.test(path));
+    if (slow) {
+      const end = res.end.bind(res) as (...args: unknown[]) => ServerResponse;
+      res.end = ((...args: unknown[]) => {
+        setTimeout(() => end(...args), slow.ms);
+        return res;
+      }) as typeof res.end;
+    }
     const requestLine = `${method} ${path}${url.search}`;
     fake.requests.push(requestLine);
     const auth = req.headers.authorization ?? '';

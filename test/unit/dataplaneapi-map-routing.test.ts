@@ -109,9 +109,9 @@ describe('dataplaneapi provider, map routing, against the fake API', () => {
     expect(fake.violations).toEqual([]);
   });
 
-  async function converge(claims: RouteClaim[], options: { fresh?: boolean } = {}) {
+  async function converge(claims: RouteClaim[], options: { fresh?: boolean } = {}, r = render) {
     const current = await provider.readState(signal(), options);
-    const p = plan(renderDesired(resolveRoutes(claims).routes, render), interpret(current));
+    const p = plan(renderDesired(resolveRoutes(claims).routes, r), interpret(current));
     return { plan: p, report: await provider.apply(p, current, signal()) };
   }
   const writes = () => fake.requests.filter((r) => !r.startsWith('GET '));
@@ -158,6 +158,44 @@ describe('dataplaneapi provider, map routing, against the fake API', () => {
       expect.stringMatching(/skip_reload=true/),
     ]);
     expect(fake.reloads).toBe(reloads);
+  });
+
+  it('new routes in one pass: servers side by side, every server ready before the first entry; a failure stops it', async () => {
+    const serverPost = /^POST \/services\/haproxy\/runtime\/backends\/(\S+)\/servers$/;
+    const ready = /^PUT \/services\/haproxy\/runtime\/backends\/(\S+)\/servers\/srv1$/;
+    const entry = /^POST \/services\/haproxy\/runtime\/maps\/\S+\/entries$/;
+    const roomy = { ...render, minSlots: 32 };
+    await converge([claim('one')], {}, roomy);
+    await provider.persisted();
+    fake.requests.length = 0;
+    const three = [claim('one'), claim('two', 30002), claim('three', 30003), claim('four', 30004)];
+    expect((await converge(three, {}, roomy)).report.reload).toBe('none');
+    const w = writes().filter((r) => r.includes('/runtime/'));
+    expect(w.filter((r) => serverPost.test(r))).toHaveLength(3);
+    expect(w.filter((r) => entry.test(r))).toHaveLength(3);
+    // Side by side: a second slot's server was asked for before the first one was enabled.
+    let adding = 0;
+    let most = 0;
+    for (const r of w) {
+      if (serverPost.test(r)) adding++;
+      if (ready.test(r)) adding--;
+      most = Math.max(most, adding);
+    }
+    expect(most).toBeGreaterThan(1);
+    const lastReady = w.findLastIndex((r) => ready.test(r));
+    expect(w.findIndex((r) => entry.test(r))).toBeGreaterThan(lastReady);
+    // A server refused: nothing after it starts, and no entry names a slot whose servers may be missing.
+    await provider.persisted();
+    fake.inject({
+      method: 'POST',
+      path: /^\/services\/haproxy\/runtime\/backends\/[^/]+\/servers$/,
+      answer: { status: 500, headers: {}, body: { code: 500, message: 'refused' } },
+    });
+    fake.requests.length = 0;
+    await expect(
+      converge([...three, claim('five', 30005), claim('six', 30006)], {}, roomy),
+    ).rejects.toThrow();
+    expect(writes().filter((r) => entry.test(r))).toEqual([]);
   });
 
   it('a deleted route loses its entry before its servers; a server with open streams drains without failing', async () => {
@@ -245,6 +283,21 @@ describe('dataplaneapi provider, map routing, against the fake API', () => {
     const { plan: repair, report } = await converge([claim('one'), claim('two', 30002)]);
     expect(report.reload).toBe('none');
     expect(repair.operations.map((o) => o.kind)).toContain('create_server');
+  });
+
+  it('a read while our persistence is answered late waits for it instead of reading everything again', async () => {
+    await converge([claim('one')]);
+    await provider.persisted();
+    // The API has applied the push (the version moved) but its answer is still on the way, as when it parses
+    // thousands of slots.
+    fake.slow = [{ method: 'POST', path: /^\/services\/haproxy\/configuration\/raw$/, ms: 300 }];
+    await converge([claim('one'), claim('two', 30002)]);
+    const before = fake.version();
+    await waitFor(() => fake.version() > before, 2_000, 'the push applied');
+    fake.requests.length = 0;
+    const state = await provider.readState(signal());
+    expect(state.backends.flatMap((b) => b.servers.map((s) => s.port))).toContain(30002);
+    expect(fake.requests.filter((r) => /configuration\/backends|stats\/native/.test(r))).toEqual([]);
   });
 
   it('only server and map-entry plans on existing backends take the runtime path', () => {

@@ -120,6 +120,13 @@ export class Persistence {
     return this.pending.size > 0 || this.pendingMaps.size > 0 || this.running !== undefined;
   }
 
+  /** Waits for a write under way, if any (its outcome aside): whether there was one. */
+  async settle(): Promise<boolean> {
+    if (!this.running) return false;
+    await this.running.catch(() => {});
+    return true;
+  }
+
   /** Writes what is pending now (and waits for a write under way). A failure keeps it pending and retries. */
   async flush(): Promise<void> {
     while (this.running) await this.running.catch(() => {});

@@ -75,7 +75,7 @@ export class DataplaneProvider implements Provider {
     const capabilities = () => this.session.capabilities;
     // The service names its map after its owner id (`sniMapNameFor`), so a restart reads it back by that name.
     this.names = new MapNames([sniMapNameFor(o.owner.id), ...(o.sniMaps ?? [])]);
-    this.reads = new Reads(this.client, o.owner, capabilities, this.names);
+    this.reads = new Reads(this.client, o.owner, capabilities, this.names, () => this.persistence.settle());
     this.mapFiles = new MapFiles(this.client);
     this.persistence = new Persistence(this.client, {
       debounceMs: o.persistDebounceMs ?? 100,

@@ -24,6 +24,11 @@ export class Reads {
     private readonly tags: () => TagStore,
     /** The logical names of SNI maps, for frontends that route by one. */
     private readonly names?: MapNames,
+    /**
+     * Called when the version moved: resolves true once a write of ours that was under way has ended (its
+     * answer tells what the API now holds, so the lists need not be read again), false when none was.
+     */
+    private readonly settle: () => Promise<boolean> = async () => false,
   ) {}
 
   /** The state as of now, a copy of its own for the caller. */
@@ -54,9 +59,17 @@ export class Reads {
 
   /** The configuration as of now: the cached read while the version has not moved, else the two lists. */
   async read(signal: AbortSignal): Promise<Snapshot> {
+    let settled = false;
     for (let attempt = 1; ; attempt++) {
       const { data: version } = await this.client.GET('/services/haproxy/configuration/version', { signal });
       if (this.snapshot && this.snapshot.version === version) return this.snapshot;
+      // Our own persistence may have moved it and be about to say so: reading both lists then costs a parse
+      // of thousands of slots on both sides, and the state kept with them.
+      if (!settled && this.snapshot && (await this.settle())) {
+        settled = true;
+        attempt--;
+        continue;
+      }
       const query = { query: { full_section: true } };
       const [frontends, backends] = await Promise.all([
         this.client.GET('/services/haproxy/configuration/frontends', { params: query, signal }),

@@ -9,8 +9,8 @@ import type { Counter } from './options.js';
 /**
  * Map routing's runtime path: servers of slot backends and SNI map entries changed through HAProxy's runtime
  * API (`/services/haproxy/runtime/...`), no configuration write, no reload. Steps run in plan order (a new
- * route's servers before its map entry; a deleted route's entry before its servers), one request each, with
- * no undo: when one fails, what ran stays, and the loop reads and plans again. Map entries are sent without
+ * route's servers before its map entry; a deleted route's entry before its servers; steps of one kind side by
+ * side), one request each, with no undo: when one fails, what ran stays, and the loop reads and plans again. Map entries are sent without
  * `force_sync` (with it the API compares the whole running map with its file on every entry: O(N) per
  * change); the map files and the servers are written soon after, batched (`persist.ts`).
  */
@@ -75,8 +75,7 @@ export async function applyRuntimeOps(
 ): Promise<{ draining: number; busy: string[] }> {
   let draining = 0;
   const busy: string[] = [];
-  for (const op of ops) {
-    signal.throwIfAborted();
+  const one = async (op: RuntimeOp): Promise<void> => {
     switch (op.kind) {
       case 'create_server':
         await addServer(client, op.backend, op.server, signal, counter);
@@ -104,8 +103,54 @@ export async function applyRuntimeOps(
         });
         break;
     }
-  }
+  };
+  // The plan comes sorted by kind (`sortOperations`): every server of a new route before any map entry,
+  // entries removed before their servers. Operations of one kind touch distinct servers or hosts, so a run of
+  // one kind goes side by side (a burst of new routes is bound by round trips, not by the API), and the next
+  // kind starts only once the run before it has ended.
+  for (const run of runsOfOneKind(ops)) await inParallel(run, PARALLEL, signal, one);
   return { draining, busy };
+}
+
+/** Requests in flight at once: the client's sockets (`client.ts`). */
+const PARALLEL = 4;
+
+/** `ops` cut where the kind changes, order kept. */
+export function runsOfOneKind(ops: readonly RuntimeOp[]): RuntimeOp[][] {
+  const runs: RuntimeOp[][] = [];
+  for (const op of ops) {
+    const last = runs.at(-1);
+    if (last && last[0]?.kind === op.kind) last.push(op);
+    else runs.push([op]);
+  }
+  return runs;
+}
+
+/**
+ * `work` on every item, at most `limit` at a time. After a failure nothing more starts; what is under way
+ * ends, then the first failure is thrown (what ran stays: the loop reads and plans again).
+ */
+async function inParallel<T>(
+  items: readonly T[],
+  limit: number,
+  signal: AbortSignal,
+  work: (item: T) => Promise<void>,
+): Promise<void> {
+  let next = 0;
+  let failure: { err: unknown } | undefined;
+  const lane = async () => {
+    while (!failure && next < items.length) {
+      const item = items[next++] as T;
+      try {
+        signal.throwIfAborted();
+        await work(item);
+      } catch (err) {
+        failure ??= { err };
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, lane));
+  if (failure) throw failure.err;
 }
 
 async function setEntry(
