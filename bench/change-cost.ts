@@ -145,7 +145,7 @@ const pct = (xs: number[], p: number) => {
   const sorted = [...xs].sort((a, b) => a - b);
   return sorted[Math.min(sorted.length - 1, Math.floor((sorted.length * p) / 100))] ?? Number.NaN;
 };
-const kb = (b: number) => (b / 1024).toFixed(1);
+const kb = (b: number) => (Number.isNaN(b) ? 'n/a (GC in each)' : (b / 1024).toFixed(1));
 const us = (x: number) => x.toFixed(0);
 
 function row(n: number, what: string, xs: Sample[]): string {
@@ -153,7 +153,7 @@ function row(n: number, what: string, xs: Sample[]): string {
   const bytes = xs.flatMap((s) => (s.bytes === undefined ? [] : [s.bytes]));
   const gcs = xs.filter((s) => s.gcPauseUs > 0);
   const gcMax = Math.max(0, ...xs.map((s) => s.gcPauseUs));
-  return `| ${n} | ${what} | ${xs.length} | ${us(pct(times, 50))} | ${us(pct(times, 99))} | ${us(Math.max(...times))} | ${kb(pct(bytes, 50))} | ${kb(bytes.reduce((a, b) => a + b, 0) / Math.max(1, bytes.length))} | ${gcs.length} / ${us(gcMax)} |`;
+  return `| ${n} | ${what} | ${xs.length} | ${us(pct(times, 50))} | ${us(pct(times, 99))} | ${us(Math.max(...times))} | ${kb(pct(bytes, 50))} | ${kb(bytes.length === 0 ? Number.NaN : bytes.reduce((a, b) => a + b, 0) / bytes.length)} | ${gcs.length} / ${us(gcMax)} |`;
 }
 
 const lines: string[] = [];
