@@ -61,7 +61,11 @@ export interface RawFrontend {
 export interface RawMap {
   /** The map's name, as `RawFrontend.sniMap` gives it. */
   name: string;
-  entries: Map<string, string>;
+  /**
+   * Host -> backend, read only like every object of a state: a read's plain `Map`, or what
+   * `applyOperations` made of one (a `CowMap`, sharing the entries it did not change).
+   */
+  entries: ReadonlyMap<string, string>;
 }
 
 /** What a provider reads from HAProxy, before ownership is decided. */
@@ -70,6 +74,17 @@ export interface RawState {
   backends: RawBackend[];
   /** The SNI maps owned frontends route by (absent: none). */
   maps?: RawMap[];
+}
+
+/**
+ * A deep copy of `state` that is a state again: `structuredClone` alone would turn map entries that
+ * `applyOperations` made (a `CowMap`) into a plain object; here they come back as a plain `Map`.
+ */
+export function cloneRawState(state: RawState): RawState {
+  const { maps, ...rest } = state;
+  const copy: RawState = structuredClone(rest);
+  if (maps) copy.maps = maps.map((m) => ({ name: m.name, entries: new Map(m.entries) }));
+  return copy;
 }
 
 export type BalanceAlgorithm = 'leastconn' | 'roundrobin' | 'source';

@@ -1,3 +1,4 @@
+import { CowMap } from '../haproxy/cow-map.js';
 import type { Owner, RawBackend, RawFrontend, RawMap, RawRule, RawState } from '../haproxy/model.js';
 import { ConcurrentChangeError } from '../providers/provider.js';
 import { backendPosition, derived, samePlaces } from './lineage.js';
@@ -100,11 +101,16 @@ interface Working {
   owner: Owner;
 }
 
+/** A map this call may change: its entries copied on write (`CowMap`), not whole. */
+interface MapToChange extends RawMap {
+  entries: CowMap<string, string>;
+}
+
 /** A frontend that routes by a map brings the map (empty) when it is not there yet. */
-function mapOf(w: Working, name: string): RawMap {
+function mapOf(w: Working, name: string): MapToChange {
   const m = w.maps.get(name);
-  if (m && w.copied.has(m)) return m;
-  const copy: RawMap = { name, entries: new Map(m?.entries) };
+  if (m && w.copied.has(m)) return m as MapToChange;
+  const copy: MapToChange = { name, entries: CowMap.edit(m?.entries) };
   w.copied.add(copy);
   w.maps.set(name, copy);
   return copy;

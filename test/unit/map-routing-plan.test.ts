@@ -94,8 +94,9 @@ describe('map routing plan', () => {
 
   it('repairs a map entry deleted by hand and never names a foreign slot-named backend', () => {
     const start = step({ frontends: [], backends: [] }, [route(1)]).raw;
-    const drifted = structuredClone(start);
-    mapOf(drifted)?.delete('api.c1.example.com');
+    const entries = new Map(mapOf(start));
+    entries.delete('api.c1.example.com');
+    const drifted: RawState = { ...start, maps: [{ name: options.sniMap, entries }] };
     expect(kinds(step(drifted, [route(1)]).p)).toEqual(['set_map_entry']);
     const foreign: HaproxyState = registry.interpret({
       frontends: [],

@@ -118,7 +118,7 @@ describe('Reconciler with map routing', () => {
     expect(provider.reads).toBe(reads);
 
     // Someone reloads HAProxy from files that never got the runtime change: the map entry is gone.
-    entries().clear();
+    provider.state = { ...provider.state, maps: [{ name: MAP, entries: new Map() }] };
     provider.revisionToken = 'pid-11/reloads-1';
     await vi.advanceTimersByTimeAsync(1_000);
     expect(entries().get('api.a.example.com')).toBe(slot);

@@ -260,7 +260,8 @@ describe('startService (composition root)', () => {
     const entries = () => provider.state.maps?.[0]?.entries ?? new Map();
     expect(entries().get('api.example.com')).toBe(put.body.backend);
     // A reload by someone else that lost the runtime map entry: back within a poll and a pass.
-    entries().clear();
+    const map = provider.state.maps?.[0]?.name ?? '';
+    provider.state = { ...provider.state, maps: [{ name: map, entries: new Map() }] };
     provider.revisionToken = 'worker-2';
     await waitFor(() => entries().get('api.example.com') === put.body.backend, 2_000, 'the map entry back', {
       everyMs: 10,

@@ -103,10 +103,25 @@ export function generationOf(state: RawState): number {
     }
     return piece;
   });
+  const head = JSON.stringify(f);
+  // A persistence after runtime changes renders the same structure again: megabytes not hashed again.
+  const last = lastGeneration;
+  if (last && last.head === head && samePieces(last.pieces, pieces)) return last.generation;
   const digest = createHash('sha256')
-    .update(`{"f":${JSON.stringify(f)},"b":[${pieces.join(',')}]}`)
+    .update(`{"f":${head},"b":[${pieces.join(',')}]}`)
     .digest();
-  return GENERATION_BASE + (digest.readUInt32BE(0) % GENERATION_BASE);
+  const generation = GENERATION_BASE + (digest.readUInt32BE(0) % GENERATION_BASE);
+  lastGeneration = { head, pieces, generation };
+  return generation;
+}
+
+/** The last generation computed, with what it was computed from (compared in full: a cache, not a guess). */
+let lastGeneration: { head: string; pieces: readonly string[]; generation: number } | undefined;
+
+function samePieces(a: readonly string[], b: readonly string[]): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
 }
 
 // Raw objects are never changed in place once built (applyOperations copies on write), so what is derived
@@ -220,17 +235,29 @@ export function renderOwnedFile(state: RawState, defaultsName = DEFAULTS_NAME, m
   need(isHaproxyName(defaultsName), 'defaults name', defaultsName);
   const frontends = byNameSorted(state.frontends);
   const backends = byNameSorted(state.backends);
-  const names = new Set<string>();
-  for (const p of [...frontends, ...backends]) {
-    need(!names.has(p.name), 'duplicate proxy name', p.name);
-    names.add(p.name);
-  }
+  refuseDuplicateNames(frontends, backends);
   if (frontends.length === 0 && backends.length === 0) return `${HEADER.join('\n')}\n`;
   const generation = generationOf(state);
-  const sections = [
-    [`defaults ${defaultsName}`, ...DEFAULTS_BODY.map((l) => `  ${l}`)],
-    ...frontends.map((f, i) => renderFrontend(f, i === 0 ? generation : null, defaultsName, mapDir)),
-    ...backends.map((b) => [renderBackendText(b, defaultsName)]),
-  ];
-  return `${HEADER.join('\n')}\n\n${sections.map((s) => s.join('\n')).join('\n\n')}\n`;
+  // One section a string (a backend's is kept with it): thousands of slots cost no array each.
+  const sections = [[`defaults ${defaultsName}`, ...DEFAULTS_BODY.map((l) => `  ${l}`)].join('\n')];
+  frontends.forEach((f, i) => {
+    sections.push(renderFrontend(f, i === 0 ? generation : null, defaultsName, mapDir).join('\n'));
+  });
+  for (const b of backends) sections.push(renderBackendText(b, defaultsName));
+  return `${HEADER.join('\n')}\n\n${sections.join('\n\n')}\n`;
+}
+
+/**
+ * Frontends and backends share one namespace: the first name met twice (frontends first, each list by name)
+ * is refused. The lists are sorted, so a backend's twin is its neighbour or a frontend (no set of every name).
+ */
+function refuseDuplicateNames(frontends: readonly RawFrontend[], backends: readonly RawBackend[]): void {
+  const names = new Set<string>();
+  for (const f of frontends) {
+    need(!names.has(f.name), 'duplicate proxy name', f.name);
+    names.add(f.name);
+  }
+  backends.forEach((b, i) => {
+    need(!names.has(b.name) && backends[i - 1]?.name !== b.name, 'duplicate proxy name', b.name);
+  });
 }

@@ -1,4 +1,4 @@
-import type { Owner, RawState } from '../../haproxy/model.js';
+import { cloneRawState, type Owner, type RawState } from '../../haproxy/model.js';
 import { applyOperations } from '../../plan/apply.js';
 import type { Plan } from '../../plan/plan.js';
 import { Registry } from '../../registry/registry.js';
@@ -54,7 +54,7 @@ export class MemoryProvider implements Provider {
     // or one after `state` was set by hand, is a copy the provider goes on from: what was done to the old
     // object by hand is in it, and nothing kept about the old object applies to it.
     if (options.fresh || this.state !== this.applied) {
-      this.state = structuredClone(this.state);
+      this.state = cloneRawState(this.state);
       this.applied = this.state;
     }
     return this.state;
