@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -205,6 +205,9 @@ export async function runZeroReload(
       await call('DELETE', `/v1/clusters/${c.name}?wait=true`);
       return untilClosed(port, c.host, t, Date.now() + 30_000);
     }, moved);
+    // Experiments: `BENCH_DUMP=<file>` keeps the service's log of the one-at-a-time changes (with
+    // `BENCH_SERVICE_ENV=KUBEBYON_LOG_LEVEL=debug`, each pass and request with its time).
+    if (process.env.BENCH_DUMP) writeFileSync(process.env.BENCH_DUMP, svc.output());
     o.log(
       `add ${JSON.stringify(result.add)} move ${JSON.stringify(result.move)} delete ${JSON.stringify(result.remove)}`,
     );

@@ -1,3 +1,4 @@
+import { setImmediate } from 'node:timers/promises';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { DEFAULT_RENDER_OPTIONS, type RenderOptions } from '../../src/haproxy/render.js';
 import { createMetrics, type Metrics } from '../../src/metrics/metrics.js';
@@ -84,6 +85,29 @@ describe('Reconciler: scoped passes (map routing)', () => {
     expect(await passes('full')).toBe(2);
     expect(provider.applies).toHaveLength(applies);
     expect(await reported(r)).toEqual(before);
+  });
+
+  it('every cluster’s gauges, due after a full pass, are published right after a scoped pass answers', async () => {
+    const r = make(16);
+    for (const name of ['a', 'b']) await put(name);
+    await settle(r.request('start'));
+    // A second full pass within the gauges' interval leaves every cluster's gauges due.
+    await settle(r.request('api'));
+    await vi.advanceTimersByTimeAsync(1_500);
+    await put('c');
+    const resets = vi.spyOn(metrics.routeBackendInfo, 'reset');
+    let atAnswer = -1;
+    const answered = r.request('webhook', { clusters: ['c'] }).then((x) => {
+      atAnswer = resets.mock.calls.length;
+      return x;
+    });
+    expect(await settle(answered)).toEqual({ ok: true, changed: true });
+    // O(N) at thousands of clusters: not on the path of the webhook that waits for the pass.
+    expect(atAnswer).toBe(0);
+    await setImmediate();
+    expect(resets).toHaveBeenCalledTimes(1);
+    expect((await reported(r)).gauges.filter((l) => l.includes('api.c.example.com'))).not.toEqual([]);
+    expect([await passes('full'), await passes('scoped')]).toEqual([2, 1]);
   });
 
   it('a webhook pass that leaves the pool nearly held is still scoped; the growth pass after it is full', async () => {
