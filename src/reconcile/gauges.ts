@@ -1,6 +1,6 @@
 import type { Metrics } from '../metrics/metrics.js';
 import type { PoolReport } from '../plan/operations.js';
-import { CLUSTER_STATES, type ClusterState, type ClusterStatus, type PassResult } from './status.js';
+import { CLUSTER_STATES, type ClusterState, type PassResult } from './status.js';
 
 /** What one cluster adds to the gauges: its state, why its route is rejected, which backend serves it. */
 interface Share {
@@ -11,8 +11,9 @@ interface Share {
 
 /**
  * The gauges a pass leaves behind: clusters by state, rejected routes by reason, which backend serves each
- * routed cluster, and the slot pool. `all` sets them from every cluster (each gauge reset first, so a deleted
- * cluster's series goes with it); `some` changes only the clusters a scoped pass planned, in O(those).
+ * routed cluster, and the slot pool. `all` brings them in line with every cluster (a deleted cluster's series
+ * goes with it), touching only the series that differ; `some` changes only the clusters a scoped pass
+ * planned, in O(those).
  */
 export class Gauges {
   private readonly shares = new Map<string, Share>();
@@ -21,36 +22,38 @@ export class Gauges {
 
   constructor(private readonly metrics: Metrics) {}
 
-  all(statuses: readonly ClusterStatus[], last: PassResult | undefined, pool: PoolReport | undefined): void {
-    this.shares.clear();
-    this.states.clear();
-    this.reasons.clear();
-    this.metrics.routes.reset();
-    this.metrics.rejectedRoutes.reset();
-    this.metrics.routeBackendInfo.reset();
-    const names = new Set(statuses.map((s) => s.name));
+  all(
+    states: ReadonlyMap<string, ClusterState>,
+    last: PassResult | undefined,
+    pool: PoolReport | undefined,
+  ): void {
+    const names = new Set(states.keys());
     for (const name of last?.rejected.keys() ?? []) names.add(name);
     for (const name of last?.conflicted.keys() ?? []) names.add(name);
     for (const name of last?.backends?.keys() ?? []) names.add(name);
-    const byName = new Map(statuses.map((s) => [s.name, s]));
-    for (const name of names) this.add(name, shareOf(name, byName.get(name), last));
-    for (const state of CLUSTER_STATES) this.metrics.routes.set({ state }, this.states.get(state) ?? 0);
-    for (const [reason, count] of this.reasons) this.metrics.rejectedRoutes.set({ reason }, count);
-    this.setPool(pool);
+    const changes = new Map<string, ClusterState | undefined>();
+    for (const name of this.shares.keys()) if (!names.has(name)) changes.set(name, undefined);
+    // Only the series that differ are touched: a full pass that changed nothing costs a comparison per
+    // cluster, not a rebuild of every labelled series (tens of ms at thousands of clusters).
+    for (const name of names) {
+      const state = states.get(name);
+      if (!sameShare(this.shares.get(name), shareOf(name, state, last))) changes.set(name, state);
+    }
+    this.some(changes, last, pool);
   }
 
-  /** Only `changes` (a cluster's status now, undefined when it is gone): every other series stays. */
+  /** Only `changes` (a cluster's state now, undefined when it is gone): every other series stays. */
   some(
-    changes: ReadonlyMap<string, ClusterStatus | undefined>,
+    changes: ReadonlyMap<string, ClusterState | undefined>,
     last: PassResult | undefined,
     pool: PoolReport | undefined,
   ): void {
     const reasons = new Set<string>();
-    for (const [name, status] of changes) {
+    for (const [name, state] of changes) {
       const before = this.shares.get(name);
       if (before?.reason) reasons.add(before.reason);
       if (before) this.remove(name, before);
-      const now = shareOf(name, status, last);
+      const now = shareOf(name, state, last);
       if (now.reason) reasons.add(now.reason);
       this.add(name, now);
     }
@@ -84,13 +87,24 @@ export class Gauges {
   }
 }
 
-function shareOf(name: string, status: ClusterStatus | undefined, last: PassResult | undefined): Share {
+function shareOf(name: string, state: ClusterState | undefined, last: PassResult | undefined): Share {
   const share: Share = {};
-  if (status) share.state = status.state;
+  if (state) share.state = state;
   const reason =
     last?.rejected.get(name)?.reason ?? (last?.conflicted.has(name) ? 'backend_not_owned' : undefined);
   if (reason) share.reason = reason;
   const served = last?.backends?.get(name);
   if (served) share.info = { cluster: name, host: served.host, backend: served.backend };
   return share;
+}
+
+function sameShare(a: Share | undefined, b: Share): boolean {
+  if (!a) return !b.state && !b.reason && !b.info;
+  return (
+    a.state === b.state &&
+    a.reason === b.reason &&
+    a.info?.host === b.info?.host &&
+    a.info?.backend === b.info?.backend &&
+    (a.info === undefined) === (b.info === undefined)
+  );
 }

@@ -3,7 +3,13 @@ import type { PoolReport } from '../plan/operations.js';
 import type { ClusterStore } from '../store/cluster-store.js';
 import type { Clock } from './clock.js';
 import { Gauges } from './gauges.js';
-import { type ClusterStatus, clusterStatus, clusterStatuses, type PassResult } from './status.js';
+import {
+  type ClusterStatus,
+  clusterState,
+  clusterStatus,
+  clusterStatuses,
+  type PassResult,
+} from './status.js';
 
 /** Passes publish the gauges of every cluster at most this often; a scrape publishes what is newer. */
 const GAUGE_INTERVAL_MS = 1_000;
@@ -28,7 +34,6 @@ export class PassLedger {
   /** Gauges not yet published: every cluster's, or some clusters'. */
   private dirty: 'all' | Set<string> | undefined;
   private gaugesAt = Number.NEGATIVE_INFINITY;
-  private soon: NodeJS.Immediate | undefined;
   private readonly gauges: Gauges;
 
   constructor(
@@ -76,19 +81,7 @@ export class PassLedger {
     // A failure turns every cluster's status to an error: all of them are published again.
     if (!result.ok || this.dirty === 'all') this.dirty = 'all';
     else this.dirty = new Set([...(this.dirty ?? []), ...clusters]);
-    if (this.dirty !== 'all') this.publish();
-    // Every cluster's gauges cost O(N) (60 ms at 20000): not on the path of the webhook that waits for this
-    // pass, but right after its answer.
-    else if (now - this.gaugesAt >= GAUGE_INTERVAL_MS) this.publishSoon();
-  }
-
-  private publishSoon(): void {
-    if (this.soon) return;
-    this.soon = setImmediate(() => {
-      this.soon = undefined;
-      this.publish();
-    });
-    this.soon.unref();
+    if (this.dirty !== 'all' || now - this.gaugesAt >= GAUGE_INTERVAL_MS) this.publish();
   }
 
   private applied(result: PassResult, touched: ReadonlySet<string>, name: string, now: number): void {
@@ -96,17 +89,28 @@ export class PassLedger {
     if (touched.has(name) || !this.appliedAt.has(name)) this.appliedAt.set(name, now);
   }
 
-  /** The gauges brought up to date: every cluster's, O(N), or the clusters of scoped passes since. */
+  /**
+   * The gauges brought up to date: every cluster's (O(N) comparisons, only the series that differ touched:
+   * about 5 ms at 20000 clusters), or the clusters of scoped passes since.
+   */
   private publish(): void {
     const dirty = this.dirty;
     this.dirty = undefined;
     if (dirty === undefined) return;
     if (dirty === 'all') {
       this.gaugesAt = this.o.clock.now();
-      this.gauges.all(this.statuses(), this.last, this.pool);
+      const last = this.last;
+      const states = new Map(this.o.store.list().map((r) => [r.name, clusterState(r, last)]));
+      this.gauges.all(states, last, this.pool);
       return;
     }
-    const changes = new Map([...dirty].map((name) => [name, this.status(name)]));
+    const last = this.last;
+    const changes = new Map(
+      [...dirty].map((name) => {
+        const record = this.o.store.get(name);
+        return [name, record && clusterState(record, last)];
+      }),
+    );
     this.gauges.some(changes, this.last, this.pool);
   }
 }

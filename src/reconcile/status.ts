@@ -82,28 +82,39 @@ export function clusterStatus(
   publicPort: number,
 ): ClusterStatus {
   const served = last?.backends?.get(record.name);
-  const base = {
+  const { state, reason, route } = verdict(record, last);
+  return {
     name: record.name,
     host: record.host,
-    api_endpoint: null as string | null,
+    api_endpoint: route ? `https://${route.host}:${publicPort}` : null,
     last_applied_at: appliedAt.has(record.name)
       ? new Date(appliedAt.get(record.name) ?? 0).toISOString()
       : null,
     backend: served?.backend ?? null,
     servers: served?.servers ?? [],
+    state,
+    reason,
   };
-  if (!last || last.seen.get(record.name) !== record.updatedAt)
-    return { ...base, state: 'pending', reason: null };
+}
+
+/** Only the state of `clusterStatus` (what the gauges count): no strings or dates made. */
+export function clusterState(record: ClusterRecord, last: PassResult | undefined): ClusterState {
+  return verdict(record, last).state;
+}
+
+function verdict(
+  record: ClusterRecord,
+  last: PassResult | undefined,
+): { state: ClusterState; reason: string | null; route?: Route | undefined } {
+  if (!last || last.seen.get(record.name) !== record.updatedAt) return { state: 'pending', reason: null };
   const rejection = last.rejected.get(record.name);
-  if (rejection) return { ...base, state: 'rejected', reason: `${rejection.reason}: ${rejection.detail}` };
+  if (rejection) return { state: 'rejected', reason: `${rejection.reason}: ${rejection.detail}` };
   const conflict = last.conflicted.get(record.name);
-  if (conflict) return { ...base, state: 'rejected', reason: `backend_not_owned: ${conflict}` };
-  if (!last.ok) return { ...base, state: 'error', reason: last.error ?? 'reconcile failed' };
+  if (conflict) return { state: 'rejected', reason: `backend_not_owned: ${conflict}` };
+  if (!last.ok) return { state: 'error', reason: last.error ?? 'reconcile failed' };
   const route = last.routes.get(record.name);
-  const api_endpoint = route ? `https://${route.host}:${publicPort}` : null;
   const problem = last.problems.get(record.name);
-  if (problem || route?.endpoints.length === 0) {
-    return { ...base, api_endpoint, state: 'degraded', reason: problem ?? 'no_endpoints' };
-  }
-  return { ...base, api_endpoint, state: 'applied', reason: null };
+  if (problem || route?.endpoints.length === 0)
+    return { state: 'degraded', reason: problem ?? 'no_endpoints', route };
+  return { state: 'applied', reason: null, route };
 }
