@@ -100,8 +100,8 @@ describe('Reconciler: scoped passes (map routing)', () => {
     const removed = vi.spyOn(metrics.routeBackendInfo, 'remove');
     expect(await settle(r.request('webhook', { clusters: ['c', 'a'] }))).toEqual({ ok: true, changed: true });
     // At thousands of clusters a rebuild of every series costs tens of ms on the webhook's path.
-    expect(set.mock.calls.map(([labels]) => labels.cluster)).toEqual(['c']);
-    expect(removed.mock.calls.map(([labels]) => labels.cluster)).toEqual(['a']);
+    expect(set.mock.calls.map(([labels]) => (labels as { cluster?: string }).cluster)).toEqual(['c']);
+    expect(removed.mock.calls.map(([labels]) => (labels as { cluster?: string }).cluster)).toEqual(['a']);
     const after = await reported(r);
     expect(after.gauges.filter((l) => l.includes('cluster="b"'))).toEqual(
       before.gauges.filter((l) => l.includes('cluster="b"')),
