@@ -4,7 +4,7 @@ import { ConcurrentChangeError } from '../provider.js';
 import { type DataplaneClient, DataplaneHttpError, versionOf } from './client.js';
 import { mapText } from './map-routing.js';
 import type { Counter } from './options.js';
-import { type LineTags, parse, render, serverLine } from './raw-lines.js';
+import { API_HEAD, type LineTags, serverLine } from './raw-lines.js';
 
 /**
  * Persistence off the critical path: servers added or removed at runtime (`runtime-maps.ts`) are written to
@@ -37,34 +37,61 @@ const serverRe = /^\s+server\s+(\S+)\s/;
 /**
  * `text` with the server lines of each backend named in `servers` replaced by those servers (a line kept
  * byte for byte when its server is there with the same endpoint). Backends not in the text are skipped:
- * whoever deleted one has made its servers moot. Pure.
+ * whoever deleted one has made its servers moot. Only those sections are split into lines: the rest of the
+ * file (megabytes at thousands of slots) is copied as it is, so a write costs the backends it names, not a
+ * parse of the file on the event loop. Same output as `render(parse(text))` with those sections edited. Pure.
  */
 export function withServers(text: string, servers: ReadonlyMap<string, RawServer[]>, t: LineTags): string {
-  const c = parse(text);
-  for (const s of c.sections) {
-    if (s.kind !== 'backend' || s.name === undefined) continue;
-    const want = servers.get(s.name);
-    if (!want) continue;
-    const byName = new Map(want.map((x) => [x.name, x]));
-    let end = s.lines.length;
-    while (end > 1 && (s.lines[end - 1] as string).trim() === '') end--;
-    const kept: string[] = [];
-    const have = new Set<string>();
-    for (const line of s.lines.slice(0, end)) {
-      const name = serverRe.exec(line)?.[1];
-      if (name === undefined) {
-        kept.push(line);
-        continue;
-      }
-      const server = byName.get(name);
-      if (!server) continue;
-      have.add(name);
-      kept.push(sameEndpoint(line, server) ? line : serverLine(server, t));
+  const body = text.replace(/\n$/, '');
+  const headEnd = SECTION_START.exec(body)?.index ?? body.length;
+  const headText = body.slice(0, headEnd).replace(/\n$/, '');
+  const head = headEnd === 0 ? [] : headText.split('\n').filter((line) => !API_HEAD.test(line));
+  const rest = body.slice(headEnd);
+  const out: string[] = [];
+  let copied = 0;
+  if (servers.size > 0) {
+    const names = [...servers.keys()].map((n) => n.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')).join('|');
+    const named = new RegExp(`^backend[ \\t]+(${names})(?=[ \\t]|$)`, 'gm');
+    for (const m of rest.matchAll(named)) {
+      const at = m.index;
+      NEXT_SECTION.lastIndex = at + 1;
+      const end = NEXT_SECTION.exec(rest)?.index ?? rest.length;
+      out.push(rest.slice(copied, at));
+      const want = servers.get(m[1] as string) as RawServer[];
+      out.push(withSectionServers(rest.slice(at, end).split('\n'), want, t).join('\n'));
+      copied = end;
     }
-    const added = want.filter((x) => !have.has(x.name)).map((x) => serverLine(x, t));
-    s.lines = [...kept, ...added, ...s.lines.slice(end)];
   }
-  return render(c);
+  out.push(rest.slice(copied));
+  const sections = out.join('');
+  const all = head.length > 0 ? `${head.join('\n')}\n${sections}` : sections;
+  return `${all.replace(/\n+$/, '')}\n`;
+}
+
+/** A line that starts a section (as `parse` tells them), and the newline before the next one. */
+const SECTION_START = /^[^\s#]/m;
+const NEXT_SECTION = /\n(?=[^\s#])/g;
+
+/** One backend section's lines (header first) with its server lines made `want`, blank lines kept last. */
+export function withSectionServers(lines: readonly string[], want: RawServer[], t: LineTags): string[] {
+  const byName = new Map(want.map((x) => [x.name, x]));
+  let end = lines.length;
+  while (end > 1 && (lines[end - 1] as string).trim() === '') end--;
+  const kept: string[] = [];
+  const have = new Set<string>();
+  for (const line of lines.slice(0, end)) {
+    const name = serverRe.exec(line)?.[1];
+    if (name === undefined) {
+      kept.push(line);
+      continue;
+    }
+    const server = byName.get(name);
+    if (!server) continue;
+    have.add(name);
+    kept.push(sameEndpoint(line, server) ? line : serverLine(server, t));
+  }
+  const added = want.filter((x) => !have.has(x.name)).map((x) => serverLine(x, t));
+  return [...kept, ...added, ...lines.slice(end)];
 }
 
 function sameEndpoint(line: string, s: RawServer): boolean {

@@ -29,7 +29,7 @@ export interface ConfigText {
 }
 
 /** Lines the API writes at the top of the file for itself; it writes them again on every push. */
-const API_HEAD = /^# (_md5hash=|_version=|Dataplaneapi managed File|changing file directly)/;
+export const API_HEAD = /^# (_md5hash=|_version=|Dataplaneapi managed File|changing file directly)/;
 export const META = / # (\{.*\})\s*$/;
 
 export function parse(text: string): ConfigText {
