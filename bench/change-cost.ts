@@ -10,30 +10,17 @@
 // Run: npx tsx bench/change-cost.ts [sizes, e.g. 1000,5000,20000] [changes, default 200]
 import { cpus, totalmem } from 'node:os';
 import v8 from 'node:v8';
-import pino from 'pino';
-import { DEFAULT_RENDER_OPTIONS, type RenderOptions } from '../src/haproxy/render.js';
-import { createMetrics } from '../src/metrics/metrics.js';
 import type { ClusterRecord } from '../src/model/cluster.js';
-import { RoutingIndexCache } from '../src/plan/routing-index.js';
 import { renderMapFile } from '../src/providers/haproxy/map-file.js';
 import { renderOwnedFile } from '../src/providers/haproxy/owned-file.js';
 import { fileStateOf } from '../src/providers/haproxy/persist.js';
-import { MemoryProvider } from '../src/providers/memory/memory-provider.js';
-import { runPass } from '../src/reconcile/pass.js';
-import { runScopedPass } from '../src/reconcile/scoped-pass.js';
-import type { PassResult } from '../src/reconcile/status.js';
-import { OwnedProvider } from '../src/registry/owned-provider.js';
-import { Registry } from '../src/registry/registry.js';
-import { StaticTopology } from '../src/topology/topology.js';
+import { scopedBed } from './scoped-bed.js';
 
 const SIZES = (process.argv[2] ?? '1000,5000,20000').split(',').map(Number);
 const CHANGES = Number(process.argv[3] ?? 200);
 const WARMUP = 30;
 const PERSISTS = 20;
 const BUDGET_MS = 60_000;
-const RENDER: RenderOptions = { ...DEFAULT_RENDER_OPTIONS, routing: 'map' };
-const topology = new StaticTopology(['10.0.0.1', '10.0.0.2', '10.0.0.3']);
-const registry = new Registry();
 const NOW = 1_700_000_000_000;
 
 const record = (name: string, i: number, port = 30000 + (i % 2700)): ClusterRecord => ({
@@ -71,21 +58,8 @@ type Kind = (typeof KINDS)[number];
 async function sizeRun(n: number) {
   const records = new Map<string, ClusterRecord>();
   for (let i = 0; i < n; i++) records.set(`c${i}`, record(`c${i}`, i));
-  const memory = new MemoryProvider();
-  const provider = new OwnedProvider(memory, registry);
-  const common = {
-    topology,
-    provider,
-    render: RENDER,
-    signal: new AbortController().signal,
-    logger: pino({ level: 'silent' }),
-    metrics: createMetrics(),
-    indexes: new RoutingIndexCache(),
-  };
-  // A full pass from nothing, then one more: the state every webhook pass starts from.
-  let last: PassResult = (await runPass({ ...common, records: [...records.values()], retries: 0 })).result;
-  last = (await runPass({ ...common, records: [...records.values()], retries: 0 })).result;
-  const kind = { fresh: false, grow: 'when_needed' as const, repair: false };
+  const bed = await scopedBed(records);
+  const memory = bed.memory;
 
   let k = 0;
   /** The k-th change: probe k/3 is added, its endpoints moved, then deleted. */
@@ -95,16 +69,8 @@ async function sizeRun(n: number) {
     k++;
     if (which === 'delete') records.delete(name);
     else records.set(name, record(name, n + k, which === 'add' ? 31000 : 31001));
-    const report = await runScopedPass({
-      ...common,
-      kind,
-      clusters: new Set([name]),
-      record: (x) => records.get(x),
-      last,
-    });
-    if ('doubt' in report) throw new Error(`scoped pass declined: ${report.doubt}`);
+    const report = await bed.change(name);
     if (!report.changed) throw new Error(`change ${which} of ${name} applied nothing`);
-    last = report.result;
     return which;
   };
 

@@ -8,28 +8,17 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { cpus, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
-import pino from 'pino';
 import type { RawState } from '../src/haproxy/model.js';
-import { DEFAULT_RENDER_OPTIONS, type RenderOptions, renderDesired } from '../src/haproxy/render.js';
-import { createMetrics } from '../src/metrics/metrics.js';
+import { renderDesired } from '../src/haproxy/render.js';
 import type { ClusterRecord } from '../src/model/cluster.js';
 import { applyOperations } from '../src/plan/apply.js';
 import { plan } from '../src/plan/plan.js';
-import { RoutingIndexCache } from '../src/plan/routing-index.js';
-import { MemoryProvider } from '../src/providers/memory/memory-provider.js';
 import { desiredRoutes } from '../src/reconcile/desired.js';
-import { desiredConfig, runPass } from '../src/reconcile/pass.js';
-import { runScopedPass } from '../src/reconcile/scoped-pass.js';
-import type { PassResult } from '../src/reconcile/status.js';
-import { OwnedProvider } from '../src/registry/owned-provider.js';
-import { Registry } from '../src/registry/registry.js';
+import { desiredConfig } from '../src/reconcile/pass.js';
 import { ClusterStore } from '../src/store/cluster-store.js';
-import { StaticTopology } from '../src/topology/topology.js';
+import { RENDER, registry, scopedBed, topology } from './scoped-bed.js';
 
 const SIZES = (process.argv[2] ?? '10,1000,5000,20000').split(',').map(Number);
-const RENDER: RenderOptions = { ...DEFAULT_RENDER_OPTIONS, routing: 'map' };
-const topology = new StaticTopology(['10.0.0.1', '10.0.0.2', '10.0.0.3']);
-const registry = new Registry();
 
 function record(i: number, now = 1_700_000_000_000): ClusterRecord {
   return {
@@ -75,37 +64,15 @@ async function storeUpsert(n: number): Promise<number> {
 /** Median ms of scoped passes that add one route, move its endpoints, and delete it again (ops of each). */
 async function scopedPasses(n: number) {
   const records = new Map(Array.from({ length: n }, (_, i) => [`cluster-${i}`, record(i)]));
-  const provider = new OwnedProvider(new MemoryProvider(), registry);
-  const common = {
-    topology,
-    provider,
-    render: RENDER,
-    signal: new AbortController().signal,
-    logger: pino({ level: 'silent' }),
-    metrics: createMetrics(),
-    indexes: new RoutingIndexCache(),
-  };
-  // A full pass from nothing, then one more: the state every webhook pass starts from.
-  let last: PassResult = (await runPass({ ...common, records: [...records.values()], retries: 0 })).result;
-  last = (await runPass({ ...common, records: [...records.values()], retries: 0 })).result;
-  const kind = { fresh: false, grow: 'when_needed' as const, repair: false };
+  const bed = await scopedBed(records);
   const samples = { add: [] as number[], move: [] as number[], del: [] as number[] };
   const ops = { add: 0, move: 0, del: 0 };
   const step = async (which: keyof typeof samples, change: () => void) => {
     change();
     const started = process.hrtime.bigint();
-    const report = await runScopedPass({
-      ...common,
-      kind,
-      clusters: new Set(['probe']),
-      record: (name) => records.get(name),
-      last,
-    });
+    await bed.change('probe');
     samples[which].push(Number(process.hrtime.bigint() - started) / 1e6);
-    if ('doubt' in report) throw new Error(`scoped pass declined: ${report.doubt}`);
-    last = report.result;
-    ops[which] =
-      (provider as unknown as { inner: MemoryProvider }).inner.applies.at(-1)?.operations.length ?? 0;
+    ops[which] = bed.memory.applies.at(-1)?.operations.length ?? 0;
   };
   const probe = (port: number): ClusterRecord => ({
     ...record(n + 1),
