@@ -4,7 +4,7 @@ import type { DataplaneClient } from './client.js';
 import type { Snapshot } from './mapping.js';
 import type { Counter } from './options.js';
 import type { Persistence } from './persist.js';
-import { readMapEntries, readRunningServers } from './runtime-maps.js';
+import { readMapEntries, readRunningServers } from './runtime-reads.js';
 
 /**
  * What HAProxy runs, for map routing: the configuration as read, with the SNI maps' runtime entries and the

@@ -108,7 +108,22 @@ export async function applyRuntimeOps(
   // entries removed before their servers. Operations of one kind touch distinct servers or hosts, so a run of
   // one kind goes side by side (a burst of new routes is bound by round trips, not by the API), and the next
   // kind starts only once the run before it has ended.
-  for (const run of runsOfOneKind(ops)) await inParallel(run, PARALLEL, signal, one);
+  for (const run of runsOfOneKind(ops)) {
+    const payloads = run[0]?.kind === 'set_map_entry' ? newEntryPayloads(run) : undefined;
+    if (!payloads) {
+      await inParallel(run, PARALLEL, signal, one);
+      continue;
+    }
+    // New hosts by the hundred (a burst): a few payload requests instead of one request each.
+    const rest = run.filter((op) => op.kind === 'set_map_entry' && op.previous !== null);
+    const send = (p: Payload) => addPayload(client, p, signal, counter);
+    await inParallel(
+      [...payloads.map((p) => () => send(p)), ...rest.map((op) => () => one(op))],
+      PARALLEL,
+      signal,
+      (f) => f(),
+    );
+  }
   return { draining, busy };
 }
 
@@ -151,6 +166,56 @@ async function inParallel<T>(
   };
   await Promise.all(Array.from({ length: Math.min(limit, items.length) }, lane));
   if (failure) throw failure.err;
+}
+
+/**
+ * Bytes of `key value\n` lines per payload. The API adds a payload under 8192 bytes with one `add map`; a
+ * larger one it loads as a new version of the map (`prepare map`, `commit map`) that holds only the payload:
+ * every other entry would go. Half that, so no payload ever comes near it.
+ */
+const PAYLOAD_BYTES = 4096;
+
+interface Payload {
+  map: string;
+  entries: Array<{ key: string; value: string }>;
+}
+
+/** The new entries of a run of `set_map_entry` (none replaced) as payloads by map; undefined under two. */
+export function newEntryPayloads(run: readonly RuntimeOp[]): Payload[] | undefined {
+  const fresh = run.filter(
+    (op): op is Extract<RuntimeOp, { kind: 'set_map_entry' }> =>
+      op.kind === 'set_map_entry' && op.previous === null,
+  );
+  if (fresh.length < 2) return undefined;
+  const payloads: Payload[] = [];
+  const open = new Map<string, { payload: Payload; bytes: number }>();
+  for (const op of fresh) {
+    const entry = { key: checkedHost(op.host), value: checkedName(op.backend, 'backend') };
+    const bytes = Buffer.byteLength(`${entry.key} ${entry.value}\n`);
+    let current = open.get(op.map);
+    if (!current || current.bytes + bytes > PAYLOAD_BYTES) {
+      current = { payload: { map: op.map, entries: [] }, bytes: 0 };
+      open.set(op.map, current);
+      payloads.push(current.payload);
+    }
+    current.payload.entries.push(entry);
+    current.bytes += bytes;
+  }
+  return payloads;
+}
+
+async function addPayload(
+  client: DataplaneClient,
+  p: Payload,
+  signal: AbortSignal,
+  counter: Counter,
+): Promise<void> {
+  counter.requests++;
+  await client.PUT('/services/haproxy/runtime/maps/{name}', {
+    params: { path: { name: storageName(p.map) } },
+    body: p.entries,
+    signal,
+  });
 }
 
 async function setEntry(
@@ -250,76 +315,4 @@ async function removeServer(
     throw err;
   }
   return false;
-}
-
-/** A server as HAProxy runs it; `maint`: in maintenance (e.g. left draining by a delete). */
-export interface RunningServer {
-  name: string;
-  address: string;
-  port: number;
-  maint: boolean;
-}
-
-/** Every server HAProxy runs, by backend, from one stats request (no request per backend). */
-export async function readRunningServers(
-  client: DataplaneClient,
-  signal: AbortSignal,
-  counter: Counter,
-): Promise<Map<string, RunningServer[]>> {
-  counter.requests++;
-  const res = await client.GET('/services/haproxy/stats/native', {
-    params: { query: { type: 'server' } },
-    signal,
-  });
-  const out = new Map<string, RunningServer[]>();
-  const collections = Array.isArray(res.data) ? res.data : [res.data];
-  for (const c of collections)
-    for (const s of c?.stats ?? []) {
-      if (s.type !== 'server' || !s.backend_name || !s.name) continue;
-      const endpoint = parseAddr(s.stats?.addr);
-      if (!endpoint) continue;
-      const list = out.get(s.backend_name) ?? [];
-      list.push({ name: s.name, ...endpoint, maint: /^MAINT/i.test(s.stats?.status ?? '') });
-      out.set(s.backend_name, list);
-    }
-  return out;
-}
-
-/** `1.2.3.4:80` or `[::1]:80`. */
-function parseAddr(addr: string | undefined): { address: string; port: number } | undefined {
-  const m = /^\[?([^\]]+?)\]?:(\d+)$/.exec(addr ?? '');
-  if (!m?.[1] || !m[2]) return undefined;
-  return { address: m[1], port: Number(m[2]) };
-}
-
-/**
- * The entries of map `name` (logical), host -> backend: as HAProxy runs them (`runtime`), or as its file in
- * the API's storage holds them (`storage`).
- */
-export async function readMapEntries(
-  client: DataplaneClient,
-  name: string,
-  from: 'runtime' | 'storage',
-  signal: AbortSignal,
-  counter: Counter,
-): Promise<Map<string, string>> {
-  const entries = new Map<string, string>();
-  counter.requests++;
-  if (from === 'runtime') {
-    const res = await client.GET('/services/haproxy/runtime/maps/{parent_name}/entries', {
-      params: { path: { parent_name: storageName(name) } },
-      signal,
-    });
-    for (const e of res.data ?? []) if (e.key && e.value !== undefined) entries.set(e.key, e.value);
-    return entries;
-  }
-  const res = await client.GET('/services/haproxy/storage/maps/{name}', {
-    params: { path: { name: storageName(name) } },
-    signal,
-  });
-  for (const line of String(typeof res.data === 'string' ? res.data : '').split('\n')) {
-    const [host, backend] = line.trim().split(/\s+/);
-    if (host && backend && !host.startsWith('#')) entries.set(host, backend);
-  }
-  return entries;
 }

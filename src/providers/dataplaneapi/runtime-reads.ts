@@ -1,0 +1,77 @@
+import type { DataplaneClient } from './client.js';
+import { storageName } from './map-names.js';
+import type { Counter } from './options.js';
+
+/** What HAProxy runs, read through the API's runtime side: servers by backend, and map entries. */
+
+/** A server as HAProxy runs it; `maint`: in maintenance (e.g. left draining by a delete). */
+export interface RunningServer {
+  name: string;
+  address: string;
+  port: number;
+  maint: boolean;
+}
+
+/** Every server HAProxy runs, by backend, from one stats request (no request per backend). */
+export async function readRunningServers(
+  client: DataplaneClient,
+  signal: AbortSignal,
+  counter: Counter,
+): Promise<Map<string, RunningServer[]>> {
+  counter.requests++;
+  const res = await client.GET('/services/haproxy/stats/native', {
+    params: { query: { type: 'server' } },
+    signal,
+  });
+  const out = new Map<string, RunningServer[]>();
+  const collections = Array.isArray(res.data) ? res.data : [res.data];
+  for (const c of collections)
+    for (const s of c?.stats ?? []) {
+      if (s.type !== 'server' || !s.backend_name || !s.name) continue;
+      const endpoint = parseAddr(s.stats?.addr);
+      if (!endpoint) continue;
+      const list = out.get(s.backend_name) ?? [];
+      list.push({ name: s.name, ...endpoint, maint: /^MAINT/i.test(s.stats?.status ?? '') });
+      out.set(s.backend_name, list);
+    }
+  return out;
+}
+
+/** `1.2.3.4:80` or `[::1]:80`. */
+function parseAddr(addr: string | undefined): { address: string; port: number } | undefined {
+  const m = /^\[?([^\]]+?)\]?:(\d+)$/.exec(addr ?? '');
+  if (!m?.[1] || !m[2]) return undefined;
+  return { address: m[1], port: Number(m[2]) };
+}
+
+/**
+ * The entries of map `name` (logical), host -> backend: as HAProxy runs them (`runtime`), or as its file in
+ * the API's storage holds them (`storage`).
+ */
+export async function readMapEntries(
+  client: DataplaneClient,
+  name: string,
+  from: 'runtime' | 'storage',
+  signal: AbortSignal,
+  counter: Counter,
+): Promise<Map<string, string>> {
+  const entries = new Map<string, string>();
+  counter.requests++;
+  if (from === 'runtime') {
+    const res = await client.GET('/services/haproxy/runtime/maps/{parent_name}/entries', {
+      params: { path: { parent_name: storageName(name) } },
+      signal,
+    });
+    for (const e of res.data ?? []) if (e.key && e.value !== undefined) entries.set(e.key, e.value);
+    return entries;
+  }
+  const res = await client.GET('/services/haproxy/storage/maps/{name}', {
+    params: { path: { name: storageName(name) } },
+    signal,
+  });
+  for (const line of String(typeof res.data === 'string' ? res.data : '').split('\n')) {
+    const [host, backend] = line.trim().split(/\s+/);
+    if (host && backend && !host.startsWith('#')) entries.set(host, backend);
+  }
+  return entries;
+}
