@@ -255,6 +255,24 @@ describe.skipIf(!source)(`Data Plane API map routing on HAProxy ${versionUnderTe
     },
   );
 
+  runtime('many new routes in one pass go as map payloads: all routable, none lost, no reload', async () => {
+    const roomy = { ...map, minSlots: 128 };
+    expect((await pass(h, provider, [alpha()], roomy)).result.ok).toBe(true);
+    await provider.persisted();
+    const loads = h.tb.loadCount();
+    // 60 hosts of about 80 bytes a line: more than one payload of at most 4 KiB.
+    const host = (i: number) => `${'p'.repeat(48)}-${String(i).padStart(3, '0')}.example.com`;
+    const many = Array.from({ length: 60 }, (_, i) => record(`p${i}`, host(i), h.beta.port));
+    const add = await pass(h, provider, [alpha(), ...many], roomy);
+    expect(add.result.ok, add.result.error).toBe(true);
+    const entries = await h.tb.api.get(`/services/haproxy/runtime/maps/${STORED}/entries`);
+    expect((entries.data as unknown[]).length).toBe(61);
+    for (const i of [0, 29, 59]) expect(await sniProbe(h.sniPort, host(i))).toEqual({ reached: 'beta' });
+    expect(await sniProbe(h.sniPort, 'alpha.example.com')).toEqual({ reached: 'alpha' });
+    expect(h.tb.loadCount()).toBe(loads);
+    expect((await pass(h, mapProvider(), [alpha(), ...many], roomy)).changed).toBe(false);
+  });
+
   it.runIf(versionUnderTest() === '2.6')(
     'on HAProxy 2.6 a new route is written and reloaded, and routable',
     async () => {
