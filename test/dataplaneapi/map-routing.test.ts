@@ -255,12 +255,11 @@ describe.skipIf(!source)(`Data Plane API map routing on HAProxy ${versionUnderTe
     },
   );
 
-  runtime('many new routes in one pass go as map payloads: all routable, none lost, no reload', async () => {
+  runtime('many new routes in one pass, side by side: all routable, none lost, no reload', async () => {
     const roomy = { ...map, minSlots: 128 };
     expect((await pass(h, provider, [alpha()], roomy)).result.ok).toBe(true);
     await provider.persisted();
     const loads = h.tb.loadCount();
-    // 60 hosts of about 80 bytes a line: more than one payload of at most 4 KiB.
     const host = (i: number) => `${'p'.repeat(48)}-${String(i).padStart(3, '0')}.example.com`;
     const many = Array.from({ length: 60 }, (_, i) => record(`p${i}`, host(i), h.beta.port));
     const add = await pass(h, provider, [alpha(), ...many], roomy);

@@ -82,18 +82,6 @@ export function runtimeRoute(
     return { status: 200, body: text };
   }
   // biome-ignore lint/suspicious/noAssignInExpressions: a small regex router, one match per branch
-  if ((m = /^\/services\/haproxy\/runtime\/maps\/([^/]+)$/.exec(path)) && method === 'PUT') {
-    const entries = rt.entries.get(m[1] as string);
-    if (!entries) return { status: 404, body: { code: 404, message: `map ${m[1]} not loaded` } };
-    const added = body as unknown as Array<{ key: string; value: string }>;
-    // As the API does (client-native's AddMapPayloadVersioned): 8192 bytes or more become a new version of
-    // the map holding only the payload (`prepare map`, `commit map`); less is one `add map`.
-    const bytes = added.reduce((n, e) => n + Buffer.byteLength(`${e.key} ${e.value}\n`), 0);
-    if (bytes >= 8192) entries.clear();
-    for (const e of added) entries.set(e.key, e.value);
-    return { status: 201, body: added };
-  }
-  // biome-ignore lint/suspicious/noAssignInExpressions: a small regex router, one match per branch
   if ((m = /^\/services\/haproxy\/runtime\/maps\/([^/]+)\/entries(?:\/([^/]+))?$/.exec(path))) {
     const name = m[1] as string;
     const entries = rt.entries.get(name);

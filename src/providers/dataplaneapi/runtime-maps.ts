@@ -108,22 +108,7 @@ export async function applyRuntimeOps(
   // entries removed before their servers. Operations of one kind touch distinct servers or hosts, so a run of
   // one kind goes side by side (a burst of new routes is bound by round trips, not by the API), and the next
   // kind starts only once the run before it has ended.
-  for (const run of runsOfOneKind(ops)) {
-    const payloads = run[0]?.kind === 'set_map_entry' ? newEntryPayloads(run) : undefined;
-    if (!payloads) {
-      await inParallel(run, PARALLEL, signal, one);
-      continue;
-    }
-    // New hosts by the hundred (a burst): a few payload requests instead of one request each.
-    const rest = run.filter((op) => op.kind === 'set_map_entry' && op.previous !== null);
-    const send = (p: Payload) => addPayload(client, p, signal, counter);
-    await inParallel(
-      [...payloads.map((p) => () => send(p)), ...rest.map((op) => () => one(op))],
-      PARALLEL,
-      signal,
-      (f) => f(),
-    );
-  }
+  for (const run of runsOfOneKind(ops)) await inParallel(run, PARALLEL, signal, one);
   return { draining, busy };
 }
 
@@ -166,56 +151,6 @@ async function inParallel<T>(
   };
   await Promise.all(Array.from({ length: Math.min(limit, items.length) }, lane));
   if (failure) throw failure.err;
-}
-
-/**
- * Bytes of `key value\n` lines per payload. The API adds a payload under 8192 bytes with one `add map`; a
- * larger one it loads as a new version of the map (`prepare map`, `commit map`) that holds only the payload:
- * every other entry would go. Half that, so no payload ever comes near it.
- */
-const PAYLOAD_BYTES = 4096;
-
-interface Payload {
-  map: string;
-  entries: Array<{ key: string; value: string }>;
-}
-
-/** The new entries of a run of `set_map_entry` (none replaced) as payloads by map; undefined under two. */
-export function newEntryPayloads(run: readonly RuntimeOp[]): Payload[] | undefined {
-  const fresh = run.filter(
-    (op): op is Extract<RuntimeOp, { kind: 'set_map_entry' }> =>
-      op.kind === 'set_map_entry' && op.previous === null,
-  );
-  if (fresh.length < 2) return undefined;
-  const payloads: Payload[] = [];
-  const open = new Map<string, { payload: Payload; bytes: number }>();
-  for (const op of fresh) {
-    const entry = { key: checkedHost(op.host), value: checkedName(op.backend, 'backend') };
-    const bytes = Buffer.byteLength(`${entry.key} ${entry.value}\n`);
-    let current = open.get(op.map);
-    if (!current || current.bytes + bytes > PAYLOAD_BYTES) {
-      current = { payload: { map: op.map, entries: [] }, bytes: 0 };
-      open.set(op.map, current);
-      payloads.push(current.payload);
-    }
-    current.payload.entries.push(entry);
-    current.bytes += bytes;
-  }
-  return payloads;
-}
-
-async function addPayload(
-  client: DataplaneClient,
-  p: Payload,
-  signal: AbortSignal,
-  counter: Counter,
-): Promise<void> {
-  counter.requests++;
-  await client.PUT('/services/haproxy/runtime/maps/{name}', {
-    params: { path: { name: storageName(p.map) } },
-    body: p.entries,
-    signal,
-  });
 }
 
 async function setEntry(
