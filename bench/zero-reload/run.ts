@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -113,6 +113,14 @@ function hold(port: number, host: string): Promise<{ alive(): boolean; close(): 
   });
 }
 
+/** The service's `NODE_OPTIONS` as the adapter's image sets them (`docker/adapter/Dockerfile`). */
+function imageNodeOptions(): string {
+  const dockerfile = readFileSync(new URL('../../docker/adapter/Dockerfile', import.meta.url), 'utf8');
+  const options = /NODE_OPTIONS="([^"]*)"/.exec(dockerfile)?.[1];
+  if (options === undefined) throw new Error('docker/adapter/Dockerfile sets no NODE_OPTIONS="…"');
+  return options;
+}
+
 export async function runZeroReload(
   target: Target,
   kube: BenchKube,
@@ -123,8 +131,8 @@ export async function runZeroReload(
   const env = {
     ...benchServiceEnv(target, kube.kubeconfig, dir),
     KUBEBYON_HAPROXY_ROUTING: o.routing,
-    // e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof` to see where a pass goes.
-    ...(process.env.BENCH_NODE_OPTIONS ? { NODE_OPTIONS: process.env.BENCH_NODE_OPTIONS } : {}),
+    // As the image runs it, unless `BENCH_NODE_OPTIONS` says otherwise (e.g. `--require` of a profiler).
+    NODE_OPTIONS: process.env.BENCH_NODE_OPTIONS ?? imageNodeOptions(),
     // Experiments: `BENCH_SERVICE_ENV='KUBEBYON_PERSIST_DELAY_MS=60000,…'` overrides the service's settings.
     ...Object.fromEntries(
       (process.env.BENCH_SERVICE_ENV ?? '')
