@@ -10,9 +10,12 @@ import type { Counter } from './options.js';
  * Map routing's runtime path: servers of slot backends and SNI map entries changed through HAProxy's runtime
  * API (`/services/haproxy/runtime/...`), no configuration write, no reload. Steps run in plan order (a new
  * route's servers before its map entry; a deleted route's entry before its servers; steps of one kind side by
- * side), one request each, with no undo: when one fails, what ran stays, and the loop reads and plans again. Map entries are sent without
- * `force_sync` (with it the API compares the whole running map with its file on every entry: O(N) per
- * change); the map files and the servers are written soon after, batched (`persist.ts`).
+ * side), one request each, with no undo: when one fails, what ran stays, and the loop reads and plans again.
+ * Map entries are sent without `force_sync` (with it the API compares the whole running map with its file on
+ * every entry: O(N) per change); the map files and the servers are written soon after, batched
+ * (`persist.ts`). A new server takes two requests (`add server`, then ready): HAProxy 3.0 refuses `enabled` on
+ * a dynamic server. Map payloads (`PUT /runtime/maps/{name}`) are not used: v3.2.15 answered 201 to two
+ * entries and ran only the first.
  */
 export type RuntimeOp = Extract<
   Operation,
@@ -116,7 +119,7 @@ export async function applyRuntimeOps(
 const PARALLEL = 4;
 
 /** `ops` cut where the kind changes, order kept. */
-export function runsOfOneKind(ops: readonly RuntimeOp[]): RuntimeOp[][] {
+function runsOfOneKind(ops: readonly RuntimeOp[]): RuntimeOp[][] {
   const runs: RuntimeOp[][] = [];
   for (const op of ops) {
     const last = runs.at(-1);
