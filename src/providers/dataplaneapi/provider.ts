@@ -1,6 +1,7 @@
 import type { RawServer, RawState } from '../../haproxy/model.js';
 import { sniMapNameFor } from '../../naming/names.js';
 import { applyOperations } from '../../plan/apply.js';
+import { backendNamed } from '../../plan/lineage.js';
 import type { Plan } from '../../plan/plan.js';
 import {
   type ApplyReport,
@@ -227,8 +228,7 @@ export class DataplaneProvider implements Provider {
     const touched = new Map<string, RawServer[]>();
     const maps = new Map<string, ReadonlyMap<string, string>>();
     for (const op of ops)
-      if ('server' in op)
-        touched.set(op.backend, after.backends.find((b) => b.name === op.backend)?.servers ?? []);
+      if ('server' in op) touched.set(op.backend, backendNamed(after, op.backend)?.servers ?? []);
       else maps.set(op.map, after.maps?.find((m) => m.name === op.map)?.entries ?? new Map());
     let draining = 0;
     let busy: string[] = [];

@@ -1,4 +1,5 @@
 import type { RawState } from '../../haproxy/model.js';
+import { backendNamed } from '../../plan/lineage.js';
 import type { Operation, Plan } from '../../plan/plan.js';
 import type { DataplaneClient } from './client.js';
 import { DataplaneHttpError } from './client.js';
@@ -36,7 +37,6 @@ const DYNAMIC_BALANCE = new Set(['leastconn', 'roundrobin', 'first', 'random']);
  */
 export function runtimeMapOps(plan: Plan, current: RawState): RuntimeOp[] | undefined {
   const ops: RuntimeOp[] = [];
-  const backends = new Map(current.backends.map((b) => [b.name, b]));
   const maps = new Set(current.frontends.flatMap((f) => (f.sniMap ? [f.sniMap] : [])));
   // Only where a map routes: backends a rule or a default names keep the configuration's own path.
   if (maps.size === 0) return undefined;
@@ -53,7 +53,8 @@ export function runtimeMapOps(plan: Plan, current: RawState): RuntimeOp[] | unde
       case 'create_server':
       case 'update_server':
       case 'delete_server': {
-        const b = backends.get(op.backend);
+        // By the state's name index (`lineage.ts`), as the stock provider does: no map of every backend.
+        const b = backendNamed(current, op.backend);
         if (!b || !DYNAMIC_BALANCE.has(b.balance) || named.has(b.name)) return undefined;
         ops.push(op);
         break;
