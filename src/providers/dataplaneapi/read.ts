@@ -39,9 +39,13 @@ export class Reads {
   /** The state of `snapshot` (a read of this object's), a copy of its own for the caller. */
   handOutFrom(snapshot: Snapshot): RawState {
     const read = () => readState(snapshot, this.owner, this.tags(), this.names);
-    // The kept snapshot's state is made once, and copied for each caller (a caller completes its own).
-    const raw = this.snapshot === snapshot ? structuredClone((this.state ??= read())) : read();
-    this.handedOut.set(raw, snapshot);
+    let raw: RawState;
+    if (this.snapshot === snapshot) {
+      // The kept snapshot's state is made once, and copied for each caller (a caller completes its own).
+      this.state ??= read();
+      raw = structuredClone(this.state);
+    } else raw = read();
+    this.register(raw, snapshot);
     return raw;
   }
 
