@@ -15,10 +15,25 @@ export interface FakeRuntime {
   removed: Set<string>;
   /** `backend/server` whose delete is refused as if a stream were still open. */
   busy: Set<string>;
+  /** The general storage's files by name; HAProxy loads the `.cfg` ones (a second `-f` of the directory). */
+  general: Map<string, string>;
+  /** The backends HAProxy loaded from those files at its last (re)load, with their servers. */
+  loaded: Map<string, Obj & { name: string }>;
+  /** Whether HAProxy is started with that `-f` (default true). */
+  loadsGeneral: boolean;
 }
 
 export function newFakeRuntime(): FakeRuntime {
-  return { storage: new Map(), entries: new Map(), added: new Map(), removed: new Set(), busy: new Set() };
+  return {
+    storage: new Map(),
+    entries: new Map(),
+    added: new Map(),
+    removed: new Set(),
+    busy: new Set(),
+    general: new Map(),
+    loaded: new Map(),
+    loadsGeneral: true,
+  };
 }
 
 /** After a reload: what ran at runtime only is gone. */
@@ -27,6 +42,24 @@ export function reloadRuntime(rt: FakeRuntime): void {
   rt.removed.clear();
   rt.entries.clear();
   for (const [name, text] of rt.storage) rt.entries.set(name, parseMap(text));
+  rt.loaded.clear();
+  if (rt.loadsGeneral)
+    for (const [name, text] of rt.general) if (name.endsWith('.cfg')) loadBackends(text, rt.loaded);
+}
+
+/** `backend` sections and their `server <name> <addr>:<port>` lines, as HAProxy loads a `-f` file. */
+function loadBackends(text: string, into: Map<string, Obj & { name: string }>): void {
+  let servers: Record<string, Obj> | undefined;
+  for (const line of text.split('\n')) {
+    const section = /^(\S+)\s+(\S+)/.exec(line);
+    if (section) {
+      servers = section[1] === 'backend' ? {} : undefined;
+      if (servers) into.set(section[2] as string, { name: section[2] as string, servers });
+      continue;
+    }
+    const m = /^\s+server\s+(\S+)\s+(\S+):(\d+)/.exec(line);
+    if (m && servers) servers[m[1] as string] = { name: m[1], address: m[2], port: Number(m[3]) };
+  }
 }
 
 function parseMap(text: string): Map<string, string> {
@@ -42,7 +75,8 @@ const stored = (name: string) => `${name.replace(/\.map$/, '').replace(/[^A-Za-z
 const mapList = (rt: FakeRuntime) =>
   [...rt.storage.keys()].map((n) => ({ storage_name: n, file: `/etc/haproxy/maps/${n}`, description: '' }));
 
-export type Answer = { status: number; body: unknown } | undefined;
+/** `reload`: the request reloads HAProxy before it is answered (the fake's caller does it). */
+export type Answer = { status: number; body: unknown; reload?: boolean } | undefined;
 
 /** The answer to a runtime/storage/stats request, or undefined when the path is not one of them. */
 export function runtimeRoute(
@@ -55,6 +89,8 @@ export function runtimeRoute(
   query: URLSearchParams = new URLSearchParams(),
 ): Answer {
   let m: RegExpExecArray | null;
+  const general = generalRoute(rt, method, path, rawBody, query);
+  if (general) return general;
   if (path === '/services/haproxy/storage/maps') {
     if (method === 'GET') return { status: 200, body: mapList(rt) };
     const part = /filename="([^"]+)"[\s\S]*?\r\n\r\n([\s\S]*?)\r\n--/.exec(rawBody);
@@ -134,6 +170,45 @@ export function runtimeRoute(
   return undefined;
 }
 
+/** The general storage, as v3.0.23 and v3.4 serve it (multipart uploads, `skip_reload`/`force_reload`). */
+function generalRoute(
+  rt: FakeRuntime,
+  method: string,
+  path: string,
+  rawBody: string,
+  query: URLSearchParams,
+): Answer {
+  const part = () => /filename="([^"]+)"[\s\S]*?\r\n\r\n([\s\S]*?)\r\n--/.exec(rawBody);
+  if (path === '/services/haproxy/storage/general') {
+    if (method === 'GET')
+      return { status: 200, body: [...rt.general.keys()].map((n) => ({ storage_name: n, file: `/g/${n}` })) };
+    const p = part();
+    if (method !== 'POST' || !p?.[1]) return { status: 400, body: { code: 400, message: 'no file_upload' } };
+    if (rt.general.has(p[1])) return { status: 409, body: { code: 409, message: 'file already exists' } };
+    rt.general.set(p[1], p[2] ?? '');
+    return {
+      status: 201,
+      body: { storage_name: p[1], file: `/g/${p[1]}`, description: 'managed general use file' },
+    };
+  }
+  const m = /^\/services\/haproxy\/storage\/general\/([^/]+)$/.exec(path);
+  if (!m) return undefined;
+  const name = decodeURIComponent(m[1] as string);
+  if (!rt.general.has(name)) return { status: 404, body: { code: 404, message: 'file not found' } };
+  if (method === 'GET') return { status: 200, body: rt.general.get(name) };
+  if (method === 'DELETE') {
+    rt.general.delete(name);
+    return { status: 204, body: undefined };
+  }
+  const p = part();
+  if (method !== 'PUT' || !p) return { status: 400, body: { code: 400, message: 'no file_upload' } };
+  rt.general.set(name, p[2] ?? '');
+  if (query.get('skip_reload') === 'true') return { status: 204, body: undefined };
+  return query.get('force_reload') === 'true'
+    ? { status: 204, body: undefined, reload: true }
+    : { status: 202, body: undefined, reload: true };
+}
+
 /** Every server HAProxy runs, by backend: the configuration's, changed at runtime. */
 function running(rt: FakeRuntime, backends: Map<string, Obj>) {
   const out = new Map<string, Array<{ name: string; address: string; port: number; maint: boolean }>>();
@@ -165,8 +240,20 @@ function runtimeServer(
   name: string | undefined,
   body: Obj,
 ): Answer {
-  if (!backends.has(backend)) return { status: 404, body: { code: 404, message: `no backend ${backend}` } };
+  // As v3.4 answers it (v3.0.23: 500).
+  if (!backends.has(backend))
+    return { status: 404, body: { code: 404, message: `no data for ${backend}: not found` } };
   const list = running(rt, backends).get(backend) ?? [];
+  if (method === 'GET' && name === undefined)
+    return {
+      status: 200,
+      body: list.map((x) => ({
+        name: x.name,
+        address: x.address,
+        port: x.port,
+        admin_state: x.maint ? 'maint' : 'ready',
+      })),
+    };
   if (method === 'POST' && name === undefined) {
     if (list.some((s) => s.name === body.name))
       return { status: 409, body: { code: 409, message: 'exists' } };

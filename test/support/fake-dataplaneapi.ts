@@ -71,6 +71,8 @@ export interface FakeDataplaneApi {
   inject(injection: Injection): void;
   /** Objects (raw JSON) to start from: foreign ones, or ours. */
   reset(config: { frontends?: Obj[]; backends?: Obj[] }): void;
+  /** A reload by someone else: HAProxy loads the files again, what ran at runtime only is gone. */
+  reload(): void;
   /** Runtime server changes (no reload) and reloads so far. */
   runtimeChanges: number;
   reloads: number;
@@ -121,6 +123,11 @@ export async function startFakeDataplaneApi(
       fake.rawPushed = undefined;
       fake.slow = [];
       version++;
+    },
+    reload() {
+      pid++;
+      fake.reloads++;
+      reloadRuntime(fake.runtime);
     },
     runtimeChanges: 0,
     reloads: 0,
@@ -214,6 +221,8 @@ export async function startFakeDataplaneApi(
       if (method === 'POST' && path === '/services/haproxy/configuration/raw') {
         bumpOutside();
         fake.rawPushed = String(body ?? '').replace(/^# _version=\d+\n/, '');
+        // The real API parses what it is given: what later lists, transactions and reloads start from.
+        serversFromRaw(fake.rawPushed, fake.config);
         if (q.get('skip_reload') !== 'true') {
           pid++;
           fake.reloads++;
@@ -339,7 +348,14 @@ export async function startFakeDataplaneApi(
         fake.runtimeChanges++;
         return send(res, 200, server);
       }
-      const answer = runtimeRoute(fake.runtime, fake.config.backends, method, path, body, rawBody, q);
+      // HAProxy runs the configuration's backends and those it loaded from the general storage's files.
+      const runs = new Map([...fake.config.backends, ...fake.runtime.loaded]);
+      const answer = runtimeRoute(fake.runtime, runs, method, path, body, rawBody, q);
+      if (answer?.reload) {
+        pid++;
+        fake.reloads++;
+        reloadRuntime(fake.runtime);
+      }
       if (answer) return send(res, answer.status, answer.body);
       return error(res, 404, `the fake does not serve ${method} ${path}`);
     } catch (err) {
@@ -376,10 +392,46 @@ function rawOf(config: Config): string {
   for (const [name, b] of config.backends) {
     lines.push(`backend ${name}`, '  mode tcp');
     for (const s of Object.values((b.servers ?? {}) as Record<string, Obj>))
-      lines.push(`  server ${s.name} ${s.address}:${s.port}`);
+      lines.push(
+        `  server ${s.name} ${s.address}:${s.port}${s.check === 'enabled' ? ' check' : ''}${s.metadata ? ` # ${JSON.stringify(s.metadata)}` : ''}`,
+      );
     lines.push('');
   }
   return lines.join('\n');
+}
+
+/**
+ * The server lines of each backend the fake holds, as a pushed file gives them (`server <name> <addr>:<port>
+ * [check] [# <metadata JSON>]`): the part of a raw push the map-routing tests read back. Other sections are
+ * taken as they are held.
+ */
+function serversFromRaw(text: string, config: Config): void {
+  let backend: Obj | undefined;
+  let servers: Record<string, Obj> = {};
+  const line = /^\s+server\s+(\S+)\s+(\S+):(\d+)(\s+check)?(?:\s+#\s+(\{.*\}))?\s*$/;
+  const done = () => {
+    if (backend) backend.servers = servers;
+  };
+  for (const l of text.split('\n')) {
+    if (/^[^\s#]/.test(l)) {
+      done();
+      const [kind, name] = l.trim().split(/\s+/);
+      backend = kind === 'backend' && name ? config.backends.get(name) : undefined;
+      servers = {};
+      continue;
+    }
+    const m = backend ? line.exec(l) : null;
+    if (!m) continue;
+    const [, name, address, port, check, meta] = m as unknown as string[];
+    servers[name as string] = {
+      name: name as string,
+      address: (address as string).replace(/^\[|\]$/g, ''),
+      port: Number(port),
+      ...(check ? { check: 'enabled' } : {}),
+      ...(meta ? { metadata: JSON.parse(meta) } : {}),
+    };
+  }
+  done();
 }
 
 // A replayed answer carries the recorded Configuration-Version; the fake's own is the one that matters.
