@@ -382,6 +382,8 @@ describe.skipIf(!source)(`Data Plane API provider on HAProxy ${versionUnderTest(
         timeoutMs: 30_000,
         reloadTimeoutMs: 8_000,
         runtimeMaxServers: 10,
+        runtimeMaxRequests: 600,
+        slots: 'config',
         rawMinWrites: 0,
         commit: 'force_reload',
       },

@@ -23,6 +23,8 @@ export function providerOn(
     timeoutMs: 5_000,
     reloadTimeoutMs: 2_000,
     runtimeMaxServers: 10,
+    runtimeMaxRequests: 600,
+    slots: 'config',
     rawMinWrites: 0,
     prepareTransactions: false,
     owner: registry,
@@ -39,6 +41,8 @@ export const startConfigFor = (fake: FakeDataplaneApi): DataplaneConfig => ({
   timeoutMs: 5000,
   reloadTimeoutMs: 2000,
   runtimeMaxServers: 10,
+  runtimeMaxRequests: 600,
+  slots: 'config',
   rawMinWrites: 0,
   commit: 'force_reload',
 });

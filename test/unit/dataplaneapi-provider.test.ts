@@ -496,6 +496,8 @@ describe('dataplaneapi provider start', () => {
         timeoutMs: 2000,
         reloadTimeoutMs: 2000,
         runtimeMaxServers: 10,
+        runtimeMaxRequests: 600,
+        slots: 'config',
         rawMinWrites: 0,
         commit: 'force_reload',
       },

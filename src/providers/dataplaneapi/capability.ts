@@ -24,6 +24,11 @@ export interface Capabilities extends TagStore {
   document: string;
   /** `POST /configuration/raw` takes `skip_reload` and `X-Runtime-Actions`: large plans as one edited file. */
   rawFile: boolean;
+  /**
+   * `GET /storage/general/{name}` answers the file's text (v3.4): the slots files can be read back.
+   * v3.0.23 and v3.2.15 answer `{}` whatever the file holds (checked on the test bed).
+   */
+  generalFiles: boolean;
 }
 
 export type CapabilityCheck = { ok: true; capabilities: Capabilities } | { ok: false; missing: string[] };
@@ -78,6 +83,14 @@ function parameterNames(doc: Doc, path: string, method: string): Set<string> {
   );
 }
 
+/** Whether a document version (`3.4`, `3.4.0`) is at least `major.minor`. */
+function atLeast(version: string | undefined, major: number, minor: number): boolean {
+  const m = /^v?(\d+)\.(\d+)/.exec(version ?? '');
+  if (!m) return false;
+  const [a, b] = [Number(m[1]), Number(m[2])];
+  return a > major || (a === major && b >= minor);
+}
+
 /** What the API can do for this service, or what it lacks, in words. */
 export function readCapabilities(spec: unknown): CapabilityCheck {
   const doc = (spec ?? {}) as Doc;
@@ -104,6 +117,7 @@ export function readCapabilities(spec: unknown): CapabilityCheck {
         doc.paths?.['/services/haproxy/configuration/raw']?.get !== undefined &&
         raw.has('skip_reload') &&
         raw.has('X-Runtime-Actions'),
+      generalFiles: atLeast(doc.info?.version, 3, 4),
     },
   };
 }

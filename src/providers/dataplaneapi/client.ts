@@ -109,13 +109,22 @@ export interface DataplaneClient {
     init: RequestInit<Op<P, 'delete'>>,
   ): Promise<Success<Op<P, 'delete'>>>;
   /**
-   * A multipart upload of one file (`POST /services/haproxy/storage/maps`, field `file_upload`): the one
-   * operation whose body is not JSON or text.
+   * A multipart upload of one file (`POST /services/haproxy/storage/maps`, field `file_upload`; the general
+   * storage's create and replace likewise): the operations whose body is not JSON or text.
    */
   upload(
-    path: '/services/haproxy/storage/maps',
+    path:
+      | '/services/haproxy/storage/maps'
+      | '/services/haproxy/storage/general'
+      | '/services/haproxy/storage/general/{name}',
     file: { field: string; name: string; content: string },
-    init?: { signal?: AbortSignal },
+    init?: {
+      signal?: AbortSignal;
+      /** `put` replaces a stored file (`/storage/general/{name}`); `post` (the default) creates one. */
+      method?: 'post' | 'put';
+      params?: { path?: Record<string, string>; query?: Record<string, unknown> };
+      timeoutMs?: number;
+    },
   ): Promise<{ status: number; data: unknown; headers: Record<string, string> }>;
   /** The API root without `/v3`, for messages. */
   readonly url: string;
@@ -242,7 +251,8 @@ export function createClient(options: ClientOptions): DataplaneClient {
       const form = new FormData();
       form.append(file.field, new Blob([file.content], { type: 'text/plain' }), file.name);
       options.onBytes?.('sent', Buffer.byteLength(file.content));
-      return send('post', path, { ...(init?.signal ? { signal: init.signal } : {}) } as never, form);
+      const { method = 'post', ...rest } = init ?? {};
+      return send(method, path, rest as never, form);
     },
     close() {
       httpAgent.destroy();

@@ -13,6 +13,8 @@ export type DataplaneConfig = Required<
     | 'timeoutMs'
     | 'reloadTimeoutMs'
     | 'runtimeMaxServers'
+    | 'runtimeMaxRequests'
+    | 'slots'
     | 'rawMinWrites'
     | 'commit'
   >

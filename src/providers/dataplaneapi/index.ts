@@ -25,6 +25,8 @@ export async function createDataplaneProvider(
     timeoutMs: config.timeoutMs,
     reloadTimeoutMs: config.reloadTimeoutMs,
     runtimeMaxServers: config.runtimeMaxServers,
+    runtimeMaxRequests: config.runtimeMaxRequests,
+    slots: config.slots,
     rawMinWrites: config.rawMinWrites,
     commit: config.commit,
     ...(deps.stateDir !== undefined ? { ledgerFile: join(deps.stateDir, LEDGER_FILE) } : {}),

@@ -54,7 +54,37 @@ export class MapState {
     if (!p || p.pid !== pid || Math.abs(p.start - start) > START_SLACK_S)
       this.process = { pid, start, generation: (p?.generation ?? 0) + 1 };
     const now = this.process as NonNullable<typeof this.process>;
-    return { pid, revision: `${pid}.${now.generation}` };
+    return { pid, revision: this.pinned ?? this.ours(`${pid}.${now.generation}`) };
+  }
+
+  /** While a reload of ours is under way, the revision it started from (`reloading`). */
+  private pinned: string | undefined;
+
+  /** A reload of ours starts from `revision`: until it ends, that is the revision reported. */
+  reloading(revision: string | undefined): void {
+    this.pinned = revision;
+  }
+
+  /** Revisions our own reloads started, each to the one before it: the watch need not read those again. */
+  private readonly own = new Map<string, string>();
+
+  private ours(revision: string): string {
+    let r = revision;
+    for (let seen = 0; this.own.has(r) && seen < 64; seen++) r = this.own.get(r) as string;
+    return r;
+  }
+
+  /**
+   * A reload of ours moved HAProxy from the revision `before` to the one running now, and the service knows
+   * what it loaded: the revision token stays `before`, so that only a reload by someone else moves it.
+   */
+  async reloadedByUs(before: string, signal: AbortSignal, counter: Counter): Promise<number> {
+    const raw = await this.worker(signal, counter);
+    const p = this.process as NonNullable<typeof this.process>;
+    const now = `${p.pid}.${p.generation}`;
+    if (now !== before) this.own.set(now, before);
+    this.pinned = undefined;
+    return raw.pid;
   }
 
   /**

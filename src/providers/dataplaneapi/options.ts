@@ -15,6 +15,12 @@ export interface DataplaneProviderOptions {
   /** Most server address/port changes applied one by one without a reload; more go into one transaction. */
   runtimeMaxServers: number;
   /**
+   * With `slots: 'storage'`: most runtime requests one plan sends (a new route costs three: add server,
+   * ready, map entry). A larger plan (a burst of new clusters) is written to the files and loaded with one
+   * reload. 0: always at runtime. Default 600.
+   */
+  runtimeMaxRequests?: number;
+  /**
    * Plans that need at least this many writes in a transaction are applied as one edited configuration file
    * instead (`POST /configuration/raw`); more endpoint moves than `runtimeMaxServers` likewise, without a
    * reload (`skip_reload` with the moves as runtime actions). 0 turns the file path off. Default 8.
@@ -37,6 +43,13 @@ export interface DataplaneProviderOptions {
    * frontend's map is read back by this name. Names plans use are learnt as well.
    */
   sniMaps?: string[];
+  /**
+   * Map routing: where the slot backends live. `config` (the default): in the configuration file, with the
+   * rest. `storage`: in a file of the API's general storage (`<owner id>_slots.cfg`) that HAProxy loads with
+   * a second `-f` (the storage directory): persistence is a file write instead of a push the API parses,
+   * and a burst of new routes one reload (`slots-file.ts`).
+   */
+  slots?: 'config' | 'storage';
   /** Servers added or removed at runtime are written to the file this long after the last change... */
   persistDebounceMs?: number;
   /** ...and at most this long after the first (default 1000). */

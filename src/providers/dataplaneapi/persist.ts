@@ -27,6 +27,11 @@ export interface PersistOptions {
     to: number | undefined,
     servers: ReadonlyMap<string, RawServer[]>,
   ) => void;
+  /**
+   * Writes the servers of the backends that live in the slots file (`slots-file.ts`) there, and answers the
+   * rest, for the configuration. Absent: every backend is the configuration's.
+   */
+  writeFileServers?: (servers: ReadonlyMap<string, RawServer[]>) => Promise<ReadonlyMap<string, RawServer[]>>;
   /** Writes a map file's text to the API's storage (no reload: the next one loads it). */
   writeMap: (name: string, text: string) => Promise<void>;
 }
@@ -194,10 +199,12 @@ export class Persistence {
     const started = Date.now();
     // Servers first: a crash between the two leaves servers no entry names, never an entry naming a slot
     // without its servers in the file.
-    if (batch.size > 0) await this.writeServers(batch);
+    const rest = batch.size > 0 && this.o.writeFileServers ? await this.o.writeFileServers(batch) : batch;
+    if (rest.size > 0) await this.writeServers(new Map(rest));
     for (const [name, entries] of maps) await this.o.writeMap(name, mapText(entries));
     this.lastEnd = Date.now();
     this.last = { ms: this.lastEnd - started, backends: batch.size };
+    this.o.logger.debug({ ...this.last, maps: maps.size }, 'runtime changes written to the files');
   }
 
   private async writeServers(batch: Map<string, RawServer[]>): Promise<void> {

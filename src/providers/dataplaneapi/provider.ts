@@ -11,7 +11,7 @@ import {
   type ReadOptions,
 } from '../provider.js';
 import { createClient, type DataplaneClient } from './client.js';
-import { translate } from './errors.js';
+import { MissingCapabilityError, translate } from './errors.js';
 import { MapNames } from './map-names.js';
 import { MapFiles, mapsOf, routesByMap } from './map-routing.js';
 import { MapState } from './map-state.js';
@@ -24,12 +24,16 @@ import { lineTagsFor } from './raw-lines.js';
 import { Reads } from './read.js';
 import { Reloads } from './reload.js';
 import { applyRuntime } from './runtime.js';
-import { applyRuntimeOps, type RuntimeOp, runtimeMapOps } from './runtime-maps.js';
+import { applyRuntimeOps, type RuntimeOp, runtimeMapOps, runtimeRequests } from './runtime-maps.js';
 import { Session } from './session.js';
+import { SlotsPath } from './slots-path.js';
 import { snapshotAfter, withServersSent } from './snapshot-after.js';
 import { tagWriter } from './tags.js';
 import { Transactions } from './transaction.js';
 import { planWrites } from './writes.js';
+
+/** See `DataplaneProviderOptions.runtimeMaxRequests`. */
+const DEFAULT_RUNTIME_MAX_REQUESTS = 600;
 
 export { DataplaneUnreachableError } from './client.js';
 export { MissingCapabilityError, TooManyTransactionsError } from './errors.js';
@@ -58,6 +62,8 @@ export class DataplaneProvider implements Provider {
   /** Moved servers (`backend/server`) found carrying a stream: their move goes through the configuration. */
   private readonly busy = new Set<string>();
   private readonly maps: MapState;
+  /** `slots: 'storage'`: the slot backends in a file of the API's general storage. */
+  private readonly slots: SlotsPath | undefined;
 
   constructor(private readonly o: DataplaneProviderOptions) {
     this.client = createClient({
@@ -84,6 +90,9 @@ export class DataplaneProvider implements Provider {
       logger: o.logger,
       lines: () => lineTagsFor(capabilities()),
       written: (from, to, servers) => this.persistedServers(from, to, servers),
+      ...(o.slots === 'storage'
+        ? { writeFileServers: (servers) => (this.slots as SlotsPath).persist(servers) }
+        : {}),
       writeMap: async (name, text) => {
         await this.mapFiles.write(name, text, AbortSignal.timeout(o.timeoutMs), { requests: 0 });
       },
@@ -91,6 +100,19 @@ export class DataplaneProvider implements Provider {
     this.maps = new MapState(this.client, o.owner, capabilities, this.persistence);
     this.transactions = new Transactions(this.client, this.reloads, o);
     this.rawFile = new RawFile(this.client, this.reloads, { ...o, capabilities });
+    this.slots =
+      o.slots === 'storage'
+        ? new SlotsPath({
+            ...o,
+            client: this.client,
+            reads: this.reads,
+            maps: this.maps,
+            reloads: this.reloads,
+            persistence: () => this.persistence,
+            capabilities,
+            send: (plan, work, snapshot, signal, counter) => this.send(plan, work, snapshot, signal, counter),
+          })
+        : undefined;
     this.session = new Session(
       this.client,
       { transactions: this.transactions, reloads: this.reloads, reads: this.reads },
@@ -105,6 +127,12 @@ export class DataplaneProvider implements Provider {
   async ready(signal: AbortSignal, repair = true): Promise<void> {
     try {
       await this.session.ready(signal, repair);
+      if (this.slots && !this.session.capabilities.generalFiles)
+        throw new MissingCapabilityError(
+          `the Data Plane API at ${this.client.url} (document ${this.session.capabilities.document}) cannot read ` +
+            'back the files of its general storage (v3.0 and v3.2 answer {} for any file; v3.4 or newer can): ' +
+            'set KUBEBYON_DATAPLANE_SLOTS=config',
+        );
     } catch (err) {
       throw this.translate(err);
     }
@@ -127,16 +155,17 @@ export class DataplaneProvider implements Provider {
   async readState(signal: AbortSignal, options: ReadOptions = {}): Promise<RawState> {
     await this.ready(signal);
     try {
-      const snapshot = await this.reads.read(signal);
-      if (!routesByMap(snapshot)) return this.reads.handOutFrom(snapshot);
       const counter = { requests: 0 };
+      let snapshot = await this.reads.read(signal);
+      if (this.slots && options.fresh) snapshot = await this.slots.moveOut(snapshot, signal, counter);
+      if (!routesByMap(snapshot)) return await this.stateOf(snapshot, signal, counter);
       const { pid } = await this.maps.worker(signal, counter);
       const kept = options.fresh ? undefined : this.maps.cached(snapshot.version, pid);
       if (kept) {
         if (kept.snapshot) this.reads.register(kept.state, kept.snapshot);
         return kept.state;
       }
-      const raw = this.reads.handOutFrom(snapshot);
+      const raw = await this.stateOf(snapshot, signal, counter);
       const behind = await this.maps.complete(raw, signal, counter);
       this.maps.remember(raw, pid, snapshot.version, snapshot);
       // The file is behind what runs (a crash or a reload before persistence): until it is written, one more
@@ -150,6 +179,12 @@ export class DataplaneProvider implements Provider {
     } catch (err) {
       throw this.translate(err);
     }
+  }
+
+  /** The state of `snapshot`, with the slots file's backends when they live there. */
+  private async stateOf(snapshot: Snapshot, signal: AbortSignal, counter: Counter): Promise<RawState> {
+    const configured = this.reads.handOutFrom(snapshot);
+    return this.slots ? await this.slots.withSlots(configured, snapshot, signal, counter) : configured;
   }
 
   /** Changes whenever another HAProxy process runs (a reload or restart by anyone). */
@@ -169,7 +204,7 @@ export class DataplaneProvider implements Provider {
     for (const name of mapsOf(plan)) this.names.learn(name);
     // Unknown (no read of the worker yet) counts as able: a failure there makes the loop read again.
     const runtimeOps = this.maps.runtimeServers === false ? undefined : runtimeMapOps(plan, current);
-    if (runtimeOps && !runtimeOps.some((op) => op.kind === 'update_server' && this.busy.has(serverKey(op))))
+    if (runtimeOps && this.fitsRuntime(runtimeOps))
       return this.applyAtRuntime(plan, runtimeOps, current, signal, counter);
     // Moves of servers that carry a stream, through the configuration (which sets the address in place).
     for (const op of plan.operations) if (op.kind === 'update_server') this.busy.delete(serverKey(op));
@@ -181,7 +216,11 @@ export class DataplaneProvider implements Provider {
       const snapshot = flushed ? await this.reads.read(signal) : await this.reads.snapshotOf(current, signal);
       const files = await this.mapFiles.forPlan(plan, current, this.o.owner, signal, counter);
       this.maps.forget();
-      const work = planWrites(plan, snapshot, {
+      // The slot backends' file goes first. The configuration never names its backends (the map alone
+      // routes there), so any order of loading the two is consistent.
+      const split = this.slots?.split(plan, current);
+      const configPlan = split?.config ?? plan;
+      const work = planWrites(configPlan, snapshot, {
         runtimeMaxServers: this.o.runtimeMaxServers,
         owner: this.o.owner,
         tags: this.session.capabilities,
@@ -192,8 +231,37 @@ export class DataplaneProvider implements Provider {
         },
       });
       signal.throwIfAborted();
-      if (work.kind === 'none') return { reload: 'none', requests: 0 };
-      const done = await this.send(plan, work, snapshot, signal, counter);
+      // Endpoint moves in the file alone (servers carrying streams, or too many for one request each): in
+      // place, as runtime actions, no reload.
+      if (split?.file && split.moves && work.kind === 'none' && this.slots) {
+        await this.slots.file.write(split.file, 'skip', signal, counter);
+        const moved = await this.rawFile.movesOnly(split.moves, snapshot.version, signal, counter);
+        if (moved) return { reload: 'none', requests: counter.requests };
+      }
+      // A commit reloads HAProxy anyway: the file is written without a reload of its own, and loaded by it.
+      const commitReloads = work.kind === 'transaction' && !work.moves && work.writes.length > 0;
+      let reloaded = false;
+      if (split?.file && this.slots)
+        reloaded = await this.slots.write(split.file, commitReloads ? 'skip' : 'force', signal, counter);
+      // Map entries alone write nothing to the configuration: the file's reload loaded their map file.
+      const loaded = reloaded && work.kind === 'transaction' && work.writes.length === 0 && !work.moves;
+      if (work.kind === 'none' || loaded) {
+        after = snapshot;
+        // HAProxy now runs the files as written: the plan's target, kept for the next passes as is.
+        if (reloaded && this.slots?.worker !== undefined) {
+          const target = applyOperations(current, plan.operations, this.o.owner);
+          this.maps.remember(target, this.slots.worker, snapshot.version, snapshot);
+          this.reads.register(target, snapshot);
+        }
+        return { reload: reloaded ? 'succeeded' : 'none', requests: counter.requests };
+      }
+      const done = await this.send(configPlan, work, snapshot, signal, counter).catch(async (err) => {
+        // The file was written for this commit's reload: it is loaded now, as it stands (it names nothing the
+        // configuration has), so that what HAProxy runs is what the next read finds.
+        if (split?.file && commitReloads) await this.slots?.reload(signal, counter).catch(() => {});
+        throw err;
+      });
+      if (split?.file && commitReloads) await this.slots?.ensureLoaded(split.file, signal, counter);
       // The version moved by our own writes alone: the API now holds the snapshot with them applied.
       if (done.version === snapshot.version + done.versionBumps) {
         this.transactions.prepare(done.version);
@@ -203,7 +271,7 @@ export class DataplaneProvider implements Provider {
             : work;
         after = snapshotAfter(snapshot, applied, done.version);
       }
-      return { reload: done.reload, requests: counter.requests };
+      return { reload: reloaded ? 'succeeded' : done.reload, requests: counter.requests };
     } catch (err) {
       throw this.translate(err);
     } finally {
@@ -211,6 +279,17 @@ export class DataplaneProvider implements Provider {
       // some servers already): the next read lists both sections again.
       this.reads.keep(after);
     }
+  }
+
+  /**
+   * Whether a plan the runtime path can run should: not when it moves a server found carrying a stream; nor,
+   * with the slots file, when it is larger than `runtimeMaxRequests` (a burst of new clusters): the file
+   * and one reload load it at once, where each runtime request costs the API about 1 ms of CPU.
+   */
+  private fitsRuntime(ops: readonly RuntimeOp[]): boolean {
+    if (ops.some((op) => op.kind === 'update_server' && this.busy.has(serverKey(op)))) return false;
+    const most = this.o.runtimeMaxRequests ?? DEFAULT_RUNTIME_MAX_REQUESTS;
+    return !this.slots || most <= 0 || runtimeRequests(ops) <= most;
   }
 
   /**

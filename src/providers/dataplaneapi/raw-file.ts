@@ -51,6 +51,22 @@ export class RawFile {
     return this.pushReload(edited, snapshot.version, signal, counter);
   }
 
+  /**
+   * Endpoint moves of servers the configuration does not hold (the slots file's), as runtime actions on a
+   * push of the file as it is (`skip_reload`): HAProxy moves them in place, streams and all, without a
+   * reload. Undefined when this API version takes no runtime actions.
+   */
+  async movesOnly(
+    moves: ServerUpdate[],
+    version: number,
+    signal: AbortSignal,
+    counter: Counter,
+  ): Promise<Applied | undefined> {
+    if (!this.o.capabilities().rawFile) return undefined;
+    const text = await this.fileAt(version, signal, counter);
+    return this.pushMoves(text, moves, version, signal, counter);
+  }
+
   /** The file at `version`: as our last push left it, else read (and refused when it is another version). */
   private async fileAt(version: number, signal: AbortSignal, counter: Counter): Promise<string> {
     if (this.raw?.version === version) return this.raw.text;

@@ -66,6 +66,13 @@ export function runtimeMapOps(plan: Plan, current: RawState): RuntimeOp[] | unde
   return ops;
 }
 
+/** Requests `ops` take at runtime: a new server two (`add server`, then ready), a move two, the rest one. */
+export function runtimeRequests(ops: readonly RuntimeOp[]): number {
+  let n = 0;
+  for (const op of ops) n += op.kind === 'create_server' || op.kind === 'update_server' ? 2 : 1;
+  return n;
+}
+
 /**
  * Sends `ops` in order; answers how many servers were left draining (not deleted yet), and the moved servers
  * (`backend/server`) that carry a stream: HAProxy refuses to delete them and the API cannot cut the stream, so
