@@ -1,5 +1,5 @@
 import fc from 'fast-check';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { HaproxyState, RawState } from '../../src/haproxy/model.js';
 import { type RenderOptions, renderDesired } from '../../src/haproxy/render.js';
 import { type Plan, plan } from '../../src/plan/plan.js';
@@ -12,6 +12,8 @@ import { applyToState } from './oracle.js';
 
 export interface ProviderUnderTest {
   provider: Provider;
+  /** Why this provider cannot run here (e.g. an API version without a feature it needs): its tests skip. */
+  skip?: string;
   /** How to render for this provider (a real HAProxy binds a free loopback port). */
   render: RenderOptions;
   /** Brings HAProxy back to its fixture: foreign objects only, none of ours. */
@@ -96,6 +98,9 @@ export function describeProvider(
     afterAll(async () => {
       await t?.cleanup();
     }, 60_000);
+    beforeEach((ctx) => {
+      if (t?.skip) ctx.skip(t.skip);
+    });
 
     it(
       'reads back exactly what applyToState says each random plan means, never changing foreign objects',

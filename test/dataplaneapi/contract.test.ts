@@ -1,6 +1,13 @@
 import { describe, it } from 'vitest';
 import { describeProvider } from '../contract/provider-contract.js';
-import { type Harness, resetToForeign, source, startHarness, versionUnderTest } from './harness.js';
+import {
+  type Harness,
+  readsGeneralFiles,
+  resetToForeign,
+  source,
+  startHarness,
+  versionUnderTest,
+} from './harness.js';
 
 // The provider contract, against a real Data Plane API driving a real HAProxy.
 if (source) {
@@ -11,6 +18,7 @@ if (source) {
     ['requests', { rawMinWrites: 0 }, 'rules'],
     ['edited file', { rawMinWrites: 1, runtimeMaxServers: 0 }, 'rules'],
     ['map routing', { persistDebounceMs: 20, persistMaxDelayMs: 200 }, 'map'],
+    ['map routing, slots file', { slots: 'storage', persistDebounceMs: 20, persistMaxDelayMs: 200 }, 'map'],
   ] as const) {
     describeProvider(
       `dataplaneapi (${path}) on HAProxy ${versionUnderTest()}`,
@@ -18,12 +26,16 @@ if (source) {
         const harness: Harness = await startHarness();
         const provider = harness.provider(options);
         return {
+          ...('slots' in options && !(await readsGeneralFiles(harness))
+            ? { skip: 'this API version cannot read back its general storage files' }
+            : {}),
           provider,
           persisted: () => provider.persisted(),
           render: { ...harness.render, routing, minSlots: 4 },
           reset: () => resetToForeign(harness.tb),
           cleanup: () => harness.close(),
-          fresh: () => harness.provider(),
+          // A provider of the same settings that never wrote (the slots file's place is one of them).
+          fresh: () => harness.provider('slots' in options ? { slots: options.slots } : {}),
         };
       },
       { runs: 10, timeoutMs: 30_000 },

@@ -127,6 +127,13 @@ export function pass(
 }
 
 /** Removes every object the service owns, in one foreign transaction: HAProxy back to its fixture. */
+/** Whether the API under test reads back general storage files (v3.4 and newer; `capability.ts`). */
+export async function readsGeneralFiles(h: Harness): Promise<boolean> {
+  const doc = (await h.tb.api.get('/specification_openapiv3')).data as { info?: { version?: string } };
+  const [major, minor] = (doc.info?.version ?? '0.0').split('.').map(Number);
+  return (major ?? 0) > 3 || ((major ?? 0) === 3 && (minor ?? 0) >= 4);
+}
+
 export async function resetToForeign(tb: DataplaneTestbed): Promise<void> {
   const api = tb.api;
   const version = (await api.get('/services/haproxy/configuration/version')).data as number;
@@ -137,7 +144,16 @@ export async function resetToForeign(tb: DataplaneTestbed): Promise<void> {
   const ours = (o: Section) => isOwned(sectionTags(o));
   const f = fronts.filter(ours);
   const b = backs.filter(ours);
-  if (f.length === 0 && b.length === 0) return;
+  // The slots file (`KUBEBYON_DATAPLANE_SLOTS=storage`) and any other file HAProxy loads from the storage.
+  const general = ((await api.get('/services/haproxy/storage/general')).data ?? []) as Array<{
+    storage_name?: string;
+  }>;
+  const files = general.flatMap((g) => (g.storage_name?.endsWith('.cfg') ? [g.storage_name] : []));
+  if (f.length === 0 && b.length === 0 && files.length === 0) return;
+  for (const name of files) {
+    const gone = await api.delete(`/services/haproxy/storage/general/${name}`);
+    if (gone.status >= 300) throw new Error(`reset failed: ${gone.status} ${JSON.stringify(gone.data)}`);
+  }
   const tx = (await api.post(`/services/haproxy/transactions?version=${version}`)).data as { id: string };
   for (const x of f)
     await api.delete(`/services/haproxy/configuration/frontends/${x.name}?transaction_id=${tx.id}`);

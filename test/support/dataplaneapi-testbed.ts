@@ -207,6 +207,9 @@ export async function startDataplaneTestbed(
         '/etc/kubebyon/master.sock,mode,600',
         '-f',
         '/etc/kubebyon/haproxy.cfg',
+        // The API's general storage: the slots file (`KUBEBYON_DATAPLANE_SLOTS=storage`) is loaded from it.
+        '-f',
+        '/etc/kubebyon/dpapi/general',
       ])
       .withWaitStrategy(Wait.forLogMessage(/Loading success/))
       .withStartupTimeout(30_000)
