@@ -52,7 +52,8 @@ export async function startService(env: Record<string, string>, secret: string):
     until: 'readyz',
     startTimeoutMs: 60_000,
     stopGraceMs: 60_000,
-    keepOutputChars: 200_000,
+    // BENCH_DUMP keeps more: a debug log of a burst is tens of megabytes.
+    keepOutputChars: process.env.BENCH_DUMP ? 64_000_000 : 200_000,
   });
   const { url, pid } = service;
 

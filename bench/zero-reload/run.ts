@@ -268,6 +268,7 @@ export async function runZeroReload(
       reloads: (await target.loads()) - loads,
     };
     o.log(`burst ${JSON.stringify(result.burst)}`);
+    if (process.env.BENCH_DUMP) writeFileSync(`${process.env.BENCH_DUMP}.burst`, svc.output());
 
     const heap = (await svc.metrics()).get('nodejs_heap_size_used_bytes');
     result.resources = {
