@@ -256,6 +256,8 @@ async function startDataplaneBed(o: FaultBedOptions): Promise<FaultBed> {
   );
   const stateDir = o.stateDir ?? mkdtempSync(join(tmpdir(), 'kubebyon-faults-'));
   const secret = randomBytes(24).toString('hex');
+  // `KUBEBYON_TEST_DATAPLANE_SLOTS=storage`: the slot backends in the API's general storage.
+  const slots = process.env.KUBEBYON_TEST_DATAPLANE_SLOTS === 'storage' ? 'storage' : 'config';
   // A reader of our own: it never opens a transaction (nothing ahead, no ledger).
   const reader = new DataplaneProvider({
     url: tb.url,
@@ -267,6 +269,7 @@ async function startDataplaneBed(o: FaultBedOptions): Promise<FaultBed> {
     prepareTransactions: false,
     owner: registry,
     logger: pino({ level: 'silent' }),
+    slots,
   });
   const ledgerFile = join(stateDir, LEDGER_FILE);
   return {
@@ -286,6 +289,7 @@ async function startDataplaneBed(o: FaultBedOptions): Promise<FaultBed> {
       KUBEBYON_DATAPLANE_RELOAD_TIMEOUT_MS: '10000',
       KUBEBYON_HAPROXY_BIND_ADDR: `127.0.0.1:${sniPort}`,
       KUBEBYON_PUBLIC_PORT: String(sniPort),
+      KUBEBYON_DATAPLANE_SLOTS: slots,
       ...SERVICE_DEFAULTS,
       ...extra,
     }),

@@ -54,9 +54,15 @@ async function converge(
 
 describe('capabilities, read off each supported version’s own document', () => {
   it.each([
-    ['3.0.23', { document: '3.0', ownership: 'description', serverTags: true, rawFile: true }],
-    ['3.2.15', { document: '3.2', ownership: 'metadata', serverTags: true, rawFile: true }],
-    ['3.4', { document: '3.4', ownership: 'metadata', serverTags: true, rawFile: true }],
+    [
+      '3.0.23',
+      { document: '3.0', ownership: 'description', serverTags: true, rawFile: true, generalFiles: false },
+    ],
+    [
+      '3.2.15',
+      { document: '3.2', ownership: 'metadata', serverTags: true, rawFile: true, generalFiles: false },
+    ],
+    ['3.4', { document: '3.4', ownership: 'metadata', serverTags: true, rawFile: true, generalFiles: true }],
   ])('v%s', (version, expected) => {
     expect(readCapabilities(readSpec(version))).toEqual({ ok: true, capabilities: expected });
   });
@@ -71,7 +77,13 @@ describe('capabilities, read off each supported version’s own document', () =>
     if (raw) raw.parameters = (raw.parameters ?? []).filter((p) => p.name !== 'X-Runtime-Actions');
     expect(readCapabilities(spec)).toEqual({
       ok: true,
-      capabilities: { document: '3.0', ownership: 'description', serverTags: false, rawFile: false },
+      capabilities: {
+        document: '3.0',
+        ownership: 'description',
+        serverTags: false,
+        rawFile: false,
+        generalFiles: false,
+      },
     });
   });
 });
