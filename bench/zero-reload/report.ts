@@ -32,7 +32,7 @@ export function markdown(results: ZeroReloadResult[], machine: string): string {
     const s = (v: number | null | undefined) => (v === null || v === undefined ? '—' : (v / 1000).toFixed(1));
     const res = r.resources;
     lines.push(
-      `| ${r.provider} | ${r.routing} | ${r.n} | ${s(r.cold?.routableMs)} (${r.cold?.reloads ?? '—'} reloads) | ${s(r.cold?.restartReadyMs)} | ${lat(r.add)} | ${lat(r.move)} | ${lat(r.remove)} | ${reloads(r)} | ` +
+      `| ${r.provider}${r.slots ? ` (slots: ${r.slots})` : ''} | ${r.routing} | ${r.n} | ${s(r.cold?.routableMs)} (${r.cold?.reloads ?? '—'} reloads) | ${s(r.cold?.restartReadyMs)} | ${lat(r.add)} | ${lat(r.move)} | ${lat(r.remove)} | ${reloads(r)} | ` +
         `${r.burst ? `${ms(r.burst.routableMs)}${r.burst.missing ? ` (${r.burst.missing} missing)` : ''}, ${r.burst.reloads} (${r.burst.count} clusters)` : '—'} | ` +
         `${r.stream ? `${r.stream.survived ? 'yes' : 'no'}, ${r.stream.workersAfter} (${r.stream.changes}, ${r.stream.reloads} reloads)` : '—'} | ` +
         `${res ? `${Math.round(res.rssMb)} / ${Math.round(res.peakRssMb)} / ${res.heapUsedMb ?? '—'}` : '—'} |` +

@@ -12,6 +12,8 @@ import type { Target } from '../compare/targets.js';
 /** One provider at one N, in one routing mode: what issue 21's targets ask, measured end to end. */
 export interface ZeroReloadResult {
   provider: string;
+  /** The Data Plane API's `KUBEBYON_DATAPLANE_SLOTS`. */
+  slots?: string;
   routing: 'map' | 'rules';
   n: number;
   cold: { putAllMs: number; routableMs: number | null; reloads: number; restartReadyMs: number };
@@ -131,6 +133,11 @@ export async function runZeroReload(
   const env = {
     ...benchServiceEnv(target, kube.kubeconfig, dir),
     KUBEBYON_HAPROXY_ROUTING: o.routing,
+    // The Data Plane API as the deployment guide sets it up: slot backends in its general storage
+    // (`BENCH_DATAPLANE_SLOTS=config` measures them in the configuration file).
+    ...(target.provider === 'dataplaneapi'
+      ? { KUBEBYON_DATAPLANE_SLOTS: process.env.BENCH_DATAPLANE_SLOTS ?? 'storage' }
+      : {}),
     // As the image runs it, unless `BENCH_NODE_OPTIONS` says otherwise (e.g. `--require` of a profiler).
     NODE_OPTIONS: process.env.BENCH_NODE_OPTIONS ?? imageNodeOptions(),
     // Experiments: `BENCH_SERVICE_ENV='KUBEBYON_PERSIST_DELAY_MS=60000,…'` overrides the service's settings.
@@ -154,7 +161,12 @@ export async function runZeroReload(
       await sleep(50 * attempt);
     }
   };
-  const result: Partial<ZeroReloadResult> = { provider: target.provider, routing: o.routing, n: o.n };
+  const result: Partial<ZeroReloadResult> = {
+    provider: target.provider,
+    ...('KUBEBYON_DATAPLANE_SLOTS' in env ? { slots: env.KUBEBYON_DATAPLANE_SLOTS } : {}),
+    routing: o.routing,
+    n: o.n,
+  };
   try {
     // Cold: N clusters in one request to routable, then a restart of the service to ready.
     const existing = Array.from({ length: o.n }, (_, i) => cluster('c', i, ports));
