@@ -288,6 +288,21 @@ describe('dataplaneapi provider, map routing, against the fake API', () => {
     expect(repair.operations.map((o) => o.kind)).toContain('create_server');
   });
 
+  it('our own reloads keep the revision token; one by someone else moves it', async () => {
+    await converge([claim('one')]);
+    const before = await provider.revision(signal());
+    const reloads = fake.reloads;
+    // Pool growth: new slot backends, committed with a reload.
+    const many = ['two', 'three', 'four', 'five'].map((n, i) => claim(n, 30002 + i));
+    expect((await converge([claim('one'), ...many], {}, { ...render, minSlots: 8 })).report.reload).toBe(
+      'succeeded',
+    );
+    expect(fake.reloads).toBeGreaterThan(reloads);
+    expect(await provider.revision(signal())).toBe(before);
+    fake.reload();
+    expect(await provider.revision(signal())).not.toBe(before);
+  });
+
   it('a read while our persistence is answered late waits for it instead of reading everything again', async () => {
     await converge([claim('one')]);
     await provider.persisted();
