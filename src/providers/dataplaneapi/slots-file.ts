@@ -6,12 +6,12 @@ import type { Counter } from './options.js';
 import { backendLines, lineTags, lineTagsFor, parse } from './raw-lines.js';
 
 /**
- * Map routing's slot backends in a file of the API's general storage (`KUBEBYON_DATAPLANE_SLOTS=storage`)
- * instead of the configuration file the API parses. HAProxy loads it with a second `-f` (the storage
- * directory: every `*.cfg` in it), the API never parses it: persisting what runs costs one file write (the
- * configuration's raw push costs the API a parse of every slot, seconds at 20000), a new slot or a burst of
- * servers costs that write and one reload. Only backends that no frontend names (reached through the SNI map
- * alone) live here, so the configuration the API validates never names one of them.
+ * Map routing's slot backends in files of the API's general storage (`KUBEBYON_DATAPLANE_SLOTS=storage`)
+ * instead of the configuration file the API parses. HAProxy loads them with a second `-f` (the storage
+ * directory: every `*.cfg` in it), the API never parses them: persisting what runs costs a write of the files
+ * its changes touch (the configuration's raw push costs the API a parse of every slot, seconds at 20000), a
+ * new slot or a burst of servers costs those writes and one reload. Only backends that no frontend names
+ * (reached through the SNI map alone) live here, so the configuration the API validates never names one.
  */
 
 /** How tags are written in the file, whatever the API version: a JSON comment on the line. */
