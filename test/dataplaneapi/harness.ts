@@ -2,6 +2,7 @@ import pino from 'pino';
 import { DEFAULT_RENDER_OPTIONS, type RenderOptions } from '../../src/haproxy/render.js';
 import { createMetrics } from '../../src/metrics/metrics.js';
 import type { ClusterRecord } from '../../src/model/cluster.js';
+import { readCapabilities } from '../../src/providers/dataplaneapi/capability.js';
 import {
   DataplaneProvider,
   type DataplaneProviderOptions,
@@ -127,11 +128,10 @@ export function pass(
 }
 
 /** Removes every object the service owns, in one foreign transaction: HAProxy back to its fixture. */
-/** Whether the API under test reads back general storage files (v3.4 and newer; `capability.ts`). */
+/** Whether the API under test reads back general storage files, as the provider decides it (`capability.ts`). */
 export async function readsGeneralFiles(h: Harness): Promise<boolean> {
-  const doc = (await h.tb.api.get('/specification_openapiv3')).data as { info?: { version?: string } };
-  const [major, minor] = (doc.info?.version ?? '0.0').split('.').map(Number);
-  return (major ?? 0) > 3 || ((major ?? 0) === 3 && (minor ?? 0) >= 4);
+  const check = readCapabilities((await h.tb.api.get('/specification_openapiv3')).data);
+  return check.ok && check.capabilities.generalFiles;
 }
 
 export async function resetToForeign(tb: DataplaneTestbed): Promise<void> {

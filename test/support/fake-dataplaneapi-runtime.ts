@@ -47,19 +47,38 @@ export function reloadRuntime(rt: FakeRuntime): void {
     for (const [name, text] of rt.general) if (name.endsWith('.cfg')) loadBackends(text, rt.loaded);
 }
 
-/** `backend` sections and their `server <name> <addr>:<port>` lines, as HAProxy loads a `-f` file. */
+/** The backends of a `-f` file, as HAProxy loads it. */
 function loadBackends(text: string, into: Map<string, Obj & { name: string }>): void {
+  for (const [name, servers] of backendsOfText(text)) into.set(name, { name, servers });
+}
+
+/**
+ * Each `backend` section of a configuration file and its servers (`server <name> <addr>:<port> [check]
+ * [# <metadata JSON>]`), as HAProxy and the API read them: what a raw push or a `-f` file gives the fake.
+ */
+export function backendsOfText(text: string): Map<string, Record<string, Obj>> {
+  const out = new Map<string, Record<string, Obj>>();
+  const line = /^\s+server\s+(\S+)\s+(\S+):(\d+)(\s+check)?(?:\s+#\s+(\{.*\}))?\s*$/;
   let servers: Record<string, Obj> | undefined;
-  for (const line of text.split('\n')) {
-    const section = /^(\S+)\s+(\S+)/.exec(line);
-    if (section) {
-      servers = section[1] === 'backend' ? {} : undefined;
-      if (servers) into.set(section[2] as string, { name: section[2] as string, servers });
+  for (const l of text.split('\n')) {
+    if (/^[^\s#]/.test(l)) {
+      const [kind, name] = l.trim().split(/\s+/);
+      servers = kind === 'backend' && name ? {} : undefined;
+      if (servers && name) out.set(name, servers);
       continue;
     }
-    const m = /^\s+server\s+(\S+)\s+(\S+):(\d+)/.exec(line);
-    if (m && servers) servers[m[1] as string] = { name: m[1], address: m[2], port: Number(m[3]) };
+    const m = servers ? line.exec(l) : null;
+    if (!m || !servers) continue;
+    const [, name, address, port, check, meta] = m as unknown as string[];
+    servers[name as string] = {
+      name,
+      address: (address as string).replace(/^\[|\]$/g, ''),
+      port: Number(port),
+      ...(check ? { check: 'enabled' } : {}),
+      ...(meta ? { metadata: JSON.parse(meta) } : {}),
+    };
   }
+  return out;
 }
 
 function parseMap(text: string): Map<string, string> {

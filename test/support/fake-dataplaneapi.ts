@@ -17,6 +17,7 @@ import { OpenApiRequestValidator } from './openapi-validator.js';
 export { FAKE_VERSIONS, type FakeVersion } from './fake-dataplaneapi-versions.js';
 
 import {
+  backendsOfText,
   type FakeRuntime,
   newFakeRuntime,
   reloadRuntime,
@@ -400,38 +401,12 @@ function rawOf(config: Config): string {
   return lines.join('\n');
 }
 
-/**
- * The server lines of each backend the fake holds, as a pushed file gives them (`server <name> <addr>:<port>
- * [check] [# <metadata JSON>]`): the part of a raw push the map-routing tests read back. Other sections are
- * taken as they are held.
- */
+/** The servers of each backend the fake holds, as a pushed file gives them; other sections as they are held. */
 function serversFromRaw(text: string, config: Config): void {
-  let backend: Obj | undefined;
-  let servers: Record<string, Obj> = {};
-  const line = /^\s+server\s+(\S+)\s+(\S+):(\d+)(\s+check)?(?:\s+#\s+(\{.*\}))?\s*$/;
-  const done = () => {
-    if (backend) backend.servers = servers;
-  };
-  for (const l of text.split('\n')) {
-    if (/^[^\s#]/.test(l)) {
-      done();
-      const [kind, name] = l.trim().split(/\s+/);
-      backend = kind === 'backend' && name ? config.backends.get(name) : undefined;
-      servers = {};
-      continue;
-    }
-    const m = backend ? line.exec(l) : null;
-    if (!m) continue;
-    const [, name, address, port, check, meta] = m as unknown as string[];
-    servers[name as string] = {
-      name: name as string,
-      address: (address as string).replace(/^\[|\]$/g, ''),
-      port: Number(port),
-      ...(check ? { check: 'enabled' } : {}),
-      ...(meta ? { metadata: JSON.parse(meta) } : {}),
-    };
+  for (const [name, servers] of backendsOfText(text)) {
+    const b = config.backends.get(name);
+    if (b) b.servers = servers;
   }
-  done();
 }
 
 // A replayed answer carries the recorded Configuration-Version; the fake's own is the one that matters.

@@ -1,3 +1,4 @@
+import { parseAddress } from '../../haproxy/address.js';
 import type { Owner, RawBackend, RawServer, RawState } from '../../haproxy/model.js';
 import { isHaproxyName } from '../../naming/names.js';
 import { type DataplaneClient, DataplaneHttpError } from './client.js';
@@ -79,24 +80,16 @@ export function parseSlots(text: string): RawBackend[] {
       const m = SERVER.exec(line);
       if (!m)
         throw new Error(`the slots file has a line it cannot read in backend ${s.name}: ${line.trim()}`);
-      const [address, port] = splitHostPort(m[2] as string);
-      b.servers.push({
-        name: m[1] as string,
-        address,
-        port,
-        check: m[3] !== undefined,
-        tags: lineTags(line),
-      });
+      const at = parseAddress(m[2] as string);
+      if (!at || at.address === '*')
+        throw new Error(
+          `the slots file has a server without an address in backend ${s.name}: ${line.trim()}`,
+        );
+      b.servers.push({ name: m[1] as string, ...at, check: m[3] !== undefined, tags: lineTags(line) });
     }
     out.push(b);
   }
   return out;
-}
-
-function splitHostPort(endpoint: string): [string, number] {
-  const at = endpoint.lastIndexOf(':');
-  const host = endpoint.slice(0, at).replace(/^\[(.*)\]$/, '$1');
-  return [host, Number(endpoint.slice(at + 1))];
 }
 
 /**

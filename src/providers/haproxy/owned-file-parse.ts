@@ -1,4 +1,4 @@
-import { isIP } from 'node:net';
+import { parseAddress } from '../../haproxy/address.js';
 import type { RawBackend, RawFrontend, RawRule, RawState, Tags } from '../../haproxy/model.js';
 import { isHaproxyName } from '../../naming/names.js';
 import { TAG_KEY, TAG_VALUE } from '../../registry/registry.js';
@@ -33,15 +33,6 @@ function parseTags(comment: string | undefined, lineNo: number): Tags {
     tags[k] = v;
   }
   return tags;
-}
-
-function parseAddress(text: string): { address: string; port: number } | null {
-  const m = /^(?:\[([0-9A-Fa-f:.]+)\]|([0-9.]+|\*)):([0-9]{1,5})$/.exec(text);
-  if (!m) return null;
-  const a = m[1] ?? m[2] ?? '';
-  const p = Number(m[3]);
-  if (p < 1 || p > 65535 || (a !== '*' && isIP(a) === 0)) return null;
-  return { address: a, port: p };
 }
 
 type Section =
