@@ -57,13 +57,8 @@ export class MapState {
     return { pid, revision: this.pinned ?? this.ours(`${pid}.${now.generation}`) };
   }
 
-  /** While a reload of ours is under way, the revision it started from (`reloading`). */
+  /** While a reload of ours is under way, the revision it started from (`ourReload`). */
   private pinned: string | undefined;
-
-  /** A reload of ours starts from `revision`: until it ends, that is the revision reported. */
-  reloading(revision: string | undefined): void {
-    this.pinned = revision;
-  }
 
   /** Revisions our own reloads started, each to the one before it: the watch need not read those again. */
   private readonly own = new Map<string, string>();
@@ -75,16 +70,29 @@ export class MapState {
   }
 
   /**
-   * A reload of ours moved HAProxy from the revision `before` to the one running now, and the service knows
-   * what it loaded: the revision token stays `before`, so that only a reload by someone else moves it.
+   * Runs `reload`, a reload of ours whose result the service knows: the revision token stays where it was
+   * while it runs and after it (`reloaded` says whether it did reload), so that only a reload by someone else
+   * moves it and the watch reads nothing again for ours. Resolves its result, and HAProxy's worker after it.
    */
-  async reloadedByUs(before: string, signal: AbortSignal, counter: Counter): Promise<number> {
-    const raw = await this.worker(signal, counter);
-    const p = this.process as NonNullable<typeof this.process>;
-    const now = `${p.pid}.${p.generation}`;
-    if (now !== before) this.own.set(now, before);
-    this.pinned = undefined;
-    return raw.pid;
+  async ourReload<T>(
+    signal: AbortSignal,
+    counter: Counter,
+    reload: () => Promise<T>,
+    reloaded: (result: T) => boolean,
+  ): Promise<{ result: T; pid?: number }> {
+    const before = (await this.worker(signal, counter)).revision;
+    this.pinned = before;
+    try {
+      const result = await reload();
+      if (!reloaded(result)) return { result };
+      const { pid } = await this.worker(signal, counter);
+      const p = this.process as NonNullable<typeof this.process>;
+      const now = `${p.pid}.${p.generation}`;
+      if (now !== before) this.own.set(now, before);
+      return { result, pid };
+    } finally {
+      this.pinned = undefined;
+    }
   }
 
   /**

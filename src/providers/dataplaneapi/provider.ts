@@ -255,20 +255,19 @@ export class DataplaneProvider implements Provider {
         }
         return { reload: reloaded ? 'succeeded' : 'none', requests: counter.requests };
       }
-      // With map routing our own reload keeps the revision token (`MapState.reloadedByUs`): the watch runs no
-      // fresh pass of every slot for it; the next read finds the new worker and reads what it runs anyway.
-      const from =
-        commitReloads && routesByMap(snapshot) ? await this.maps.worker(signal, counter) : undefined;
-      if (from) this.maps.reloading(from.revision);
-      const done = await this.send(configPlan, work, snapshot, signal, counter)
-        .catch(async (err) => {
+      const send = () =>
+        this.send(configPlan, work, snapshot, signal, counter).catch(async (err) => {
           // The file was written for this commit's reload: it is loaded now, as it stands (it names nothing
           // the configuration has), so that what HAProxy runs is what the next read finds.
           if (split?.file && commitReloads) await this.slots?.reload(signal, counter).catch(() => {});
           throw err;
-        })
-        .finally(() => this.maps.reloading(undefined));
-      if (from && done.reload === 'succeeded') await this.maps.reloadedByUs(from.revision, signal, counter);
+        });
+      // With map routing our own reload keeps the revision token: the watch runs no fresh pass of every slot
+      // for it; the next read finds the new worker and reads what it runs anyway.
+      const done =
+        commitReloads && routesByMap(snapshot)
+          ? (await this.maps.ourReload(signal, counter, send, (d) => d.reload === 'succeeded')).result
+          : await send();
       if (split?.file && commitReloads) await this.slots?.ensureLoaded(split.file, signal, counter);
       // The version moved by our own writes alone: the API now holds the snapshot with them applied.
       if (done.version === snapshot.version + done.versionBumps) {

@@ -46,7 +46,8 @@ function sectionOf(b: RawBackend): string {
   return text;
 }
 
-const byName = (a: RawBackend, b: RawBackend) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
+/** Backends in name order, as the files hold them and a state lists them. */
+export const byName = (a: RawBackend, b: RawBackend) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
 
 function sortedByName(backends: readonly RawBackend[]): readonly RawBackend[] {
   for (let i = 1; i < backends.length; i++)

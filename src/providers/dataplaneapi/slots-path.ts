@@ -13,7 +13,7 @@ import type { Applied, Counter } from './options.js';
 import type { Persistence } from './persist.js';
 import type { Reads } from './read.js';
 import type { Reloads } from './reload.js';
-import { fileBackendNames, SlotsFile, slotsFileName } from './slots-file.js';
+import { byName, fileBackendNames, SlotsFile, slotsFileName } from './slots-file.js';
 import { planWrites } from './writes.js';
 
 export interface SlotsPathDeps {
@@ -63,9 +63,7 @@ export class SlotsPath {
     const file = await this.file.backends(signal, counter, true);
     if (file.size === 0) return raw;
     // Shallow copies: a read completes servers by replacing a backend's list, never by changing it.
-    const backends = [...raw.backends, ...[...file.values()].map((b) => ({ ...b }))].sort((a, b) =>
-      a.name < b.name ? -1 : a.name > b.name ? 1 : 0,
-    );
+    const backends = [...raw.backends, ...[...file.values()].map((b) => ({ ...b }))].sort(byName);
     const merged = { ...raw, backends };
     this.d.reads.register(merged, snapshot);
     return merged;
@@ -176,22 +174,26 @@ export class SlotsPath {
     }
     counter.requests++;
     const before = await this.d.reloads.settledWorkerPid(signal);
-    const revision = (await this.d.maps.worker(signal, counter)).revision;
-    // The revision watch must not take this reload for someone else's (a fresh read of every slot).
-    this.d.maps.reloading(revision);
     try {
-      if (!(await this.file.write(backends, 'force', signal, counter, always))) return false;
-      await this.d.reloads.awaitNewWorkers(before, counter);
-      this.worker = await this.d.maps.reloadedByUs(revision, signal, counter);
-      if ((await this.runs(backends[0]?.name, signal, counter)) === false) throw this.notLoaded();
-      return true;
+      // Ours: the revision watch must not take it for someone else's (a fresh read of every slot).
+      const { result: sent, pid } = await this.d.maps.ourReload(
+        signal,
+        counter,
+        async () => {
+          if (!(await this.file.write(backends, 'force', signal, counter, always))) return false;
+          await this.d.reloads.awaitNewWorkers(before, counter);
+          return true;
+        },
+        (reloaded) => reloaded,
+      );
+      this.worker = pid;
+      if (sent) await this.ensureLoaded(backends, signal, counter);
+      return sent;
     } catch (err) {
       // Whether it was written or loaded is unknown: the next pass reads the file and HAProxy again.
       this.file.forget();
       this.worker = undefined;
       throw err;
-    } finally {
-      this.d.maps.reloading(undefined);
     }
   }
 
