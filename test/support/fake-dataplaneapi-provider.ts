@@ -1,4 +1,5 @@
 import pino from 'pino';
+import { DEFAULT_RENDER_OPTIONS, type RenderOptions } from '../../src/haproxy/render.js';
 import type { DataplaneConfig } from '../../src/providers/dataplaneapi/config.js';
 import {
   DataplaneProvider,
@@ -54,3 +55,18 @@ export const claim = (cluster: string, port = 30001, address = '127.0.0.1'): Rou
   endpoints: [{ address, port }],
   claimedAt: 0,
 });
+
+/** The SNI map the fake-API map-routing tests route by (the owner's default name). */
+export const SNI_MAP = 'kubebyon-haproxy-adapter.sni.map';
+
+/** Map routing on a loopback bind, without health checks, with a pool of at least `minSlots`. */
+export function mapRender(minSlots: number): RenderOptions {
+  return {
+    ...DEFAULT_RENDER_OPTIONS,
+    bind: { address: '127.0.0.1', port: 18443 },
+    routing: 'map',
+    sniMap: SNI_MAP,
+    minSlots,
+    healthChecks: false,
+  };
+}

@@ -1,5 +1,5 @@
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { DEFAULT_RENDER_OPTIONS, type RenderOptions, renderDesired } from '../../src/haproxy/render.js';
+import { renderDesired } from '../../src/haproxy/render.js';
 import { plan } from '../../src/plan/plan.js';
 import {
   MapNames,
@@ -16,20 +16,12 @@ import { runtimeMapOps } from '../../src/providers/dataplaneapi/runtime-maps.js'
 import { ConcurrentChangeError } from '../../src/providers/provider.js';
 import { type RouteClaim, resolveRoutes } from '../../src/routes/route.js';
 import { type FakeDataplaneApi, startFakeDataplaneApi } from '../support/fake-dataplaneapi.js';
-import { claim, providerOn } from '../support/fake-dataplaneapi-provider.js';
+import { claim, mapRender, providerOn, SNI_MAP } from '../support/fake-dataplaneapi-provider.js';
 import { interpret, registry } from '../support/owner.js';
 import { waitFor } from '../support/wait.js';
 
 const signal = () => AbortSignal.timeout(10_000);
-const SNI_MAP = 'kubebyon-haproxy-adapter.sni.map';
-const render: RenderOptions = {
-  ...DEFAULT_RENDER_OPTIONS,
-  bind: { address: '127.0.0.1', port: 18443 },
-  routing: 'map',
-  sniMap: SNI_MAP,
-  minSlots: 4,
-  healthChecks: false,
-};
+const render = mapRender(4);
 
 describe('map names and the map rule, as the real API stores and reads them', () => {
   it('the storage renames dots before .map; the rule round-trips; the frontend reads it as sniMap', () => {

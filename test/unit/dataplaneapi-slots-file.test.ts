@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { RawBackend } from '../../src/haproxy/model.js';
-import { DEFAULT_RENDER_OPTIONS, type RenderOptions, renderDesired } from '../../src/haproxy/render.js';
+import { renderDesired } from '../../src/haproxy/render.js';
 import { plan } from '../../src/plan/plan.js';
 import { createClient } from '../../src/providers/dataplaneapi/client.js';
 import { storageName } from '../../src/providers/dataplaneapi/map-names.js';
@@ -16,21 +16,13 @@ import {
 } from '../../src/providers/dataplaneapi/slots-file.js';
 import { type RouteClaim, resolveRoutes } from '../../src/routes/route.js';
 import { type FakeDataplaneApi, startFakeDataplaneApi } from '../support/fake-dataplaneapi.js';
-import { claim, providerOn } from '../support/fake-dataplaneapi-provider.js';
+import { claim, mapRender, providerOn, SNI_MAP } from '../support/fake-dataplaneapi-provider.js';
 import { interpret, registry } from '../support/owner.js';
 import { waitFor } from '../support/wait.js';
 
 const signal = () => AbortSignal.timeout(10_000);
-const SNI_MAP = 'kubebyon-haproxy-adapter.sni.map';
 const FILE = `${slotsFileName(registry.id)}_000.cfg`;
-const render: RenderOptions = {
-  ...DEFAULT_RENDER_OPTIONS,
-  bind: { address: '127.0.0.1', port: 18443 },
-  routing: 'map',
-  sniMap: SNI_MAP,
-  minSlots: 8,
-  healthChecks: false,
-};
+const render = mapRender(8);
 
 describe('the slots file, as text', () => {
   const name = fc.stringMatching(/^[a-z][a-z0-9_.-]{0,20}$/);
