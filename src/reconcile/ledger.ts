@@ -1,6 +1,6 @@
 import type { Metrics } from '../metrics/metrics.js';
 import type { PoolReport } from '../plan/operations.js';
-import type { ClusterStore } from '../store/cluster-store.js';
+import type { DesiredStore } from '../store/desired-store.js';
 import type { Clock } from './clock.js';
 import { Gauges } from './gauges.js';
 import {
@@ -37,7 +37,12 @@ export class PassLedger {
   private readonly gauges: Gauges;
 
   constructor(
-    private readonly o: { store: ClusterStore; metrics: Metrics; publicPort: number; clock: Clock },
+    private readonly o: {
+      store: Pick<DesiredStore, 'list' | 'get'>;
+      metrics: Metrics;
+      publicPort: number;
+      clock: Clock;
+    },
   ) {
     this.gauges = new Gauges(o.metrics);
     o.metrics.beforeScrape.hook = () => this.publish();

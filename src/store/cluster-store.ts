@@ -4,6 +4,7 @@ import { z } from 'zod';
 import { ClusterRecord, type ClusterTarget } from '../model/cluster.js';
 import { compareStrings } from '../routes/route.js';
 import { AtomicFile } from './atomic-file.js';
+import type { DesiredStore, WriteStamp } from './desired-store.js';
 import { Draft } from './draft.js';
 import { Journal, type JournalIo, nodeJournalIo, readJournal } from './journal.js';
 
@@ -37,7 +38,7 @@ export interface StoreOptions {
  * the journal as it was) when the folder lacks room for it and for the compaction after it, or cannot be
  * written. Concurrent changes share one write; reads come from memory.
  */
-export class ClusterStore {
+export class ClusterStore implements DesiredStore {
   private clusters = new Map<string, ClusterRecord>();
   /** `list()`'s answer, kept sorted across changes. */
   private sorted: ClusterRecord[] | undefined;
@@ -111,8 +112,11 @@ export class ClusterStore {
     return this.clusters.get(name);
   }
 
-  /** Inserts or replaces one cluster; resolves once the change is on disk. */
-  upsert(input: Input, now = Date.now()): Promise<ClusterRecord> {
+  /**
+   * Inserts or replaces one cluster; resolves once the change is on disk. One process writes this store, and
+   * its seen signatures already refuse a replay: the stamp is not needed here.
+   */
+  upsert(input: Input, _stamp?: WriteStamp, now = Date.now()): Promise<ClusterRecord> {
     return this.change((draft) => {
       const previous = draft.get(input.name);
       const record: ClusterRecord = {
@@ -126,12 +130,12 @@ export class ClusterStore {
   }
 
   /** Removes one cluster; resolves with whether it existed, once the change is on disk. */
-  delete(name: string): Promise<boolean> {
+  delete(name: string, _stamp?: WriteStamp): Promise<boolean> {
     return this.change((draft) => draft.delete(name));
   }
 
   /** Makes `inputs` the whole desired set (clusters not in it are removed); resolves once on disk. */
-  replaceAll(inputs: Input[], now = Date.now()) {
+  replaceAll(inputs: Input[], _stamp?: WriteStamp, now = Date.now()) {
     return this.change((draft) => {
       const wanted = new Set(inputs.map((i) => i.name));
       const removed = draft.names().filter((name) => !wanted.has(name));

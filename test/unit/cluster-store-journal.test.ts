@@ -66,12 +66,12 @@ describe('ClusterStore journal', () => {
 
   it('ignores a partial last line (a write cut short) and appends after the whole ones', async () => {
     const store = await ClusterStore.open(path);
-    await store.upsert(put(1), 10);
-    await store.upsert(put(2), 20);
+    await store.upsert(put(1), undefined, 10);
+    await store.upsert(put(2), undefined, 20);
     appendFileSync(journal, '{"seq":3,"put":{"name":"c3","host":"c3.exa');
     const reopened = await ClusterStore.open(path);
     expect(reopened.list().map((c) => c.name)).toEqual(['c1', 'c2']);
-    await reopened.upsert(put(4), 40);
+    await reopened.upsert(put(4), undefined, 40);
     expect((await ClusterStore.open(path)).list().map((c) => c.name)).toEqual(['c1', 'c2', 'c4']);
     expect((await ClusterStore.read(path)).map((c) => c.name)).toEqual(['c1', 'c2', 'c4']);
   });

@@ -16,13 +16,14 @@ describe('ClusterStore', () => {
 
   it('keeps every change across a reopen', async () => {
     const store = await ClusterStore.open(path);
-    await store.upsert({ name: 'a', host: 'a.example.com', target: { nodePort: 30001 } }, 10);
+    await store.upsert({ name: 'a', host: 'a.example.com', target: { nodePort: 30001 } }, undefined, 10);
     await store.upsert(
       {
         name: 'b',
         host: 'b.example.com',
         target: { service: { namespace: 'ns', name: 'b', port: 'https' } },
       },
+      undefined,
       11,
     );
     await store.delete('a');
@@ -42,20 +43,32 @@ describe('ClusterStore', () => {
 
   it('keeps the claim time while the host stays, and restarts it when the host changes', async () => {
     const store = await ClusterStore.open(path);
-    await store.upsert({ name: 'a', host: 'a.example.com', target: { nodePort: 1 } }, 10);
+    await store.upsert({ name: 'a', host: 'a.example.com', target: { nodePort: 1 } }, undefined, 10);
     expect(
-      await store.upsert({ name: 'a', host: 'a.example.com', target: { nodePort: 2 } }, 20),
+      await store.upsert({ name: 'a', host: 'a.example.com', target: { nodePort: 2 } }, undefined, 20),
     ).toMatchObject({ claimedAt: 10, updatedAt: 20 });
     expect(
-      await store.upsert({ name: 'a', host: 'z.example.com', target: { nodePort: 2 } }, 30),
+      await store.upsert({ name: 'a', host: 'z.example.com', target: { nodePort: 2 } }, undefined, 30),
     ).toMatchObject({ claimedAt: 30 });
   });
 
   it('stamps every version of a cluster apart, even two within one millisecond', async () => {
     const store = await ClusterStore.open(path);
-    const first = await store.upsert({ name: 'a', host: 'a.example.com', target: { nodePort: 1 } }, 10);
-    const second = await store.upsert({ name: 'a', host: 'a.example.com', target: { nodePort: 2 } }, 10);
-    const third = await store.replaceAll([{ name: 'a', host: 'a.example.com', target: { nodePort: 3 } }], 10);
+    const first = await store.upsert(
+      { name: 'a', host: 'a.example.com', target: { nodePort: 1 } },
+      undefined,
+      10,
+    );
+    const second = await store.upsert(
+      { name: 'a', host: 'a.example.com', target: { nodePort: 2 } },
+      undefined,
+      10,
+    );
+    const third = await store.replaceAll(
+      [{ name: 'a', host: 'a.example.com', target: { nodePort: 3 } }],
+      undefined,
+      10,
+    );
     expect([first.updatedAt, second.updatedAt]).toEqual([10, 11]);
     expect(third).toEqual({ removed: [] });
     expect(store.get('a')?.updatedAt).toBe(12);
@@ -63,13 +76,14 @@ describe('ClusterStore', () => {
 
   it('replaces the whole set, reporting what it removed', async () => {
     const store = await ClusterStore.open(path);
-    await store.upsert({ name: 'a', host: 'a.example.com', target: { nodePort: 1 } }, 10);
-    await store.upsert({ name: 'b', host: 'b.example.com', target: { nodePort: 2 } }, 10);
+    await store.upsert({ name: 'a', host: 'a.example.com', target: { nodePort: 1 } }, undefined, 10);
+    await store.upsert({ name: 'b', host: 'b.example.com', target: { nodePort: 2 } }, undefined, 10);
     const result = await store.replaceAll(
       [
         { name: 'b', host: 'b.example.com', target: { nodePort: 2 } },
         { name: 'c', host: 'c.example.com', target: { nodePort: 3 } },
       ],
+      undefined,
       50,
     );
     expect(result).toEqual({ removed: ['a'] });

@@ -232,10 +232,11 @@ describe('Reconciler', () => {
 
   it('reports pending, rejected and degraded clusters with their reasons', async () => {
     const r = make({ nodes: [] });
-    await store.upsert({ name: 'a', host: 'api.example.com', target: { nodePort: 30443 } }, 1);
-    await store.upsert({ name: 'b', host: 'api.example.com', target: { nodePort: 30444 } }, 2);
+    await store.upsert({ name: 'a', host: 'api.example.com', target: { nodePort: 30443 } }, undefined, 1);
+    await store.upsert({ name: 'b', host: 'api.example.com', target: { nodePort: 30444 } }, undefined, 2);
     await store.upsert(
       { name: 'c', host: 'c.example.com', target: { service: { namespace: 'v', name: 'c', port: 443 } } },
+      undefined,
       3,
     );
     expect(r.statuses().map((s) => s.state)).toEqual(['pending', 'pending', 'pending']);
@@ -326,13 +327,18 @@ describe('Reconciler', () => {
     // millisecond. The pass that follows the request plans from this very version.
     await store.upsert(
       { name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30443 } },
+      undefined,
       Date.now() + 5,
     );
     expect(await settle(r.request('webhook'))).toMatchObject({ ok: true });
     expect(provider.state.backends).toHaveLength(1);
     expect(r.statuses()[0]).toMatchObject({ state: 'applied' });
     // A version stored after that pass is pending until a pass plans from it.
-    await store.upsert({ name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30444 } }, 0);
+    await store.upsert(
+      { name: 'demo', host: 'api.demo.example.com', target: { nodePort: 30444 } },
+      undefined,
+      0,
+    );
     expect(r.statuses()[0]).toMatchObject({ state: 'pending' });
     await settle(r.request('webhook'));
     expect(r.statuses()[0]).toMatchObject({ state: 'applied' });
