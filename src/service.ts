@@ -1,33 +1,41 @@
 import type { Server } from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
+import type { KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
-import { type Config, renderOptionsOf } from './config/env.js';
+import type { Config } from './config/env.js';
+import { Fleet } from './fleet/fleet.js';
+import { discoveredInstances, type InstanceSpec, listedInstances } from './fleet/instances.js';
+import { laneFactory, openStore } from './fleet/wiring.js';
+import type { LeaderElector } from './kube/leader-election.js';
 import { createMetrics, type Metrics } from './metrics/metrics.js';
-import { errorText, type Provider } from './providers/provider.js';
-import { Reconciler } from './reconcile/reconciler.js';
-import { ClusterStore } from './store/cluster-store.js';
+import type { Provider } from './providers/provider.js';
+import type { DesiredStore } from './store/desired-store.js';
+import type { KubeClusterStore } from './store/kube-store.js';
+import type { HaproxyPods } from './topology/haproxy-pods.js';
 import type { KubernetesTopology } from './topology/kubernetes.js';
 import { createApp, DEFAULT_BODY_TIMEOUT_MS } from './webhook/app.js';
 import { WebhookAuthenticator } from './webhook/auth.js';
 import type { Readiness } from './webhook/readiness.js';
 import { createWebhookServer, listen, serverTimes } from './webhook/server.js';
-import { createConfiguredProvider, createLogger, createTopology } from './wiring.js';
+import { createLogger, createTopology } from './wiring.js';
 
 export const VERSION = '0.1.0';
 
 export interface Service {
   /** Base URL of the webhook API, health and metrics. */
   url: string;
-  store: ClusterStore;
-  reconciler: Reconciler;
+  store: DesiredStore;
+  /** Every HAProxy instance's loop (none on a replica that does not lead). */
+  fleet: Fleet<InstanceSpec>;
   metrics: Metrics;
-  provider: Provider;
+  /** The leader election, when replicas share the state. */
+  elector: LeaderElector | undefined;
   /** Stops accepting calls, answers the calls in flight (their changes applied), stops the loop and watches. */
   stop(): Promise<void>;
 }
 
 export interface ServiceDeps {
-  /** Where plans are applied; by default the provider the configuration names. */
+  /** Where plans are applied (tests): the one instance's provider. */
   provider?: Provider;
   logger?: Logger;
   /** The environment the configuration came from (Kubernetes credentials); by default the process's. */
@@ -37,28 +45,23 @@ export interface ServiceDeps {
 const PING_TIMEOUT_MS = 5_000;
 
 function readinessOf(
-  store: ClusterStore,
+  store: DesiredStore,
   auth: WebhookAuthenticator,
-  provider: Provider,
-  loop: Reconciler,
+  fleet: Fleet<InstanceSpec>,
+  elector: LeaderElector | undefined,
   kube: KubernetesTopology | undefined,
 ): () => Promise<Readiness> {
   return async () => {
     // Changes can be acknowledged only if both the store and the seen signatures can be written.
     const [stored, recorded] = await Promise.all([store.health(), auth.health()]);
     const checks: Readiness['checks'] = { state: stored.ok ? recorded : stored };
-    try {
-      await provider.ping(AbortSignal.timeout(PING_TIMEOUT_MS));
-      checks.haproxy = { ok: true };
-    } catch (err) {
-      checks.haproxy = { ok: false, detail: errorText(err) };
-    }
-    const lastError = loop.lastError;
-    checks.reconcile = !loop.ready
-      ? { ok: false, detail: lastError ?? 'no reconcile has succeeded yet' }
-      : lastError
-        ? { ok: false, detail: lastError }
-        : { ok: true };
+    // A standby is ready: it takes webhooks (stored for the leader) and answers status.
+    if (elector)
+      checks.leader = {
+        ok: true,
+        detail: fleet.isLeading ? 'leading' : `standing by; leader: ${elector.leader() ?? 'none yet'}`,
+      };
+    Object.assign(checks, await fleet.health(PING_TIMEOUT_MS));
     Object.assign(checks, kube?.health() ?? {});
     return { ready: Object.values(checks).every((c) => c.ok), checks };
   };
@@ -66,66 +69,77 @@ function readinessOf(
 
 /**
  * Stops taking calls, answers the calls in flight while the loop still runs (so that acknowledged changes
- * callers wait for get applied), then stops the loop within the grace period, the watches and the provider.
+ * callers wait for get applied), then stops the loops within the grace period, hands leadership over, and
+ * stops the watches.
  */
 async function gracefulStop(
   parts: {
     server: Server;
     /** Requests received and not yet answered. */
     unanswered(): number;
-    loop: Reconciler;
-    kube: KubernetesTopology | undefined;
-    provider: Provider;
+    fleet: Fleet<InstanceSpec>;
+    elector: LeaderElector | undefined;
+    closers: Array<(() => Promise<void>) | undefined>;
     logger: Logger;
   },
   graceMs: number,
 ): Promise<void> {
-  const { server, unanswered, loop, kube, provider, logger } = parts;
+  const { server, unanswered, fleet, elector, closers, logger } = parts;
   const deadline = Date.now() + graceMs;
   logger.info('stopping: no new calls; answering the calls in flight');
   const closed = new Promise<void>((resolve) => server.close(() => resolve()));
   server.closeIdleConnections();
   while (unanswered() > 0 && Date.now() < deadline) await sleep(20);
-  await loop.stop(Math.max(0, deadline - Date.now()));
+  await fleet.flushPublished();
+  await fleet.stop(Math.max(0, deadline - Date.now()));
   server.closeAllConnections();
-  await kube?.stop();
-  await provider.close?.();
+  // Released only once no lane can write: a standby takes over at once instead of after the lease.
+  await elector?.stop();
+  for (const close of closers) await close?.();
   await closed;
   logger.info('stopped');
 }
 
 /**
- * The composition root: opens the desired state, starts the topology, the reconcile loop and the HTTP API,
- * and reconciles at once (so a restart converges HAProxy to what was accepted before it).
+ * The composition root: opens the desired state, starts the topology, a loop per HAProxy instance (while
+ * this replica leads) and the HTTP API, and reconciles at once (so a restart converges HAProxy to what was
+ * accepted before it).
  */
 export async function startService(config: Config, deps: ServiceDeps = {}): Promise<Service> {
   const logger = deps.logger ?? createLogger(config);
-  const metrics = createMetrics();
-  const store = await ClusterStore.open(config.stateFile);
+  const { single, specs } = listedInstances(config);
+  const metrics = createMetrics({ perInstance: !single });
   const wiring = { logger, metrics, ...(deps.env ? { env: deps.env } : {}) };
-  // Every provider, given or made, goes behind the registry: no plan reaches it unchecked.
-  const provider = await createConfiguredProvider(config, {
-    ...wiring,
-    keepsFiles: true,
-    ...(deps.provider ? { given: deps.provider } : {}),
-  });
-  let reconciler: Reconciler | undefined;
-  const { topology, kube } = await createTopology(
-    config,
-    (reason) => void reconciler?.request(reason),
-    wiring,
-  );
-  const loop = new Reconciler({
+  let kubeConfig: KubeConfig | undefined;
+  const kc = async () => {
+    const { loadKubeConfig } = await import('./topology/kubernetes.js');
+    kubeConfig ??= loadKubeConfig(deps.env);
+    return kubeConfig;
+  };
+  const { store, kube: kubeStore } = await openStore(config, { logger, kubeConfig: kc });
+  let fleet: Fleet<InstanceSpec> | undefined;
+  const { topology, kube } = await createTopology(config, (reason) => void fleet?.request(reason), wiring);
+  const election = config.fleet.leaderElection;
+  let elector: LeaderElector | undefined;
+  const makeLane = laneFactory(config, {
     store,
     topology,
-    provider,
-    render: renderOptionsOf(config.haproxy),
-    metrics,
-    logger,
-    ...config.reconcile,
-    publicPort: config.publicPort,
+    ...wiring,
+    single,
+    ...(deps.provider ? { given: deps.provider } : {}),
+    // Checked right before each apply: a replica whose renewal is overdue writes nothing.
+    ...(election ? { fence: () => (elector?.isLeader() ? undefined : 'this replica does not lead') } : {}),
   });
-  reconciler = loop;
+  const loops = new Fleet<InstanceSpec>({
+    store,
+    makeLane,
+    logger,
+    single,
+    waitTimeoutMs: config.webhook.waitTimeoutMs,
+  });
+  fleet = loops;
+  // A change another replica stored: the leader applies it (its own writes come back too, and find nothing).
+  store.onChange?.((clusters) => void loops.request('webhook', { clusters }));
   const auth = await WebhookAuthenticator.open({
     mode: config.webhook.auth,
     secret: config.webhook.secret,
@@ -134,31 +148,57 @@ export async function startService(config: Config, deps: ServiceDeps = {}): Prom
   });
   const app = createApp({
     store,
-    reconciler: loop,
+    reconciler: loops,
     metrics,
     logger,
     auth,
     waitTimeoutMs: config.webhook.waitTimeoutMs,
     bodyLimitBytes: config.webhook.bodyLimitBytes,
-    readiness: readinessOf(store, auth, provider, loop, kube),
+    readiness: () => readinessOf(store, auth, loops, elector, kube)(),
     version: VERSION,
   });
 
   if (kube) await kube.start();
+  const pods = await discoverInstances(config, loops, { ...wiring, kubeConfig: kc });
+  if (!pods) await loops.setTargets(specs);
+  metrics.haproxyInstances.set(pods ? 0 : specs.length);
   const { server, gate } = createWebhookServer(app, serverTimes(DEFAULT_BODY_TIMEOUT_MS));
   await listen(server, config.listen.host, config.listen.port);
   const address = server.address();
   const port = address && typeof address !== 'string' ? address.port : config.listen.port;
-  // HAProxy may be away at start: webhooks are still accepted and stored, and the loop converges later.
-  const reached = await provider.ping(AbortSignal.timeout(PING_TIMEOUT_MS)).then(
-    (info) => ({ haproxy: info.version, endpoint: info.endpoint }),
-    (err) => ({ haproxy: null, unreachable: errorText(err) }),
-  );
-  loop.start();
+  const sweeper = kubeStore ? sweepTombstones(kubeStore, loops, logger) : undefined;
+  if (election) {
+    const { LeaderElector } = await import('./kube/leader-election.js');
+    elector = new LeaderElector(
+      { namespace: config.fleet.namespace, name: election.leaseName, ...election },
+      {
+        kubeConfig: await kc(),
+        logger,
+        callbacks: {
+          onStartedLeading: () => {
+            metrics.leader.set(1);
+            metrics.leaderTransitions.inc({ change: 'started' });
+            void loops.lead();
+          },
+          onStoppedLeading: () => {
+            metrics.leader.set(0);
+            metrics.leaderTransitions.inc({ change: 'stopped' });
+            void loops.standby();
+          },
+        },
+      },
+    );
+    elector.start();
+  } else {
+    metrics.leader.set(1);
+    await loops.lead();
+  }
   logger.info(
     {
-      provider: provider.name,
-      ...reached,
+      provider: config.provider.kind,
+      instances: pods ? 'discovered' : specs.map((s) => s.name),
+      leaderElection: election ? election.identity : false,
+      store: config.fleet.store,
       listen: `${config.listen.host}:${port}`,
       clusters: store.list().length,
       topology: config.topology.kind,
@@ -170,15 +210,66 @@ export async function startService(config: Config, deps: ServiceDeps = {}): Prom
   return {
     url: `http://${config.listen.host === '0.0.0.0' ? '127.0.0.1' : config.listen.host}:${port}`,
     store,
-    reconciler: loop,
+    fleet: loops,
     metrics,
-    provider,
+    get elector() {
+      return elector;
+    },
     stop() {
       stopping ??= gracefulStop(
-        { server, unanswered: gate.unanswered, loop, kube, provider, logger },
+        {
+          server,
+          unanswered: gate.unanswered,
+          fleet: loops,
+          elector,
+          closers: [
+            sweeper,
+            () => pods?.stop() ?? Promise.resolve(),
+            kube && (() => kube.stop()),
+            store.close && (() => store.close?.() ?? Promise.resolve()),
+          ],
+          logger,
+        },
         config.shutdownGraceMs,
       );
       return stopping;
     },
   };
+}
+
+/** HAProxy pods found by label, when configured: the instances follow them. */
+async function discoverInstances(
+  config: Config,
+  fleet: Fleet<InstanceSpec>,
+  deps: { logger: Logger; metrics: Metrics; kubeConfig: () => Promise<KubeConfig> },
+): Promise<HaproxyPods | undefined> {
+  const discovery = config.fleet.discovery;
+  if (!discovery) return undefined;
+  const { HaproxyPods } = await import('./topology/haproxy-pods.js');
+  const pods = new HaproxyPods(
+    await deps.kubeConfig(),
+    discovery,
+    (found) => {
+      deps.metrics.haproxyInstances.set(found.length);
+      void fleet.setTargets(discoveredInstances(config.provider, found));
+    },
+    deps.logger.child({ discovery: 'haproxy_pods' }),
+    deps.metrics,
+  );
+  await pods.start();
+  return pods;
+}
+
+/** The leader removes tombstones older than the replay window, once a minute. */
+function sweepTombstones(
+  store: KubeClusterStore,
+  fleet: Fleet<InstanceSpec>,
+  logger: Logger,
+): () => Promise<void> {
+  const timer = setInterval(() => {
+    if (!fleet.isLeading) return;
+    store.sweepTombstones().catch((err: unknown) => logger.warn({ err }, 'sweeping tombstones failed'));
+  }, 60_000);
+  timer.unref();
+  return async () => clearInterval(timer);
 }

@@ -69,20 +69,27 @@ export async function createTopology(
  */
 export async function createConfiguredProvider(
   config: Config,
-  deps: WiringDeps & { keepsFiles: boolean; given?: Provider },
+  deps: WiringDeps & {
+    keepsFiles: boolean;
+    given?: Provider;
+    /** Where the provider keeps its files, when not beside the state file (one folder per instance). */
+    stateDir?: string;
+    /** Asked before each apply (leader election): a reason refuses the plan. */
+    fence?: () => string | undefined;
+  },
 ): Promise<OwnedProvider> {
   const registry = new Registry(config.ownerId);
-  if (deps.given) return new OwnedProvider(deps.given, registry);
+  if (deps.given) return new OwnedProvider(deps.given, registry, deps.fence);
   const label = { provider: config.provider.kind };
   const provider = await createProvider(config.provider, {
     logger: deps.logger,
     owner: registry,
-    ...(deps.keepsFiles ? { stateDir: dirname(config.stateFile) } : {}),
+    ...(deps.keepsFiles ? { stateDir: deps.stateDir ?? dirname(config.stateFile) } : {}),
     persistDelayMs: config.persistDelayMs,
     traffic: {
       request: () => deps.metrics.providerRequests.inc(label),
       bytes: (direction, n) => deps.metrics.providerBytes.inc({ ...label, direction }, n),
     },
   });
-  return new OwnedProvider(provider, registry);
+  return new OwnedProvider(provider, registry, deps.fence);
 }

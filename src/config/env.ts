@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { isIP } from 'node:net';
+import { hostname } from 'node:os';
 import { z } from 'zod';
 import { DEFAULT_RENDER_OPTIONS, type RenderOptions } from '../haproxy/render.js';
 import { isHaproxyName, NAME_RULE, PREFIX_RULE, sniMapNameFor, validatePrefix } from '../naming/names.js';
@@ -7,6 +8,7 @@ import type { DataplaneConfig } from '../providers/dataplaneapi/config.js';
 import type { StockHaproxyConfig } from '../providers/haproxy/config.js';
 import { DEFAULT_OWNER_ID, OWNER_ID } from '../registry/registry.js';
 import { parseBindAddr } from './bind.js';
+import { FLEET_DEFAULTS, type FleetConfig, fleetConfigOf } from './fleet-env.js';
 
 /**
  * The service's whole configuration, from environment variables (and files they point to). Every variable is
@@ -58,6 +60,7 @@ export const ENV_DEFAULTS = {
   KUBEBYON_RESYNC_INTERVAL_MS: '60000',
   KUBEBYON_RECONCILE_RETRIES: '5',
   KUBEBYON_HAPROXY_WATCH_MS: '500',
+  ...FLEET_DEFAULTS,
 } as const;
 
 const int = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
@@ -260,7 +263,7 @@ type MemoryProviderConfig = { kind: 'memory' };
 export type ProviderConfig = DataplaneProviderConfig | StockHaproxyProviderConfig | MemoryProviderConfig;
 const MemoryEnv = z.object({}).transform((): MemoryProviderConfig => ({ kind: 'memory' }));
 /** The whole configuration: inferred from the schemas above, never written beside them. */
-export type Config = z.output<typeof BaseEnv> & { provider: ProviderConfig };
+export type Config = z.output<typeof BaseEnv> & { provider: ProviderConfig; fleet: FleetConfig };
 
 export class ConfigError extends Error {
   constructor(readonly problems: string[]) {
@@ -310,8 +313,9 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
         problems.push(`${name}: ${issue.message}`);
     }
   }
-  if (problems.length > 0 || !base.success || !provider.success) throw new ConfigError(problems);
-  return { ...base.data, provider: provider.data };
+  const fleet = fleetConfigOf(merged, chosen, problems, hostname);
+  if (problems.length > 0 || !base.success || !provider.success || !fleet) throw new ConfigError(problems);
+  return { ...base.data, provider: provider.data, fleet };
 }
 
 /**

@@ -1,13 +1,16 @@
 import type { Logger } from 'pino';
 import type { RenderOptions } from '../haproxy/render.js';
 import type { Metrics } from '../metrics/metrics.js';
+import type { Plan } from '../plan/plan.js';
 import type { OwnedProvider } from '../registry/owned-provider.js';
-import type { ClusterStore } from '../store/cluster-store.js';
+import type { DesiredStore } from '../store/desired-store.js';
 import type { Topology } from '../topology/topology.js';
 import type { Clock } from './clock.js';
+import type { RouteBackend } from './routing.js';
+import type { ClusterStatus } from './status.js';
 
 export interface ReconcilerOptions {
-  store: ClusterStore;
+  store: Pick<DesiredStore, 'list' | 'get'>;
   topology: Topology;
   provider: OwnedProvider;
   render: RenderOptions;
@@ -41,6 +44,8 @@ export interface ReconcilerOptions {
    * restart by anyone) asks for a fresh pass (`haproxy_reloaded`). Default 0: not watched.
    */
   watchMs?: number;
+  /** Told after each pass which clusters' statuses it may have changed (a leader publishes them). */
+  passed?: (clusters: ReadonlySet<string> | 'all') => void;
   /** Time for debounce, delays, resync, backoff, the revision watch and `last_applied_at`; tests hand in their own. */
   clock?: Clock;
 }
@@ -57,4 +62,15 @@ export interface PassOutcome {
   ok: boolean;
   changed: boolean;
   error?: string;
+}
+
+/**
+ * What the webhook API asks of the loop: one `Reconciler`, or a `Fleet` of them (one per HAProxy instance,
+ * or none on a replica that does not lead).
+ */
+export interface Loop {
+  request(reason: string, changed?: { clusters: readonly string[] }): Promise<PassOutcome>;
+  status(name: string): ClusterStatus | undefined;
+  statuses(): ClusterStatus[];
+  preview(): Promise<{ plan: Plan; text: string; routes: Map<string, RouteBackend> }>;
 }

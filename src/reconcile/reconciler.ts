@@ -4,14 +4,19 @@ import { RoutingIndexCache } from '../plan/routing-index.js';
 import { type Clock, sleep, systemClock } from './clock.js';
 import { PassLedger } from './ledger.js';
 import { desiredConfig, type PassReport, planAgainst, runPass } from './pass.js';
-import { type PassOutcome, type ReconcilerOptions, TopologyNotSyncedError } from './reconciler-options.js';
+import {
+  type Loop,
+  type PassOutcome,
+  type ReconcilerOptions,
+  TopologyNotSyncedError,
+} from './reconciler-options.js';
 import { Requeue } from './requeue.js';
 import { type PassKind, passKind, type RouteBackend, routeBackends } from './routing.js';
 import { runScopedPass, type ScopedPassReport } from './scoped-pass.js';
 import type { ClusterStatus } from './status.js';
 import { RevisionWatch } from './watch.js';
 
-export { type PassOutcome, type ReconcilerOptions, TopologyNotSyncedError };
+export { type Loop, type PassOutcome, type ReconcilerOptions, TopologyNotSyncedError };
 
 /** A pass's outcome, and whether it left the slot pool's growth to a pass no webhook waits on. */
 interface Served {
@@ -32,7 +37,7 @@ interface Waiter {
  * one at a time, events during the debounce window or during a pass served together by the next pass; whether
  * and when a failed pass is tried again is `Requeue`'s one rule.
  */
-export class Reconciler {
+export class Reconciler implements Loop {
   private requested = 0;
   private served = 0;
   private waiters: Waiter[] = [];
@@ -241,6 +246,7 @@ export class Reconciler {
       indexes: this.indexes,
     });
     this.ledger.full(report);
+    this.o.passed?.('all');
     return report;
   }
 
@@ -277,6 +283,7 @@ export class Reconciler {
     this.o.metrics.reconcilePasses.inc({ scope: 'scoped' });
     this.o.logger.debug({ clusters: report.clusters.size }, 'scoped pass');
     this.ledger.scoped(report, report.clusters);
+    this.o.passed?.(report.clusters);
     return report;
   }
 }

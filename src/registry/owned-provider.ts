@@ -21,12 +21,22 @@ export class NotOwnedError extends TerminalError {
  * change, delete or shadow an object this owner does not hold never reaches the provider, which then only
  * does I/O. Reads pass through untouched; the registry interprets them.
  */
+/** A plan refused because this replica may not write now (it lost, or never held, the leadership). */
+export class FencedError extends TerminalError {
+  override name = 'FencedError';
+}
+
 export class OwnedProvider implements Provider {
   readonly name: string;
 
+  /**
+   * `fence`, when given, is asked right before each apply: a reason not to write (this replica does not lead)
+   * refuses the plan with `FencedError`, so that two replicas never apply at once.
+   */
   constructor(
     private readonly inner: Provider,
     readonly registry: Registry,
+    private readonly fence?: () => string | undefined,
   ) {
     this.name = inner.name;
   }
@@ -41,6 +51,8 @@ export class OwnedProvider implements Provider {
   }
 
   async apply(plan: Plan, current: RawState, signal: AbortSignal): Promise<ApplyReport> {
+    const fenced = this.fence?.();
+    if (fenced !== undefined) throw new FencedError(fenced);
     refuseForeign(plan.operations, current, this.registry);
     return this.inner.apply(plan, current, signal);
   }

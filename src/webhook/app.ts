@@ -1,8 +1,8 @@
 import express, { type RequestHandler } from 'express';
 import type { Logger } from 'pino';
-import { type Metrics, methodLabel } from '../metrics/metrics.js';
-import type { Reconciler } from '../reconcile/reconciler.js';
-import type { ClusterStore } from '../store/cluster-store.js';
+import { type Metrics, methodLabel, runBeforeScrape } from '../metrics/metrics.js';
+import type { Loop } from '../reconcile/reconciler.js';
+import type { DesiredStore } from '../store/desired-store.js';
 import type { WebhookAuthenticator } from './auth.js';
 import { authenticate } from './authenticate.js';
 import { clustersRouter } from './clusters-router.js';
@@ -11,8 +11,8 @@ import { openApiDocument } from './openapi.js';
 import type { Readiness } from './readiness.js';
 
 export interface AppOptions {
-  store: ClusterStore;
-  reconciler: Reconciler;
+  store: DesiredStore;
+  reconciler: Loop;
   metrics: Metrics;
   logger: Logger;
   auth: WebhookAuthenticator;
@@ -46,7 +46,7 @@ export function createApp(o: AppOptions): express.Express {
     bodyTimeoutMs: o.bodyTimeoutMs ?? DEFAULT_BODY_TIMEOUT_MS,
     pendingBodyBytes: o.pendingBodyBytes ?? PENDING_BODIES_OF_THE_LIMIT * o.bodyLimitBytes,
   });
-  app.use('/v1', guard, clustersRouter(o));
+  app.use('/v1', guard, clustersRouter({ ...o, stampOf: (req) => o.auth.stampOf(req) }));
   app.use(notFound);
   app.use(errorHandler(o.logger));
   return app;
@@ -86,7 +86,7 @@ function publicRoutes(o: Pick<AppOptions, 'metrics' | 'readiness' | 'version'>):
     res.status(r.ready ? 200 : 503).json({ ready: r.ready, checks });
   });
   router.get('/metrics', async (_req, res) => {
-    o.metrics.beforeScrape.hook?.();
+    runBeforeScrape(o.metrics);
     res.type(o.metrics.registry.contentType).send(await o.metrics.registry.metrics());
   });
   router.get('/openapi.json', (_req, res) => {

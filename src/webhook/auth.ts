@@ -1,4 +1,5 @@
 import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
+import type { WriteStamp } from '../store/desired-store.js';
 import { SeenSignatures } from './seen-signatures.js';
 
 export type AuthMode = 'hmac' | 'bearer';
@@ -77,6 +78,18 @@ export class WebhookAuthenticator {
   /** Whether accepted writes can be recorded (their signatures kept on disk), for readiness. */
   health(): Promise<{ ok: boolean; detail?: string }> {
     return this.seen.health();
+  }
+
+  /**
+   * The signed write a request is, for ordering it against writes other replicas received: only in HMAC
+   * mode, and only called for a request `check` accepted (the headers are then verified).
+   */
+  stampOf(req: RequestHead): WriteStamp | undefined {
+    if (this.options.mode !== 'hmac') return undefined;
+    const timestamp = req.header(TIMESTAMP_HEADER);
+    const signature = req.header(SIGNATURE_HEADER);
+    if (!timestamp || !signature || !TIMESTAMP_FORM.test(timestamp)) return undefined;
+    return { signedAt: Number(timestamp), signature };
   }
 
   /**

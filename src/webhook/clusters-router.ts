@@ -1,16 +1,18 @@
 import express, { type NextFunction, type Request, type Response } from 'express';
-import { type PassOutcome, type Reconciler, TopologyNotSyncedError } from '../reconcile/reconciler.js';
-import type { ClusterStore } from '../store/cluster-store.js';
+import { type Loop, type PassOutcome, TopologyNotSyncedError } from '../reconcile/reconciler.js';
+import { type DesiredStore, StaleWriteError, type WriteStamp } from '../store/desired-store.js';
 import { checkCluster, checkClusterSet, checkName } from './clusters.js';
 import { fieldError, zodError } from './errors.js';
 import type { Readiness } from './readiness.js';
 import { ClusterBody, ClusterSetBody } from './schemas.js';
 
 export interface ClustersRouterOptions {
-  store: ClusterStore;
-  reconciler: Reconciler;
+  store: DesiredStore;
+  reconciler: Loop;
   waitTimeoutMs: number;
   readiness(): Promise<Readiness>;
+  /** The verified signed write a request is (HMAC mode), which orders it against other replicas' writes. */
+  stampOf?(req: Request): WriteStamp | undefined;
 }
 
 type Handler = (req: Request, res: Response) => Promise<void>;
@@ -58,6 +60,11 @@ export function clustersRouter(o: ClustersRouterOptions): express.Router {
     try {
       return await write();
     } catch (err) {
+      if (err instanceof StaleWriteError) {
+        // A replayed (or overtaken) signed write, received by another replica than the newer one was.
+        res.status(409).json({ error: 'stale_write', reason: 'replayed_or_older', detail: err.message });
+        return undefined;
+      }
       res.status(503).json({
         error: 'state_unavailable',
         detail: `the change could not be stored: ${err instanceof Error ? err.message : String(err)}`,
@@ -73,7 +80,10 @@ export function clustersRouter(o: ClustersRouterOptions): express.Router {
     const checked = checkCluster(name, parsed.data);
     if (!checked.ok) return fieldError(res, checked.error);
     const input = checked.routed ? checked.input : undefined;
-    const ok = await stored<unknown>(res, () => (input ? o.store.upsert(input) : o.store.delete(name)));
+    const stamp = o.stampOf?.(req);
+    const ok = await stored<unknown>(res, () =>
+      input ? o.store.upsert(input, stamp) : o.store.delete(name, stamp),
+    );
     if (ok === undefined) return;
     const outcome = o.reconciler.request('webhook', { clusters: [name] });
     await answer(req, res, outcome, () => status(name) ?? { name, routed: false }, clusterVerdict);
@@ -83,7 +93,7 @@ export function clustersRouter(o: ClustersRouterOptions): express.Router {
     const name = String(req.params.name);
     const badName = checkName(name);
     if (badName) return fieldError(res, badName);
-    const existed = await stored(res, () => o.store.delete(name));
+    const existed = await stored(res, () => o.store.delete(name, o.stampOf?.(req)));
     if (existed === undefined) return;
     const outcome = o.reconciler.request('webhook', { clusters: [name] });
     await answer(req, res, outcome, () => ({ name, deleted: existed }));
@@ -95,7 +105,7 @@ export function clustersRouter(o: ClustersRouterOptions): express.Router {
     const checked = checkClusterSet(parsed.data);
     if (!checked.ok) return fieldError(res, checked.error);
     const { inputs } = checked;
-    const replaced = await stored(res, () => o.store.replaceAll(inputs));
+    const replaced = await stored(res, () => o.store.replaceAll(inputs, o.stampOf?.(req)));
     if (replaced === undefined) return;
     const { removed } = replaced;
     await answer(req, res, o.reconciler.request('sync'), () => ({ clusters: inputs.length, removed }));

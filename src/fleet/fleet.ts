@@ -1,0 +1,271 @@
+import type { Logger } from 'pino';
+import type { Plan } from '../plan/plan.js';
+import type { Reconciler } from '../reconcile/reconciler.js';
+import type { Loop, PassOutcome } from '../reconcile/reconciler-options.js';
+import type { RouteBackend } from '../reconcile/routing.js';
+import type { ClusterStatus } from '../reconcile/status.js';
+import type { DesiredStore, PublishedStatus } from '../store/desired-store.js';
+import { combineOutcomes, combineStatuses, type FleetStatus, fromPublished, toPublished } from './combine.js';
+import { StatusPublisher } from './publisher.js';
+
+/** One HAProxy instance the service drives: its name, and what it is (a change of `key` makes a new lane). */
+export interface InstanceTarget {
+  name: string;
+  /** Its URL, or its socket and files. */
+  key: string;
+}
+
+/** One instance's own level-triggered loop, with its provider. */
+export interface Lane {
+  loop: Reconciler;
+  ping(signal: AbortSignal): Promise<unknown>;
+  /** Stops the loop (a pass in flight gets `graceMs`) and the provider; removes the lane's metrics. */
+  close(graceMs: number): Promise<void>;
+}
+
+/** The desired state as the fleet reads it; a shared store also carries what the leader published. */
+export type FleetStore = Pick<DesiredStore, 'list' | 'get'> & {
+  published?(name: string): PublishedStatus | undefined;
+  publish?(name: string, status: PublishedStatus): void;
+};
+
+export interface FleetOptions<T extends InstanceTarget> {
+  store: FleetStore;
+  /** Makes (and starts) an instance's lane; `passed` hears which clusters each of its passes judged. */
+  makeLane(target: T, passed: (clusters: ReadonlySet<string> | 'all') => void): Promise<Lane>;
+  logger: Logger;
+  /** One instance given by the provider's own settings: its loop's answers are the fleet's, unchanged. */
+  single: boolean;
+  /** How long a replica that does not lead waits for the leader to publish a change (`?wait=true`). */
+  waitTimeoutMs: number;
+}
+
+/** `GET /v1/plan` on a replica that does not lead: only the leader reads HAProxy. */
+export class NotLeadingError extends Error {
+  override readonly name = 'NotLeadingError';
+}
+
+const FOLLOW_POLL_MS = 100;
+
+type Check = { ok: boolean; detail?: string };
+
+/**
+ * Every HAProxy instance, each read, planned and applied by its own `Reconciler` (a lane), so that a slow or
+ * dead instance holds no other back. Lanes exist only while this replica leads (always, without leader
+ * election); a replica that does not lead answers from what the leader published in the shared store.
+ */
+export class Fleet<T extends InstanceTarget = InstanceTarget> implements Loop {
+  private targets: T[] = [];
+  private readonly lanes = new Map<string, { target: T; lane: Lane }>();
+  private leading = false;
+  private stopped = false;
+  /** Lane changes run one after another; requests wait for the one under way. */
+  private changing: Promise<void> = Promise.resolve();
+  private readonly publisher: StatusPublisher | undefined;
+
+  constructor(private readonly o: FleetOptions<T>) {
+    const { store } = o;
+    this.publisher = store.publish
+      ? new StatusPublisher(
+          (name) => this.publishable(name),
+          store.list.bind(store),
+          store.publish.bind(store),
+        )
+      : undefined;
+  }
+
+  get isLeading(): boolean {
+    return this.leading;
+  }
+
+  /** The instances to drive (a list, or the pods discovery found). */
+  setTargets(targets: T[]): Promise<void> {
+    this.targets = targets;
+    return this.sync();
+  }
+
+  /** This replica leads: a lane per instance, each starting with a fresh read of its HAProxy. */
+  lead(): Promise<void> {
+    this.leading = true;
+    return this.sync();
+  }
+
+  /** This replica no longer leads: every lane stops at once (a pass in flight is aborted). */
+  standby(): Promise<void> {
+    this.leading = false;
+    return this.sync();
+  }
+
+  async stop(graceMs: number): Promise<void> {
+    this.stopped = true;
+    this.leading = false;
+    await this.sync(graceMs);
+    this.publisher?.stop();
+  }
+
+  request(reason: string, changed?: { clusters: readonly string[] }): Promise<PassOutcome> {
+    if (!this.leading) return this.follow(changed?.clusters);
+    return this.changing.then(async () => {
+      const lanes = [...this.lanes.entries()];
+      if (lanes.length === 0) return { ok: false, changed: false, error: 'no HAProxy instance to apply to' };
+      const per = await Promise.all(
+        lanes.map(async ([instance, { lane }]) => ({
+          instance,
+          outcome: await lane.loop.request(reason, changed),
+        })),
+      );
+      return combineOutcomes(per);
+    });
+  }
+
+  status(name: string): FleetStatus | undefined {
+    const record = this.o.store.get(name);
+    if (!record) return undefined;
+    if (!this.leading) return fromPublished(record, this.o.store.published?.(name));
+    const lanes = [...this.lanes.entries()];
+    if (this.o.single && lanes.length === 1) return lanes[0]?.[1].lane.loop.status(name);
+    if (lanes.length === 0) return { ...fromPublished(record, undefined), reason: 'no HAProxy instance' };
+    return combineStatuses(
+      lanes.map(([instance, { lane }]) => ({ instance, status: lane.loop.status(name) })),
+    );
+  }
+
+  statuses(): ClusterStatus[] {
+    const lanes = [...this.lanes.values()];
+    if (this.leading && this.o.single && lanes.length === 1) return lanes[0]?.lane.loop.statuses() ?? [];
+    const records = this.o.store.list();
+    if (!this.leading || lanes.length === 0) return records.flatMap((r) => this.status(r.name) ?? []);
+    // Each lane's statuses once, then one combination per cluster (not one lookup per lane and cluster).
+    const per = [...this.lanes.entries()].map(([instance, { lane }]) => ({
+      instance,
+      byName: new Map(lane.loop.statuses().map((s) => [s.name, s])),
+    }));
+    return records.flatMap(
+      (r) => combineStatuses(per.map((p) => ({ instance: p.instance, status: p.byName.get(r.name) }))) ?? [],
+    );
+  }
+
+  async preview(): Promise<{ plan: Plan; text: string; routes: Map<string, RouteBackend> }> {
+    if (!this.leading) throw new NotLeadingError('this replica does not lead: ask the leader for its plan');
+    await this.changing;
+    const lanes = [...this.lanes.entries()];
+    const first = lanes[0];
+    if (!first) throw new NotLeadingError('no HAProxy instance to plan against');
+    if (lanes.length === 1) return first[1].lane.loop.preview();
+    // Instances can differ (one was down): each one's plan, the first one's routes.
+    const previews = await Promise.all(
+      lanes.map(async ([name, { lane }]) => ({ name, p: await lane.loop.preview() })),
+    );
+    const head = previews[0] as (typeof previews)[number];
+    return {
+      plan: {
+        ...head.p.plan,
+        operations: previews.flatMap((x) => x.p.plan.operations),
+        conflicts: previews.flatMap((x) => x.p.plan.conflicts),
+      },
+      text: previews.map((x) => `# haproxy ${x.name}\n${x.p.text}`).join('\n'),
+      routes: head.p.routes,
+    };
+  }
+
+  /**
+   * For readiness: with one instance, its HAProxy (`haproxy`) and its loop (`reconcile`) as before; with
+   * several, ready while any instance is reachable and reconciled (one down must not take the webhook
+   * away from the others), the ones behind named in the detail. Nothing on a replica that does not lead.
+   */
+  async health(pingTimeoutMs: number): Promise<Record<string, Check>> {
+    if (!this.leading) return {};
+    await this.changing;
+    const per = await Promise.all(
+      [...this.lanes.entries()].map(async ([name, { lane }]) => {
+        const haproxy: Check = await lane.ping(AbortSignal.timeout(pingTimeoutMs)).then(
+          () => ({ ok: true }),
+          (err: unknown) => ({ ok: false, detail: err instanceof Error ? err.message : String(err) }),
+        );
+        const lastError = lane.loop.lastError;
+        const reconcile: Check = !lane.loop.ready
+          ? { ok: false, detail: lastError ?? 'no reconcile has succeeded yet' }
+          : lastError
+            ? { ok: false, detail: lastError }
+            : { ok: true };
+        return { name, haproxy, reconcile };
+      }),
+    );
+    const only = per[0];
+    if (this.o.single && only && per.length === 1)
+      return { haproxy: only.haproxy, reconcile: only.reconcile };
+    if (per.length === 0) return { haproxy: { ok: false, detail: 'no HAProxy instance' } };
+    const behind = per.flatMap((p) => {
+      const problem = !p.haproxy.ok ? p.haproxy.detail : !p.reconcile.ok ? p.reconcile.detail : undefined;
+      return problem === undefined ? [] : [`${p.name}: ${problem}`];
+    });
+    const detail = behind.length > 0 ? { detail: behind.join('; ') } : {};
+    return { haproxy: { ok: behind.length < per.length, ...detail } };
+  }
+
+  /** Whatever status is waiting to be published, sent (tests, and before a graceful stop). */
+  flushPublished(): Promise<void> {
+    return this.publisher?.flush() ?? Promise.resolve();
+  }
+
+  private publishable(name: string): PublishedStatus | undefined {
+    const record = this.o.store.get(name);
+    const status = this.leading ? this.status(name) : undefined;
+    return record && status && status.state !== 'pending' ? toPublished(status, record) : undefined;
+  }
+
+  /** Brings the lanes in line with the targets and the leadership, one change at a time. */
+  private sync(graceMs = 0): Promise<void> {
+    const run = this.changing.then(async () => {
+      const wanted = this.leading && !this.stopped ? this.targets : [];
+      const keep = new Map(wanted.map((t) => [t.name, t]));
+      for (const [name, { target, lane }] of [...this.lanes]) {
+        if (keep.get(name)?.key === target.key) continue;
+        this.lanes.delete(name);
+        await lane
+          .close(graceMs)
+          .catch((err: unknown) => this.o.logger.warn({ err, haproxy: name }, 'lane did not close cleanly'));
+        this.o.logger.info({ haproxy: name }, 'HAProxy instance no longer driven');
+      }
+      for (const target of wanted) {
+        if (this.lanes.has(target.name)) continue;
+        const lane = await this.o.makeLane(target, (clusters) => this.publisher?.mark(clusters));
+        this.lanes.set(target.name, { target, lane });
+        this.o.logger.info({ haproxy: target.name }, 'HAProxy instance driven');
+      }
+    });
+    this.changing = run.catch((err: unknown) =>
+      this.o.logger.error({ err }, 'changing HAProxy instances failed'),
+    );
+    return run;
+  }
+
+  /**
+   * A replica that does not lead has a change applied by the leader: it waits (bounded) until the leader
+   * published a status for each changed cluster's stored version.
+   */
+  private async follow(clusters: readonly string[] | undefined): Promise<PassOutcome> {
+    const { store } = this.o;
+    if (!store.published) return { ok: false, changed: false, error: 'this replica does not lead' };
+    const names = clusters ?? store.list().map((r) => r.name);
+    const deadline = Date.now() + this.o.waitTimeoutMs + 1_000;
+    for (;;) {
+      const waiting = names.filter((name) => {
+        const record = store.get(name);
+        return record !== undefined && store.published?.(name)?.observed !== record.updatedAt;
+      });
+      if (waiting.length === 0) break;
+      if (Date.now() >= deadline || this.stopped)
+        return {
+          ok: false,
+          changed: false,
+          error: `the leader has not applied ${waiting.length} change(s) yet`,
+        };
+      await new Promise((resolve) => setTimeout(resolve, FOLLOW_POLL_MS));
+    }
+    const failed = names.filter((name) => this.status(name)?.state === 'error');
+    return failed.length === 0
+      ? { ok: true, changed: true }
+      : { ok: false, changed: true, error: `the leader could not apply ${failed.join(', ')}` };
+  }
+}
