@@ -25,6 +25,8 @@ export function haproxyVersionUnderTest(): HaproxyVersion {
 
 export interface HaproxyTestbed {
   version: HaproxyVersion;
+  /** The container's id (`docker stop`/`start` it to take this HAProxy away and bring it back). */
+  containerId: string;
   /** Host folder mounted at /etc/kubebyon in the container: haproxy.cfg and the sockets live here. */
   dir: string;
   configPath: string;
@@ -191,6 +193,7 @@ export async function startHaproxyTestbed(
   }
   return {
     version,
+    containerId: started.getId(),
     dir,
     configPath,
     readConfig: () => readFileSync(configPath, 'utf8'),
