@@ -15,7 +15,7 @@ import {
   ReloadFailedError,
   TerminalError,
 } from '../providers/provider.js';
-import type { OwnedProvider } from '../registry/owned-provider.js';
+import { FencedError, type OwnedProvider } from '../registry/owned-provider.js';
 import type { Topology } from '../topology/topology.js';
 import { sortConflicts } from './conflicts.js';
 import { type DesiredRoutes, memoizedDesiredRoutes } from './desired.js';
@@ -186,18 +186,26 @@ export async function applyPlan(
   const { metrics } = i;
   logPlan(i.logger, p);
   const endApply = phase(metrics, 'apply');
+  // Said when the apply ends too: with replicas, the log shows each one's applies never overlap.
+  let result = 'failed';
   try {
     const report = await i.provider.apply(p, raw, i.signal);
     metrics.transactions.inc({ result: 'committed' });
+    result = 'committed';
     if (report.reload === 'succeeded')
       metrics.reloads.inc({ result: 'succeeded', reason: reloadReason(p, kind.repair) });
   } catch (err) {
+    if (err instanceof FencedError) {
+      result = 'fenced';
+      throw err;
+    }
     metrics.transactions.inc({ result: err instanceof ConcurrentChangeError ? 'conflict' : 'failed' });
     if (err instanceof ReloadFailedError)
       metrics.reloads.inc({ result: 'failed', reason: reloadReason(p, kind.repair) });
     throw err;
   } finally {
     endApply();
+    i.logger.info({ operations: p.operations.length, result }, 'apply ended');
   }
 }
 

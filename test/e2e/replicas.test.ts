@@ -1,0 +1,231 @@
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import {
+  ApiextensionsV1Api,
+  CoordinationV1Api,
+  KubernetesObjectApi,
+  loadAllYaml,
+} from '@kubernetes/client-node';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { haproxyVersionUnderTest } from '../support/haproxy-testbed.js';
+import { type KubeApiserver, startKubeApiserver } from '../support/kube-apiserver.js';
+import type { ServiceProcess } from '../support/service-process.js';
+import { startVersionServer, type VersionServer, waitForIdentity } from '../support/version-server.js';
+import { waitFor } from '../support/wait.js';
+import { type E2eHaproxy, startE2eHaproxy } from './fixture.js';
+
+// Three replicas sharing ClusterRoute objects on a real kube-apiserver and electing a leader on a Lease, in
+// front of one real HAProxy. Writes go to any replica; the leader is killed with SIGKILL during a burst of
+// 200 changes: a standby leads, every acknowledged change ends in HAProxy (proven by SNI), and the replicas'
+// own logs show that no two applies ever overlapped.
+const DEPLOY = join(import.meta.dirname, '../../deploy/kubernetes');
+const LEASE = { duration: 3000, renew: 2000, retry: 250 };
+const NS = 'kubebyon-system';
+
+interface Interval {
+  replica: string;
+  start: number;
+  end: number;
+}
+
+/** Each apply a replica's log shows, from `applying plan` to `apply ended` (fenced ones did not write). */
+function applies(replica: string, output: string, killedAt?: number): Interval[] {
+  const out: Interval[] = [];
+  let open: number | undefined;
+  for (const line of output.split('\n')) {
+    if (!line.startsWith('{')) continue;
+    const entry = JSON.parse(line) as { msg?: string; time: number; result?: string };
+    if (entry.msg === 'applying plan') open = entry.time;
+    if (entry.msg === 'apply ended' && open !== undefined) {
+      if (entry.result !== 'fenced') out.push({ replica, start: open, end: entry.time });
+      open = undefined;
+    }
+  }
+  // Killed mid-apply: it may have written until it died.
+  if (open !== undefined && killedAt !== undefined) out.push({ replica, start: open, end: killedAt });
+  return out;
+}
+
+describe(`end to end, three replicas with leader election, HAProxy ${haproxyVersionUnderTest()}`, () => {
+  let kube: KubeApiserver;
+  let e: E2eHaproxy;
+  const servers: Record<string, VersionServer> = {};
+  const replicas = new Map<string, ServiceProcess>();
+  let kubeconfig: string;
+  let leases: CoordinationV1Api;
+
+  const start = (id: string) => {
+    const dir = join(e.stateDir, id);
+    mkdirSync(dir, { recursive: true });
+    return e.startService({
+      KUBEBYON_HAPROXY_ROUTING: 'map',
+      KUBEBYON_STATIC_NODE_ADDRESSES: '127.0.0.1',
+      KUBEBYON_STATE_FILE: join(dir, 'clusters.json'),
+      KUBEBYON_STATE_STORE: 'kubernetes',
+      KUBEBYON_KUBERNETES_NAMESPACE: NS,
+      KUBECONFIG: kubeconfig,
+      KUBEBYON_LEADER_ELECTION_ID: id,
+      KUBEBYON_LEASE_DURATION_MS: String(LEASE.duration),
+      KUBEBYON_LEASE_RENEW_DEADLINE_MS: String(LEASE.renew),
+      KUBEBYON_LEASE_RETRY_PERIOD_MS: String(LEASE.retry),
+    });
+  };
+  const holder = async () =>
+    (await leases.readNamespacedLease({ name: 'kubebyon-haproxy-adapter', namespace: NS })).spec
+      ?.holderIdentity;
+  const leading = async (svc: ServiceProcess) =>
+    /^kubebyon_haproxy_adapter_leader 1$/m.test(await (await fetch(`${svc.url}/metrics`)).text());
+  const body = (host: string, server: string) => ({
+    control_plane_host: host,
+    public_access_mode: 'loadbalancer',
+    node_port: servers[server]?.port ?? 0,
+  });
+
+  beforeAll(async () => {
+    for (const name of ['alpha', 'beta']) servers[name] = await startVersionServer(name);
+    [kube, e] = await Promise.all([startKubeApiserver(), startE2eHaproxy()]);
+    const objects = kube.admin.makeApiClient(KubernetesObjectApi);
+    for (const manifest of loadAllYaml(`apiVersion: v1\nkind: Namespace\nmetadata: {name: ${NS}}\n`))
+      await objects.create(manifest);
+    for (const file of ['crd.yaml', 'rbac.yaml'])
+      for (const manifest of loadAllYaml(readFileSync(join(DEPLOY, file), 'utf8')))
+        await objects.create(manifest);
+    const crds = kube.admin.makeApiClient(ApiextensionsV1Api);
+    await waitFor(
+      async () =>
+        (
+          await crds.readCustomResourceDefinition({ name: 'clusterroutes.kubebyon.io' })
+        ).status?.conditions?.some((c) => c.type === 'Established' && c.status === 'True') ?? false,
+      30_000,
+      'the ClusterRoute CRD to be established',
+    );
+    leases = kube.admin.makeApiClient(CoordinationV1Api);
+    kubeconfig = join(e.stateDir, 'kubeconfig');
+    writeFileSync(kubeconfig, kube.adapter.exportConfig());
+    for (const id of ['r0', 'r1', 'r2']) replicas.set(id, await start(id));
+  }, 300_000);
+  afterAll(async () => {
+    await Promise.all([...replicas.values()].map((r) => r.stop()));
+    await e?.stop();
+    await kube?.stop();
+    await Promise.all(Object.values(servers).map((s) => s.close()));
+  });
+
+  it('refuses a signed write replayed, or an older one, sent to another replica', async () => {
+    const [r0, r1, r2] = [...replicas.values()] as [ServiceProcess, ServiceProcess, ServiceProcess];
+    const t = Math.floor(Date.now() / 1000);
+    const path = '/v1/clusters/replayed?wait=true';
+    const older = body('api.replayed.example.com', 'alpha');
+    const newer = body('api.replayed.example.com', 'beta');
+    expect((await r0.client.request('PUT', path, older, { timestamp: t - 1 })).status).toBe(200);
+    expect((await r1.client.request('PUT', path, newer, { timestamp: t })).status).toBe(200);
+    // The older write again, through the third replica (which never saw it): refused, nothing rolled back.
+    const replay = await r2.client.request('PUT', path, older, { timestamp: t - 1 });
+    expect(replay.status).toBe(409);
+    expect(replay.body.error).toBe('stale_write');
+    // The newer write replayed to a replica that did not receive it: refused too.
+    expect((await r0.client.request('PUT', path, newer, { timestamp: t })).status).toBe(409);
+    expect(await waitForIdentity(`https://api.replayed.example.com:${e.sniPort}`, 'beta')).toEqual({
+      identity: 'beta',
+      status: 200,
+    });
+    // Every replica answers the status, the leader's as published.
+    for (const r of [r0, r1, r2])
+      await waitFor(
+        async () => (await r.client.request('GET', '/v1/clusters/replayed')).body?.state,
+        10_000,
+        'every replica to show the cluster applied',
+        { ok: (s) => s === 'applied' },
+      );
+    // A delete, then the older create replayed: the cluster stays deleted.
+    expect(
+      (await r1.client.request('DELETE', '/v1/clusters/replayed?wait=true', undefined, { timestamp: t + 1 }))
+        .status,
+    ).toBe(200);
+    expect((await r2.client.request('PUT', path, newer, { timestamp: t })).status).toBe(409);
+    await waitForIdentity(`https://api.replayed.example.com:${e.sniPort}`, null);
+  });
+
+  it('keeps every acknowledged change of a 200-change burst through a kill -9 of the leader', async () => {
+    const first = await waitFor(holder, 30_000, 'a leader', { ok: (h) => h !== undefined && h !== '' });
+    const leader = replicas.get(first ?? '') as ServiceProcess;
+    expect(await leading(leader)).toBe(true);
+    // Changes: new clusters, and moves of earlier ones; each cluster's changes in order, 8 in flight.
+    const want = new Map<string, string>();
+    const acked: string[] = [];
+    const chains = new Map<string, Promise<void>>();
+    let killedAt: number | undefined;
+    const live = () => [...replicas.entries()].filter(([id]) => id !== first || killedAt === undefined);
+    const send = async (i: number) => {
+      const cluster = i % 4 === 3 ? `b${i - 3}` : `b${i}`;
+      const who = i % 4 === 3 ? 'beta' : 'alpha';
+      const host = `api.${cluster}.example.com`;
+      // To any replica: round robin over the ones alive (a client behind the Service, retrying elsewhere).
+      for (let attempt = 0; attempt < 6; attempt++) {
+        const pool = killedAt === undefined ? [...replicas.values()] : live().map(([, r]) => r);
+        const target = pool[(i + attempt) % pool.length] as ServiceProcess;
+        const res = await target.client
+          .request('PUT', `/v1/clusters/${cluster}?n=${i}&try=${attempt}`, body(host, who))
+          .catch(() => ({ status: 0 }));
+        if (res.status === 202) {
+          want.set(cluster, who);
+          acked.push(cluster);
+          return;
+        }
+      }
+      throw new Error(`change ${i} was never acknowledged`);
+    };
+    const inFlight = new Set<Promise<void>>();
+    const burstStart = Date.now();
+    for (let i = 0; i < 200 && Date.now() - burstStart < 60_000; i++) {
+      if (i === 80) {
+        killedAt = Date.now();
+        await leader.kill9();
+      }
+      const cluster = i % 4 === 3 ? `b${i - 3}` : `b${i}`;
+      const next = (chains.get(cluster) ?? Promise.resolve()).then(() => send(i));
+      chains.set(cluster, next);
+      const tracked: Promise<void> = next.finally(() => inFlight.delete(tracked));
+      inFlight.add(tracked);
+      if (inFlight.size >= 8) await Promise.race(inFlight);
+    }
+    await Promise.all(chains.values());
+    expect(acked.length).toBe(200);
+    // A standby leads: the Lease names a live replica, which says it leads.
+    const second = await waitFor(holder, 30_000, 'a new leader', { ok: (h) => !!h && h !== first });
+    const newLeader = replicas.get(second ?? '') as ServiceProcess;
+    await waitFor(() => leading(newLeader), 10_000, 'the new leader to lead');
+    const lease = await leases.readNamespacedLease({ name: 'kubebyon-haproxy-adapter', namespace: NS });
+    const takeoverMs = new Date(String(lease.spec?.acquireTime)).getTime() - (killedAt ?? 0);
+    // Every acknowledged change is in HAProxy: each cluster answers by SNI as its last acknowledged write says.
+    const converged = Date.now();
+    for (const [cluster, who] of want)
+      expect(
+        await waitForIdentity(`https://api.${cluster}.example.com:${e.sniPort}`, who, { timeoutMs: 30_000 }),
+      ).toEqual({
+        identity: who,
+        status: 200,
+      });
+    // No two replicas ever applied at once.
+    const intervals = [...replicas.entries()].flatMap(([id, r]) =>
+      applies(id, r.output(), id === first ? killedAt : undefined),
+    );
+    expect(intervals.filter((x) => x.replica === first).length).toBeGreaterThan(0);
+    expect(intervals.filter((x) => x.replica === second).length).toBeGreaterThan(0);
+    const overlaps = intervals.flatMap((a) =>
+      intervals
+        .filter((b) => a.replica < b.replica && a.start <= b.end && b.start <= a.end)
+        .map((b) => [a, b]),
+    );
+    expect(overlaps).toEqual([]);
+    console.log(
+      `replicas: ${acked.length} changes acknowledged in ${converged - burstStart} ms, leader ${first} killed after 80; ` +
+        `${second} acquired the Lease ${takeoverMs} ms after the kill (lease ${LEASE.duration} ms, retry ${LEASE.retry} ms); ` +
+        `${intervals.length} applies, none overlapping; all ${want.size} clusters routed ${Date.now() - converged} ms after the burst`,
+    );
+    // client-go's rule: a standby takes over once the lease has not been renewed for its duration, counted
+    // from when it last saw it renewed (at most one jittered retry after the renewal itself).
+    expect(takeoverMs).toBeLessThanOrEqual(LEASE.duration + 2 * 2.2 * LEASE.retry);
+    replicas.delete(first ?? '');
+  }, 180_000);
+});
