@@ -5,7 +5,7 @@ import type { Logger } from 'pino';
 import type { Config } from './config/env.js';
 import { Fleet } from './fleet/fleet.js';
 import { discoveredInstances, type InstanceSpec, listedInstances } from './fleet/instances.js';
-import { laneFactory, openStore } from './fleet/wiring.js';
+import { laneFactory, type OpenedStore, openStore } from './fleet/wiring.js';
 import type { LeaderElector } from './kube/leader-election.js';
 import { createMetrics, type Metrics } from './metrics/metrics.js';
 import type { Provider } from './providers/provider.js';
@@ -78,22 +78,24 @@ async function gracefulStop(
     /** Requests received and not yet answered. */
     unanswered(): number;
     fleet: Fleet<InstanceSpec>;
+    store: OpenedStore;
     elector: LeaderElector | undefined;
     closers: Array<(() => Promise<void>) | undefined>;
     logger: Logger;
   },
   graceMs: number,
 ): Promise<void> {
-  const { server, unanswered, fleet, elector, closers, logger } = parts;
+  const { server, unanswered, fleet, store, elector, closers, logger } = parts;
   const deadline = Date.now() + graceMs;
   logger.info('stopping: no new calls; answering the calls in flight');
   const closed = new Promise<void>((resolve) => server.close(() => resolve()));
   server.closeIdleConnections();
   while (unanswered() > 0 && Date.now() < deadline) await sleep(20);
-  await fleet.flushPublished();
   await fleet.stop(Math.max(0, deadline - Date.now()));
   server.closeAllConnections();
-  // Released only once no lane can write: a standby takes over at once instead of after the lease.
+  // Released only once no lane can write and the last statuses are stored: a standby takes over at once
+  // instead of after the lease.
+  await store.flush?.();
   await elector?.stop();
   for (const close of closers) await close?.();
   await closed;
@@ -221,12 +223,13 @@ export async function startService(config: Config, deps: ServiceDeps = {}): Prom
           server,
           unanswered: gate.unanswered,
           fleet: loops,
+          store,
           elector,
           closers: [
             sweeper,
             () => pods?.stop() ?? Promise.resolve(),
             kube && (() => kube.stop()),
-            store.close && (() => store.close?.() ?? Promise.resolve()),
+            async () => store.close?.(),
           ],
           logger,
         },

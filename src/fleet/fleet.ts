@@ -19,8 +19,11 @@ export interface InstanceTarget {
 export interface Lane {
   loop: Reconciler;
   ping(signal: AbortSignal): Promise<unknown>;
-  /** Stops the loop (a pass in flight gets `graceMs`) and the provider; removes the lane's metrics. */
-  close(graceMs: number): Promise<void>;
+  /**
+   * Stops the loop (a pass in flight gets `graceMs`) and the provider, which writes what runtime applies left
+   * unwritten unless `persist` is false; removes the lane's metrics.
+   */
+  close(graceMs: number, persist: boolean): Promise<void>;
 }
 
 /** The desired state as the fleet reads it; a shared store also carries what the leader published. */
@@ -90,16 +93,20 @@ export class Fleet<T extends InstanceTarget = InstanceTarget> implements Loop {
     return this.sync();
   }
 
-  /** This replica no longer leads: every lane stops at once (a pass in flight is aborted). */
+  /**
+   * This replica no longer leads: every lane stops at once (a pass in flight is aborted), and writes nothing
+   * more to HAProxy's files (the new leader does).
+   */
   standby(): Promise<void> {
     this.leading = false;
-    return this.sync();
+    return this.sync(0, false);
   }
 
   async stop(graceMs: number): Promise<void> {
     this.stopped = true;
     this.leading = false;
     await this.sync(graceMs);
+    await this.publisher?.flush();
     this.publisher?.stop();
   }
 
@@ -203,19 +210,24 @@ export class Fleet<T extends InstanceTarget = InstanceTarget> implements Loop {
     return { haproxy: { ok: behind.length < per.length, ...detail } };
   }
 
-  /** Whatever status is waiting to be published, sent (tests, and before a graceful stop). */
-  flushPublished(): Promise<void> {
-    return this.publisher?.flush() ?? Promise.resolve();
-  }
-
   private publishable(name: string): PublishedStatus | undefined {
     const record = this.o.store.get(name);
     const status = this.leading ? this.status(name) : undefined;
-    return record && status && status.state !== 'pending' ? toPublished(status, record) : undefined;
+    if (!record || !status || status.state === 'pending') return undefined;
+    // One instance's status names none: the published one does, so that every shape reads alike.
+    const instances =
+      status.instances ??
+      [...this.lanes.keys()].map((instance) => ({
+        name: instance,
+        state: status.state,
+        reason: status.reason,
+        last_applied_at: status.last_applied_at,
+      }));
+    return toPublished({ ...status, instances }, record);
   }
 
   /** Brings the lanes in line with the targets and the leadership, one change at a time. */
-  private sync(graceMs = 0): Promise<void> {
+  private sync(graceMs = 0, persist = true): Promise<void> {
     const run = this.changing.then(async () => {
       const wanted = this.leading && !this.stopped ? this.targets : [];
       const keep = new Map(wanted.map((t) => [t.name, t]));
@@ -223,7 +235,7 @@ export class Fleet<T extends InstanceTarget = InstanceTarget> implements Loop {
         if (keep.get(name)?.key === target.key) continue;
         this.lanes.delete(name);
         await lane
-          .close(graceMs)
+          .close(graceMs, persist)
           .catch((err: unknown) => this.o.logger.warn({ err, haproxy: name }, 'lane did not close cleanly'));
         this.o.logger.info({ haproxy: name }, 'HAProxy instance no longer driven');
       }

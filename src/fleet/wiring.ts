@@ -21,7 +21,12 @@ import type { InstanceSpec } from './instances.js';
 const TOMBSTONE_MARGIN_MS = 60_000;
 
 export type OpenedStore = DesiredStore &
-  FleetStore & { onChange?(listener: (names: string[]) => void): void; close?(): Promise<void> };
+  FleetStore & {
+    onChange?(listener: (names: string[]) => void): void;
+    /** Waits for status writes under way. */
+    flush?(): Promise<void>;
+    close?(): Promise<void>;
+  };
 
 /** The desired state: the local file, or ClusterRoute objects shared by every replica. */
 export async function openStore(
@@ -93,9 +98,9 @@ export function laneFactory(
     return {
       loop,
       ping: (signal) => provider.ping(signal),
-      async close(graceMs) {
+      async close(graceMs, persist) {
         await loop.stop(graceMs);
-        await provider.close();
+        await provider.close({ persist });
         view?.dispose();
       },
     };

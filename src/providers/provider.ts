@@ -87,8 +87,11 @@ export interface Provider {
    * reconciler polls it and runs a fresh pass when it changes, so routes a reload forgot come back at once.
    */
   revision?(signal: AbortSignal): Promise<string>;
-  /** Releases connections and timers. */
-  close?(): Promise<void>;
+  /**
+   * Releases connections and timers; what runtime applies left unwritten to HAProxy's files is written
+   * first, unless `persist` is false (a replica that lost the lead: only the leader writes).
+   */
+  close?(options?: CloseOptions): Promise<void>;
 }
 
 /** Someone else changed HAProxy's configuration meanwhile: read again, plan again, try again. */
@@ -97,6 +100,10 @@ export class ConcurrentChangeError extends Error {
 }
 
 /** An error that retrying cannot fix (bad credentials, a configuration HAProxy refuses): not retried. */
+export interface CloseOptions {
+  persist?: boolean;
+}
+
 export class TerminalError extends Error {
   override name = 'TerminalError';
 }

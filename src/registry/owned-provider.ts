@@ -3,6 +3,7 @@ import { backendNamed, frontendNamed } from '../plan/lineage.js';
 import type { Operation, Plan } from '../plan/plan.js';
 import {
   type ApplyReport,
+  type CloseOptions,
   type Provider,
   type ProviderInfo,
   type ReadOptions,
@@ -61,8 +62,8 @@ export class OwnedProvider implements Provider {
     return this.inner.ping(signal);
   }
 
-  async close(): Promise<void> {
-    await this.inner.close?.();
+  async close(options?: CloseOptions): Promise<void> {
+    await this.inner.close?.(options);
   }
 }
 

@@ -160,11 +160,11 @@ export class ClusterStore implements DesiredStore {
   private change<T>(mutate: (draft: Draft) => T): Promise<T> {
     return new Promise<T>((resolve, reject) => {
       this.pending.push({ mutate, resolve: resolve as (value: unknown) => void, reject });
-      if (!this.writing) this.writing = this.flush();
+      if (!this.writing) this.writing = this.writePending();
     });
   }
 
-  private async flush(): Promise<void> {
+  private async writePending(): Promise<void> {
     while (this.pending.length > 0) {
       const batch = this.pending.splice(0);
       const draft = new Draft(this.clusters);

@@ -228,4 +228,57 @@ describe(`end to end, three replicas with leader election, HAProxy ${haproxyVers
     expect(takeoverMs).toBeLessThanOrEqual(LEASE.duration + 2 * 2.2 * LEASE.retry);
     replicas.delete(first ?? '');
   }, 180_000);
+
+  it('kube-apiserver away: nothing acknowledged, no replica applies, routes stay; a leader again once it is back', async () => {
+    const alive = [...replicas.values()];
+    const b0 = `https://api.b0.example.com:${e.sniPort}`;
+    const before = await waitForIdentity(b0, 'beta');
+    await kube.down();
+    const downAt = Date.now();
+    // Nothing is acknowledged that the API server did not store.
+    const refused = await (alive[0] as ServiceProcess).client.request(
+      'PUT',
+      '/v1/clusters/during?wait=true',
+      body('api.during.example.com', 'alpha'),
+    );
+    expect(refused.status).toBe(503);
+    // The leader stops applying once it cannot renew: within the renew deadline (and the poll).
+    await waitFor(
+      async () => (await Promise.all(alive.map(leading))).every((l) => !l),
+      10_000,
+      'no replica to lead',
+    );
+    const steppedDownMs = Date.now() - downAt;
+    expect(steppedDownMs).toBeLessThanOrEqual(LEASE.renew + 2_000);
+    // HAProxy keeps what it runs.
+    expect(await waitForIdentity(b0, 'beta')).toEqual(before);
+    await kube.up();
+    const upAt = Date.now();
+    await waitFor(
+      async () => (await Promise.all(alive.map(leading))).some((l) => l),
+      30_000,
+      'a leader again',
+    );
+    const ledAgainMs = Date.now() - upAt;
+    const after = await waitFor(
+      () =>
+        (alive[1] as ServiceProcess).client.request(
+          'PUT',
+          `/v1/clusters/after?wait=true&n=${Date.now()}`,
+          body('api.after.example.com', 'alpha'),
+        ),
+      30_000,
+      'a write to be stored again',
+      { ok: (r) => r.status === 200, everyMs: 500 },
+    );
+    expect(after.status).toBe(200);
+    expect(await waitForIdentity(`https://api.after.example.com:${e.sniPort}`, 'alpha')).toEqual({
+      identity: 'alpha',
+      status: 200,
+    });
+    expect((await alive[0]?.client.request('GET', '/v1/clusters/during'))?.status).toBe(404);
+    console.log(
+      `replicas: kube-apiserver down: writes refused (503), leader stepped down ${steppedDownMs} ms after; back: a leader ${ledAgainMs} ms after up()`,
+    );
+  }, 120_000);
 });

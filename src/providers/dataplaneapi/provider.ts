@@ -5,6 +5,7 @@ import { backendNamed } from '../../plan/lineage.js';
 import type { Plan } from '../../plan/plan.js';
 import {
   type ApplyReport,
+  type CloseOptions,
   ConcurrentChangeError,
   type Provider,
   type ProviderInfo,
@@ -395,10 +396,10 @@ export class DataplaneProvider implements Provider {
     return translate(err, this.client.url, (why) => this.reloads.distrust(why));
   }
 
-  async close(): Promise<void> {
+  async close(options: CloseOptions = {}): Promise<void> {
     // What runs at runtime reaches the file before the provider goes (best effort: the next start persists
-    // what it finds missing).
-    await this.persistence.flush().catch(() => {});
+    // what it finds missing); not on a replica that lost the lead, whose leader writes now.
+    if (options.persist !== false) await this.persistence.flush().catch(() => {});
     this.persistence.close();
     await this.transactions.close();
     this.client.close();

@@ -135,6 +135,13 @@ export class Debounced {
     this.timer = setTimeout(() => void this.flush(), wait);
   }
 
+  /** Drops what is scheduled, and waits for any write under way. */
+  async cancel(): Promise<void> {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    await this.running.catch(() => {});
+  }
+
   /** Writes now what is scheduled (if anything), and waits for any write under way. */
   async flush(): Promise<void> {
     if (this.timer !== undefined) {

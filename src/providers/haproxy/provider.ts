@@ -6,6 +6,7 @@ import type { Plan } from '../../plan/plan.js';
 import { removeTemporaries } from '../../store/atomic-file.js';
 import {
   type ApplyReport,
+  type CloseOptions,
   errorText,
   type Provider,
   type ProviderInfo,
@@ -126,9 +127,10 @@ export class StockHaproxyProvider implements Provider {
     return this.serialized(() => this.applyNow(plan, current, signal));
   }
 
-  /** Writes now what runtime applies left unpersisted, and stops the timer. */
-  async close(): Promise<void> {
-    await this.persistence.flush();
+  /** Writes now what runtime applies left unpersisted (unless told not to), and stops the timer. */
+  async close(options: CloseOptions = {}): Promise<void> {
+    if (options.persist === false) await this.persistence.cancel();
+    else await this.persistence.flush();
     await this.io;
   }
 
