@@ -120,7 +120,7 @@ export async function startService(config: Config, deps: ServiceDeps = {}): Prom
   };
   const { store, kube: kubeStore } = await openStore(config, { logger, kubeConfig: kc });
   let fleet: Fleet<InstanceSpec> | undefined;
-  const { topology, kube } = await createTopology(config, (reason) => void fleet?.request(reason), wiring);
+  const { topology, kube } = await createTopology(config, (reason) => fleet?.nudge(reason), wiring);
   const election = config.fleet.leaderElection;
   let elector: LeaderElector | undefined;
   const makeLane = laneFactory(config, {
@@ -141,7 +141,7 @@ export async function startService(config: Config, deps: ServiceDeps = {}): Prom
   });
   fleet = loops;
   // A change another replica stored: the leader applies it (its own writes come back too, and find nothing).
-  store.onChange?.((clusters) => void loops.request('webhook', { clusters }));
+  store.onChange?.((clusters) => loops.nudge('webhook', { clusters }));
   const auth = await WebhookAuthenticator.open({
     mode: config.webhook.auth,
     secret: config.webhook.secret,

@@ -1,30 +1,14 @@
 import type { Logger } from 'pino';
 import type { Plan } from '../plan/plan.js';
-import type { Reconciler } from '../reconcile/reconciler.js';
 import type { Loop, PassOutcome } from '../reconcile/reconciler-options.js';
 import type { RouteBackend } from '../reconcile/routing.js';
 import type { ClusterStatus } from '../reconcile/status.js';
 import type { DesiredStore, PublishedStatus } from '../store/desired-store.js';
 import { combineOutcomes, combineStatuses, type FleetStatus, fromPublished, toPublished } from './combine.js';
+import { type InstanceTarget, type Lane, LaneSet } from './lanes.js';
 import { StatusPublisher } from './publisher.js';
 
-/** One HAProxy instance the service drives: its name, and what it is (a change of `key` makes a new lane). */
-export interface InstanceTarget {
-  name: string;
-  /** Its URL, or its socket and files. */
-  key: string;
-}
-
-/** One instance's own level-triggered loop, with its provider. */
-export interface Lane {
-  loop: Reconciler;
-  ping(signal: AbortSignal): Promise<unknown>;
-  /**
-   * Stops the loop (a pass in flight gets `graceMs`) and the provider, which writes what runtime applies left
-   * unwritten unless `persist` is false; removes the lane's metrics.
-   */
-  close(graceMs: number, persist: boolean): Promise<void>;
-}
+export type { InstanceTarget, Lane };
 
 /** The desired state as the fleet reads it; a shared store also carries what the leader published. */
 export type FleetStore = Pick<DesiredStore, 'list' | 'get'> & {
@@ -52,6 +36,9 @@ const FOLLOW_POLL_MS = 100;
 
 type Check = { ok: boolean; detail?: string };
 
+/** Why an instance whose lane is being made has nothing yet. */
+const STARTING = 'starting: its HAProxy has not been reached yet';
+
 /**
  * Every HAProxy instance, each read, planned and applied by its own `Reconciler` (a lane), so that a slow or
  * dead instance holds no other back. Lanes exist only while this replica leads (always, without leader
@@ -59,15 +46,17 @@ type Check = { ok: boolean; detail?: string };
  */
 export class Fleet<T extends InstanceTarget = InstanceTarget> implements Loop {
   private targets: T[] = [];
-  private readonly lanes = new Map<string, { target: T; lane: Lane }>();
+  private readonly lanes: LaneSet<T>;
   private leading = false;
   private stopped = false;
-  /** Lane changes run one after another; requests wait for the one under way. */
-  private changing: Promise<void> = Promise.resolve();
   private readonly publisher: StatusPublisher | undefined;
 
   constructor(private readonly o: FleetOptions<T>) {
     const { store } = o;
+    this.lanes = new LaneSet(
+      (target) => o.makeLane(target, (clusters) => this.publisher?.mark(clusters)),
+      o.logger,
+    );
     this.publisher = store.publish
       ? new StatusPublisher(
           (name) => this.publishable(name),
@@ -112,38 +101,52 @@ export class Fleet<T extends InstanceTarget = InstanceTarget> implements Loop {
 
   request(reason: string, changed?: { clusters: readonly string[] }): Promise<PassOutcome> {
     if (!this.leading) return this.follow(changed?.clusters);
-    return this.changing.then(async () => {
-      const lanes = [...this.lanes.entries()];
-      if (lanes.length === 0) return { ok: false, changed: false, error: 'no HAProxy instance to apply to' };
+    return this.lanes.settled().then(async () => {
+      const all = this.lanes.all();
+      if (all.length === 0) return { ok: false, changed: false, error: 'no HAProxy instance to apply to' };
+      // An instance whose lane is still being made gets the change from its first pass.
       const per = await Promise.all(
-        lanes.map(async ([instance, { lane }]) => ({
+        all.map(async ([instance, lane]) => ({
           instance,
-          outcome: await lane.loop.request(reason, changed),
+          outcome: lane
+            ? await lane.loop.request(reason, changed)
+            : { ok: false, changed: false, error: STARTING },
         })),
       );
       return combineOutcomes(per);
     });
   }
 
+  /** Events of the service's own (topology, another replica's write): a pass if this replica leads. */
+  nudge(reason: string, changed?: { clusters: readonly string[] }): void {
+    if (this.leading) void this.request(reason, changed);
+  }
+
   status(name: string): FleetStatus | undefined {
     const record = this.o.store.get(name);
     if (!record) return undefined;
     if (!this.leading) return fromPublished(record, this.o.store.published?.(name));
-    const lanes = [...this.lanes.entries()];
-    if (this.o.single && lanes.length === 1) return lanes[0]?.[1].lane.loop.status(name);
-    if (lanes.length === 0) return { ...fromPublished(record, undefined), reason: 'no HAProxy instance' };
+    const lanes = this.lanes.entries();
+    const starting = this.lanes.startingNames();
+    if (this.o.single && lanes.length === 1) return lanes[0]?.[1].loop.status(name);
+    if (lanes.length === 0 && starting.length === 0)
+      return { ...fromPublished(record, undefined), reason: 'no HAProxy instance' };
+    const pending = { ...fromPublished(record, undefined), reason: STARTING };
     return combineStatuses(
-      lanes.map(([instance, { lane }]) => ({ instance, status: lane.loop.status(name) })),
+      this.lanes
+        .all()
+        .map(([instance, lane]) => ({ instance, status: lane ? lane.loop.status(name) : pending })),
     );
   }
 
   statuses(): ClusterStatus[] {
-    const lanes = [...this.lanes.values()];
-    if (this.leading && this.o.single && lanes.length === 1) return lanes[0]?.lane.loop.statuses() ?? [];
+    const lanes = this.lanes.entries();
+    if (this.leading && this.o.single && lanes.length === 1) return lanes[0]?.[1].loop.statuses() ?? [];
     const records = this.o.store.list();
-    if (!this.leading || lanes.length === 0) return records.flatMap((r) => this.status(r.name) ?? []);
+    if (!this.leading || lanes.length === 0 || this.lanes.startingNames().length > 0)
+      return records.flatMap((r) => this.status(r.name) ?? []);
     // Each lane's statuses once, then one combination per cluster (not one lookup per lane and cluster).
-    const per = [...this.lanes.entries()].map(([instance, { lane }]) => ({
+    const per = lanes.map(([instance, lane]) => ({
       instance,
       byName: new Map(lane.loop.statuses().map((s) => [s.name, s])),
     }));
@@ -154,14 +157,14 @@ export class Fleet<T extends InstanceTarget = InstanceTarget> implements Loop {
 
   async preview(): Promise<{ plan: Plan; text: string; routes: Map<string, RouteBackend> }> {
     if (!this.leading) throw new NotLeadingError('this replica does not lead: ask the leader for its plan');
-    await this.changing;
-    const lanes = [...this.lanes.entries()];
+    await this.lanes.settled();
+    const lanes = this.lanes.entries();
     const first = lanes[0];
     if (!first) throw new NotLeadingError('no HAProxy instance to plan against');
-    if (lanes.length === 1) return first[1].lane.loop.preview();
+    if (lanes.length === 1) return first[1].loop.preview();
     // Instances can differ (one was down): each one's plan, the first one's routes.
     const previews = await Promise.all(
-      lanes.map(async ([name, { lane }]) => ({ name, p: await lane.loop.preview() })),
+      lanes.map(async ([name, lane]) => ({ name, p: await lane.loop.preview() })),
     );
     const head = previews[0] as (typeof previews)[number];
     return {
@@ -182,9 +185,14 @@ export class Fleet<T extends InstanceTarget = InstanceTarget> implements Loop {
    */
   async health(pingTimeoutMs: number): Promise<Record<string, Check>> {
     if (!this.leading) return {};
-    await this.changing;
-    const per = await Promise.all(
-      [...this.lanes.entries()].map(async ([name, { lane }]) => {
+    await this.lanes.settled();
+    const starting = this.lanes.startingNames().map((name) => ({
+      name,
+      haproxy: { ok: false, detail: STARTING },
+      reconcile: { ok: false, detail: STARTING },
+    }));
+    const running = await Promise.all(
+      this.lanes.entries().map(async ([name, lane]) => {
         const haproxy: Check = await lane.ping(AbortSignal.timeout(pingTimeoutMs)).then(
           () => ({ ok: true }),
           (err: unknown) => ({ ok: false, detail: err instanceof Error ? err.message : String(err) }),
@@ -198,6 +206,7 @@ export class Fleet<T extends InstanceTarget = InstanceTarget> implements Loop {
         return { name, haproxy, reconcile };
       }),
     );
+    const per = [...running, ...starting];
     const only = per[0];
     if (this.o.single && only && per.length === 1)
       return { haproxy: only.haproxy, reconcile: only.reconcile };
@@ -217,7 +226,7 @@ export class Fleet<T extends InstanceTarget = InstanceTarget> implements Loop {
     // One instance's status names none: the published one does, so that every shape reads alike.
     const instances =
       status.instances ??
-      [...this.lanes.keys()].map((instance) => ({
+      this.lanes.entries().map(([instance]) => ({
         name: instance,
         state: status.state,
         reason: status.reason,
@@ -226,30 +235,9 @@ export class Fleet<T extends InstanceTarget = InstanceTarget> implements Loop {
     return toPublished({ ...status, instances }, record);
   }
 
-  /** Brings the lanes in line with the targets and the leadership, one change at a time. */
+  /** Brings the lanes in line with the targets and the leadership. */
   private sync(graceMs = 0, persist = true): Promise<void> {
-    const run = this.changing.then(async () => {
-      const wanted = this.leading && !this.stopped ? this.targets : [];
-      const keep = new Map(wanted.map((t) => [t.name, t]));
-      for (const [name, { target, lane }] of [...this.lanes]) {
-        if (keep.get(name)?.key === target.key) continue;
-        this.lanes.delete(name);
-        await lane
-          .close(graceMs, persist)
-          .catch((err: unknown) => this.o.logger.warn({ err, haproxy: name }, 'lane did not close cleanly'));
-        this.o.logger.info({ haproxy: name }, 'HAProxy instance no longer driven');
-      }
-      for (const target of wanted) {
-        if (this.lanes.has(target.name)) continue;
-        const lane = await this.o.makeLane(target, (clusters) => this.publisher?.mark(clusters));
-        this.lanes.set(target.name, { target, lane });
-        this.o.logger.info({ haproxy: target.name }, 'HAProxy instance driven');
-      }
-    });
-    this.changing = run.catch((err: unknown) =>
-      this.o.logger.error({ err }, 'changing HAProxy instances failed'),
-    );
-    return run;
+    return this.lanes.set(this.leading && !this.stopped ? this.targets : [], graceMs, persist);
   }
 
   /**

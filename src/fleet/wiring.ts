@@ -79,7 +79,8 @@ export function laneFactory(
         ...(deps.env ? { env: deps.env } : {}),
         keepsFiles: true,
         ...(stateDir ? { stateDir } : {}),
-        ...(deps.given ? { given: deps.given } : {}),
+        // A provider handed in is the one instance's: never shared by several lanes.
+        ...(deps.given && deps.single ? { given: deps.given } : {}),
         ...(deps.fence ? { fence: deps.fence } : {}),
       },
     );

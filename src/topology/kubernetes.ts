@@ -28,7 +28,10 @@ const SERVICE_ACCOUNT_TOKEN = '/var/run/secrets/kubernetes.io/serviceaccount/tok
 /** Credentials in the usual order: the pod's service account, else KUBECONFIG or ~/.kube/config. */
 export function loadKubeConfig(env: NodeJS.ProcessEnv = process.env): KubeConfig {
   const kc = new KubeConfig();
+  const file = env.KUBECONFIG?.split(':').find(Boolean);
   if (env.KUBERNETES_SERVICE_HOST && existsSync(SERVICE_ACCOUNT_TOKEN)) kc.loadFromCluster();
+  // The environment given, not the process's (loadFromDefault reads process.env): its first file.
+  else if (file) kc.loadFromFile(file);
   else kc.loadFromDefault();
   return kc;
 }
