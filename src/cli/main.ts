@@ -2,6 +2,7 @@
 import { realpathSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { type ParseArgsConfig, parseArgs } from 'node:util';
+import { importStateCommand } from './import-state.js';
 import type { Output } from './output.js';
 import { applyCommand, type CliDeps, planCommand } from './pass.js';
 import { renderCommand } from './render.js';
@@ -97,6 +98,21 @@ Exit: 0; 1 when a variable or the file is invalid.`,
     options: {},
     positionals: [1, 1],
     run: (p, _v, env, io) => renderCommand(p[0] ?? '', env, io),
+  },
+  'import-state': {
+    usage: 'import-state <state file>',
+    summary: 'copy a state file into ClusterRoute objects, once (KUBEBYON_STATE_STORE=kubernetes)',
+    help: `Moves to the Kubernetes store: creates a ClusterRoute in KUBEBYON_KUBERNETES_NAMESPACE (default: the
+pod's own namespace, else kubebyon-system) for each cluster of the state file (KUBEBYON_STATE_FILE's format,
+its journal included), keeping when each host was claimed, so that the older claim still wins. A cluster
+that already has a ClusterRoute (or a recent deletion of one) is left as it is: running it again imports
+nothing twice. Reads only the Kubernetes credentials (KUBECONFIG, else the pod's service account, else
+~/.kube/config) and the namespace; needs deploy/kubernetes/crd.yaml applied and rights to the ClusterRoutes
+(deploy/kubernetes/rbac.yaml). Prints "imported N, skipped M (already there)".
+Exit: 0 imported; 1 when the file cannot be read, the CRD is missing, or Kubernetes refuses a write.`,
+    options: {},
+    positionals: [1, 1],
+    run: (p, _v, env, io, deps) => importStateCommand(p[0] ?? '', env, io, deps),
   },
 };
 
