@@ -162,8 +162,10 @@ export async function startService(config: Config, deps: ServiceDeps = {}): Prom
 
   if (kube) await kube.start();
   const pods = await discoverInstances(config, loops, { ...wiring, kubeConfig: kc });
-  if (!pods) await loops.setTargets(specs);
-  metrics.haproxyInstances.set(pods ? 0 : specs.length);
+  if (!pods) {
+    await loops.setTargets(specs);
+    metrics.haproxyInstances.set(specs.length);
+  }
   const { server, gate } = createWebhookServer(app, serverTimes(DEFAULT_BODY_TIMEOUT_MS));
   await listen(server, config.listen.host, config.listen.port);
   const address = server.address();

@@ -91,7 +91,14 @@ const clone = <T>(v: T): T => structuredClone(v);
 const copyConfig = (c: Config): Config => ({ frontends: clone(c.frontends), backends: clone(c.backends) });
 
 export async function startFakeDataplaneApi(
-  options: { version?: FakeVersion; spec?: Record<string, unknown>; maxOpenTransactions?: number } = {},
+  options: {
+    version?: FakeVersion;
+    spec?: Record<string, unknown>;
+    maxOpenTransactions?: number;
+    /** Where it listens (default 127.0.0.1, any free port): a stand-in for a pod's API at its pod IP. */
+    host?: string;
+    port?: number;
+  } = {},
 ): Promise<FakeDataplaneApi> {
   const apiVersion = options.version ?? '3.4';
   const spec = options.spec ?? readSpec(apiVersion);
@@ -375,10 +382,14 @@ export async function startFakeDataplaneApi(
     });
     req.on('end', () => handle(req, res, raw));
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));
+  const host = options.host ?? '127.0.0.1';
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.port ?? 0, host, () => resolve());
+  });
   const address = server.address();
   if (address === null || typeof address === 'string') throw new Error('no port');
-  fake.url = `http://127.0.0.1:${address.port}`;
+  fake.url = `http://${host}:${address.port}`;
   fake.close = () =>
     new Promise((resolve) => {
       server.closeAllConnections();
