@@ -174,12 +174,14 @@ function apiConfig(
 
 /**
  * Starts HAProxy (master-worker, PID 1, host networking) with `config`, then the Data Plane API beside it,
- * and waits until the API answers with the credentials. The caller must `stop()` it.
+ * and waits until the API answers with the credentials. The caller must `stop()` it. `password`: the API's,
+ * e.g. one shared by several test beds that one service drives with one set of credentials (random if unset).
  */
 export async function startDataplaneTestbed(
   source: DataplaneSource,
   version: HaproxyVersion,
   config: string,
+  options: { password?: string } = {},
 ): Promise<DataplaneTestbed> {
   const image = source.kind === 'bin' ? await layeredImage(source.path, version) : source.image;
   const haproxyBin = source.kind === 'bin' ? '/usr/sbin/haproxy' : source.haproxyBin;
@@ -188,7 +190,8 @@ export async function startDataplaneTestbed(
     mkdirSync(join(dir, 'dpapi', d), { recursive: true });
   writeFileSync(join(dir, 'haproxy.cfg'), config);
   const port = await freeLoopbackPort();
-  const password = `pw-${createHash('sha256').update(String(Math.random())).digest('hex').slice(0, 16)}`;
+  const password =
+    options.password ?? `pw-${createHash('sha256').update(String(Math.random())).digest('hex').slice(0, 16)}`;
   const shownVersion = source.kind === 'bin' ? version : 'image';
   writeFileSync(join(dir, 'dataplaneapi.yaml'), apiConfig(port, password, haproxyBin, shownVersion));
 
