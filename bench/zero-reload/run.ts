@@ -67,7 +67,7 @@ function percentile(values: number[], p: number): number | null {
   return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)] ?? null;
 }
 
-function latencies(samples: Array<number | null>, reloads: number): Latencies {
+export function latencies(samples: Array<number | null>, reloads: number): Latencies {
   const done = samples.filter((x): x is number => x !== null).map((x) => Math.round(x * 10) / 10);
   return {
     count: samples.length,
@@ -80,7 +80,7 @@ function latencies(samples: Array<number | null>, reloads: number): Latencies {
 }
 
 /** Probes until a handshake with `host` is refused or closed without an answer; ms since `since`, or null. */
-async function untilClosed(
+export async function untilClosed(
   port: number,
   host: string,
   since: number,
@@ -116,7 +116,7 @@ function hold(port: number, host: string): Promise<{ alive(): boolean; close(): 
 }
 
 /** The service's `NODE_OPTIONS` as the adapter's image sets them (`docker/adapter/Dockerfile`). */
-function imageNodeOptions(): string {
+export function imageNodeOptions(): string {
   const dockerfile = readFileSync(new URL('../../docker/adapter/Dockerfile', import.meta.url), 'utf8');
   const options = /NODE_OPTIONS="([^"]*)"/.exec(dockerfile)?.[1];
   if (options === undefined) throw new Error('docker/adapter/Dockerfile sets no NODE_OPTIONS="…"');
