@@ -197,10 +197,17 @@ export async function startService(config: Config, deps: ServiceDeps = {}): Prom
     metrics.leader.set(1);
     await loops.lead();
   }
+  // HAProxy may be away at start: webhooks are still accepted and stored, and the loop converges later.
+  const reached = await loops.reach(PING_TIMEOUT_MS);
+  const only = reached[0];
   logger.info(
     {
       provider: config.provider.kind,
-      instances: pods ? 'discovered' : specs.map((s) => s.name),
+      ...(single && only
+        ? only.unreachable === undefined
+          ? { haproxy: only.version, endpoint: only.endpoint }
+          : { haproxy: null, unreachable: only.unreachable }
+        : { instances: pods ? 'discovered' : reached }),
       leaderElection: election ? election.identity : false,
       store: config.fleet.store,
       listen: `${config.listen.host}:${port}`,

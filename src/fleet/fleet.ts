@@ -1,5 +1,6 @@
 import type { Logger } from 'pino';
 import type { Plan } from '../plan/plan.js';
+import { errorText } from '../providers/provider.js';
 import type { Loop, PassOutcome } from '../reconcile/reconciler-options.js';
 import type { RouteBackend } from '../reconcile/routing.js';
 import type { ClusterStatus } from '../reconcile/status.js';
@@ -217,6 +218,20 @@ export class Fleet<T extends InstanceTarget = InstanceTarget> implements Loop {
     });
     const detail = behind.length > 0 ? { detail: behind.join('; ') } : {};
     return { haproxy: { ok: behind.length < per.length, ...detail } };
+  }
+
+  /** Each instance's HAProxy as a ping finds it now (the start log line). */
+  reach(
+    timeoutMs: number,
+  ): Promise<Array<{ name: string; version?: string; endpoint?: string; unreachable?: string }>> {
+    return Promise.all(
+      this.lanes.entries().map(([name, lane]) =>
+        lane.ping(AbortSignal.timeout(timeoutMs)).then(
+          (info) => ({ name, version: info.version, endpoint: info.endpoint }),
+          (err: unknown) => ({ name, unreachable: errorText(err) }),
+        ),
+      ),
+    );
   }
 
   private publishable(name: string): PublishedStatus | undefined {

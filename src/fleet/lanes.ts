@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import type { ProviderInfo } from '../providers/provider.js';
 import type { Reconciler } from '../reconcile/reconciler.js';
 
 /** One HAProxy instance the service drives: its name, and what it is (a change of `key` makes a new lane). */
@@ -11,7 +12,7 @@ export interface InstanceTarget {
 /** One instance's own level-triggered loop, with its provider. */
 export interface Lane {
   loop: Reconciler;
-  ping(signal: AbortSignal): Promise<unknown>;
+  ping(signal: AbortSignal): Promise<ProviderInfo>;
   /**
    * Stops the loop (a pass in flight gets `graceMs`) and the provider, which writes what runtime applies left
    * unwritten unless `persist` is false; removes the lane's metrics.
