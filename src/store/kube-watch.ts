@@ -1,12 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import {
-  type CustomObjectsApi,
-  type KubeConfig,
-  type KubernetesObject,
-  ListWatch,
-  Watch,
-} from '@kubernetes/client-node';
+import type { CustomObjectsApi, KubeConfig, KubernetesObject, ListWatch } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
+import { slimListWatch } from '../kube/slim-informer.js';
 import type { RawRoute } from './kube-route.js';
 
 export interface RouteBase {
@@ -134,31 +129,6 @@ function slim(o: RawRoute & { apiVersion?: string; kind?: string }): KubernetesO
 }
 
 function slimInformer(kc: KubeConfig, api: CustomObjectsApi, base: RouteBase): ListWatch<KubernetesObject> {
-  const watch = new Watch(kc);
-  const slimWatch = {
-    watch: (
-      path: string,
-      query: Record<string, string | number | boolean | undefined>,
-      callback: (phase: string, obj: unknown, watchObj?: unknown) => void,
-      done: (err: unknown) => void,
-    ) =>
-      watch.watch(
-        path,
-        query,
-        // ERROR and BOOKMARK objects are passed on as they are (the list-watch reads their metadata).
-        (phase, obj, watchObj) =>
-          callback(
-            phase,
-            phase === 'ADDED' || phase === 'MODIFIED' || phase === 'DELETED' ? slim(obj) : obj,
-            watchObj,
-          ),
-        done,
-      ),
-  } as unknown as Watch;
-  const list = async () => {
-    const result = await api.listNamespacedCustomObject(base);
-    return { ...result, items: ((result.items ?? []) as RawRoute[]).map(slim) };
-  };
   const path = `/apis/${base.group}/${base.version}/namespaces/${base.namespace}/${base.plural}`;
-  return new ListWatch<KubernetesObject>(path, slimWatch, list, false);
+  return slimListWatch<KubernetesObject>(kc, path, () => api.listNamespacedCustomObject(base), slim);
 }

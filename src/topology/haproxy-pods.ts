@@ -1,5 +1,6 @@
-import { CoreV1Api, type KubeConfig, ListWatch, type V1Pod, Watch } from '@kubernetes/client-node';
+import { CoreV1Api, type KubeConfig, type ListWatch, type V1Pod } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
+import { slimListWatch } from '../kube/slim-informer.js';
 import type { Metrics } from '../metrics/metrics.js';
 import { type HaproxyInstance, sameInstances, selectInstances, slimPod } from './haproxy-pods-select.js';
 
@@ -22,40 +23,12 @@ const MAX_RESTART_MS = 30_000;
  * ListWatch passes the selector to the watch, the list function to the list.
  */
 function podInformer(kc: KubeConfig, options: HaproxyPodsOptions): ListWatch<V1Pod> {
-  const watch = new Watch(kc);
-  const slimWatch = {
-    watch: (
-      path: string,
-      query: Record<string, string | number | boolean | undefined>,
-      callback: (phase: string, obj: unknown, watchObj?: unknown) => void,
-      done: (err: unknown) => void,
-    ) =>
-      watch.watch(
-        path,
-        query,
-        // ERROR and BOOKMARK objects are no pods: passed on as they are (the list-watch reads their metadata).
-        (phase, obj, watchObj) =>
-          callback(
-            phase,
-            phase === 'ADDED' || phase === 'MODIFIED' || phase === 'DELETED' ? slimPod(obj as V1Pod) : obj,
-            watchObj,
-          ),
-        done,
-      ),
-  } as unknown as Watch;
   const core = kc.makeApiClient(CoreV1Api);
-  const list = async () => {
-    const result = await core.listNamespacedPod({
-      namespace: options.namespace,
-      labelSelector: options.selector,
-    });
-    return { ...result, items: result.items.map(slimPod) };
-  };
-  return new ListWatch<V1Pod>(
+  return slimListWatch<V1Pod>(
+    kc,
     `/api/v1/namespaces/${encodeURIComponent(options.namespace)}/pods`,
-    slimWatch,
-    list,
-    false,
+    () => core.listNamespacedPod({ namespace: options.namespace, labelSelector: options.selector }),
+    slimPod,
     options.selector,
   );
 }

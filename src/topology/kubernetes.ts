@@ -3,13 +3,12 @@ import {
   CoreV1Api,
   type Informer,
   KubeConfig,
-  ListWatch,
   type ObjectCache,
   type V1Node,
   type V1Service,
-  Watch,
 } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
+import { slimListWatch } from '../kube/slim-informer.js';
 import type { Metrics } from '../metrics/metrics.js';
 import type { ClusterTarget } from '../model/cluster.js';
 import {
@@ -37,44 +36,6 @@ export function loadKubeConfig(env: NodeJS.ProcessEnv = process.env): KubeConfig
 }
 
 type Watched<T extends V1Node | V1Service> = Informer<T> & ObjectCache<T>;
-
-/**
- * `makeInformer`, with each object cut down to what routing reads before the cache keeps it (listed or
- * watched): the informer's cache then holds `slim(object)` only.
- */
-function slimInformer<T extends V1Node | V1Service>(
-  kc: KubeConfig,
-  path: string,
-  list: () => Promise<{ items: T[]; metadata?: { resourceVersion?: string } }>,
-  slim: (o: T) => T,
-): Watched<T> {
-  const watch = new Watch(kc);
-  const slimWatch = {
-    watch: (
-      p: string,
-      query: Record<string, string | number | boolean | undefined>,
-      callback: (phase: string, obj: unknown, watchObj?: unknown) => void,
-      done: (err: unknown) => void,
-    ) =>
-      watch.watch(
-        p,
-        query,
-        // ERROR and BOOKMARK objects are no T: passed on as they are (the list-watch reads their metadata).
-        (phase, obj, watchObj) =>
-          callback(
-            phase,
-            phase === 'ADDED' || phase === 'MODIFIED' || phase === 'DELETED' ? slim(obj as T) : obj,
-            watchObj,
-          ),
-        done,
-      ),
-  } as unknown as Watch;
-  const listSlim = async () => {
-    const result = await list();
-    return { ...result, items: result.items.map(slim) };
-  };
-  return new ListWatch<T>(path, slimWatch, listSlim as never, false);
-}
 
 interface WatchState {
   up: boolean;
@@ -117,8 +78,8 @@ export class KubernetesTopology implements Topology {
       onChange(reason);
     };
     const core = kc.makeApiClient(CoreV1Api);
-    this.nodes = slimInformer(kc, '/api/v1/nodes', () => core.listNode(), slimNode);
-    this.services = slimInformer(
+    this.nodes = slimListWatch<V1Node>(kc, '/api/v1/nodes', () => core.listNode(), slimNode);
+    this.services = slimListWatch<V1Service>(
       kc,
       '/api/v1/services',
       () => core.listServiceForAllNamespaces(),
