@@ -1,14 +1,14 @@
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import {
-  ApiextensionsV1Api,
-  CoordinationV1Api,
-  KubernetesObjectApi,
-  loadAllYaml,
-} from '@kubernetes/client-node';
+import { CoordinationV1Api, KubernetesObjectApi, loadAllYaml } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { haproxyVersionUnderTest } from '../support/haproxy-testbed.js';
-import { type KubeApiserver, startKubeApiserver } from '../support/kube-apiserver.js';
+import {
+  applyClusterRouteCrd,
+  applyManifest,
+  type KubeApiserver,
+  startKubeApiserver,
+} from '../support/kube-apiserver.js';
 import type { ServiceProcess } from '../support/service-process.js';
 import { startVersionServer, type VersionServer, waitForIdentity } from '../support/version-server.js';
 import { waitFor } from '../support/wait.js';
@@ -18,7 +18,6 @@ import { type E2eHaproxy, startE2eHaproxy } from './fixture.js';
 // front of one real HAProxy. Writes go to any replica; the leader is killed with SIGKILL during a burst of
 // 200 changes: a standby leads, every acknowledged change ends in HAProxy (proven by SNI), and the replicas'
 // own logs show that no two applies ever overlapped.
-const DEPLOY = join(import.meta.dirname, '../../deploy/kubernetes');
 const LEASE = { duration: 3000, renew: 2000, retry: 250 };
 const NS = 'kubebyon-system';
 
@@ -87,18 +86,8 @@ describe(`end to end, three replicas with leader election, HAProxy ${haproxyVers
     const objects = kube.admin.makeApiClient(KubernetesObjectApi);
     for (const manifest of loadAllYaml(`apiVersion: v1\nkind: Namespace\nmetadata: {name: ${NS}}\n`))
       await objects.create(manifest);
-    for (const file of ['crd.yaml', 'rbac.yaml'])
-      for (const manifest of loadAllYaml(readFileSync(join(DEPLOY, file), 'utf8')))
-        await objects.create(manifest);
-    const crds = kube.admin.makeApiClient(ApiextensionsV1Api);
-    await waitFor(
-      async () =>
-        (
-          await crds.readCustomResourceDefinition({ name: 'clusterroutes.kubebyon.io' })
-        ).status?.conditions?.some((c) => c.type === 'Established' && c.status === 'True') ?? false,
-      30_000,
-      'the ClusterRoute CRD to be established',
-    );
+    await applyClusterRouteCrd(kube);
+    await applyManifest(kube, 'rbac.yaml');
     leases = kube.admin.makeApiClient(CoordinationV1Api);
     kubeconfig = join(e.stateDir, 'kubeconfig');
     writeFileSync(kubeconfig, kube.adapter.exportConfig());

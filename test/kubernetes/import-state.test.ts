@@ -1,18 +1,13 @@
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import {
-  ApiextensionsV1Api,
-  CustomObjectsApi,
-  KubernetesObjectApi,
-  loadAllYaml,
-} from '@kubernetes/client-node';
+import { CustomObjectsApi, KubernetesObjectApi, loadAllYaml } from '@kubernetes/client-node';
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { main } from '../../src/cli/main.js';
 import { ClusterStore } from '../../src/store/cluster-store.js';
 import { objectName } from '../../src/store/kube-route.js';
-import { type KubeApiserver, startKubeApiserver } from '../support/kube-apiserver.js';
+import { applyClusterRouteCrd, type KubeApiserver, startKubeApiserver } from '../support/kube-apiserver.js';
 import { waitFor } from '../support/wait.js';
 
 // `import-state` through the command line's entry, against a real kube-apiserver, as the adapter's
@@ -89,16 +84,7 @@ describe('import-state against a real kube-apiserver', () => {
     expect(noCrd.err).toMatch(/CRD .* is not installed: apply deploy\/kubernetes\/crd\.yaml/);
     expect(noCrd.out).toBe('');
 
-    await apply('crd.yaml');
-    const ext = kube.admin.makeApiClient(ApiextensionsV1Api);
-    await waitFor(
-      async () =>
-        (
-          await ext.readCustomResourceDefinition({ name: 'clusterroutes.kubebyon.io' })
-        ).status?.conditions?.some((c) => c.type === 'Established' && c.status === 'True'),
-      30_000,
-      'the CRD to be Established',
-    );
+    await applyClusterRouteCrd(kube);
     const adapterApi = kube.adapter.makeApiClient(CustomObjectsApi);
     await waitFor(() => adapterApi.listNamespacedCustomObject(base), 15_000, 'RBAC and the CRD to serve');
     // The Role grants the ClusterRoutes of the adapter's own namespace only.

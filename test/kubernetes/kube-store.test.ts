@@ -2,13 +2,7 @@ import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import {
-  ApiextensionsV1Api,
-  CustomObjectsApi,
-  KubernetesObjectApi,
-  loadAllYaml,
-  Watch,
-} from '@kubernetes/client-node';
+import { CustomObjectsApi, KubernetesObjectApi, loadAllYaml, Watch } from '@kubernetes/client-node';
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ClusterStore } from '../../src/store/cluster-store.js';
@@ -16,7 +10,7 @@ import { type PublishedStatus, StaleWriteError } from '../../src/store/desired-s
 import { importStateFile } from '../../src/store/import-state.js';
 import { objectName } from '../../src/store/kube-route.js';
 import { KubeClusterStore } from '../../src/store/kube-store.js';
-import { type KubeApiserver, startKubeApiserver } from '../support/kube-apiserver.js';
+import { applyClusterRouteCrd, type KubeApiserver, startKubeApiserver } from '../support/kube-apiserver.js';
 import { waitFor } from '../support/wait.js';
 
 // The ClusterRoute store against a real kube-apiserver, as the adapter's ServiceAccount (rbac.yaml): two
@@ -47,16 +41,7 @@ describe('KubeClusterStore against a real kube-apiserver', () => {
     kube = await startKubeApiserver();
     const objects = kube.admin.makeApiClient(KubernetesObjectApi);
     await objects.create({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: NS } });
-    for (const m of loadAllYaml(readFileSync(join(MANIFESTS, 'crd.yaml'), 'utf8'))) await objects.create(m);
-    const ext = kube.admin.makeApiClient(ApiextensionsV1Api);
-    await waitFor(
-      async () =>
-        (
-          await ext.readCustomResourceDefinition({ name: 'clusterroutes.kubebyon.io' })
-        ).status?.conditions?.some((c) => c.type === 'Established' && c.status === 'True'),
-      30_000,
-      'the CRD to be Established',
-    );
+    await applyClusterRouteCrd(kube);
     for (const m of loadAllYaml(readFileSync(join(MANIFESTS, 'rbac.yaml'), 'utf8'))) await objects.create(m);
     const adapterApi = kube.adapter.makeApiClient(CustomObjectsApi);
     await waitFor(() => adapterApi.listNamespacedCustomObject(base), 15_000, 'RBAC and the CRD to serve');

@@ -2,7 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { KubeConfig } from '@kubernetes/client-node';
+import { ApiextensionsV1Api, KubeConfig, KubernetesObjectApi, loadAllYaml } from '@kubernetes/client-node';
 import { waitFor } from './wait.js';
 
 const SCRIPT = join(import.meta.dirname, '../../scripts/kube/run-apiserver.sh');
@@ -92,4 +92,27 @@ export async function startKubeApiserver(): Promise<KubeApiserver> {
       rmSync(dir, { recursive: true, force: true });
     },
   };
+}
+
+const DEPLOY = join(import.meta.dirname, '../../deploy/kubernetes');
+
+/** Creates the objects of a `deploy/kubernetes/` file as the admin (one of the project's own manifests). */
+export async function applyManifest(kube: KubeApiserver, file: string): Promise<void> {
+  const objects = kube.admin.makeApiClient(KubernetesObjectApi);
+  for (const manifest of loadAllYaml(readFileSync(join(DEPLOY, file), 'utf8')))
+    await objects.create(manifest);
+}
+
+/** Applies `deploy/kubernetes/crd.yaml` and waits until the API serves ClusterRoutes. */
+export async function applyClusterRouteCrd(kube: KubeApiserver): Promise<void> {
+  await applyManifest(kube, 'crd.yaml');
+  const ext = kube.admin.makeApiClient(ApiextensionsV1Api);
+  await waitFor(
+    async () =>
+      (
+        await ext.readCustomResourceDefinition({ name: 'clusterroutes.kubebyon.io' })
+      ).status?.conditions?.some((c) => c.type === 'Established' && c.status === 'True') ?? false,
+    30_000,
+    'the ClusterRoute CRD to be Established',
+  );
 }
