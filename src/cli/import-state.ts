@@ -85,7 +85,7 @@ export async function importStateCommand(
     io.out(`imported ${imported}, skipped ${skipped} (already there)`);
     return 0;
   } catch (err) {
-    const { describeError } = await import('../store/kube-watch.js');
+    const { describeError } = await import('../kube/errors.js');
     io.err(
       `${COMMAND}: importing ${records.length} cluster(s) into namespace ${namespace} failed: ${describeError(err)}` +
         ' (the clusters created before it stay; run the command again for the rest)',
@@ -143,7 +143,7 @@ async function kubeConfigOf(env: NodeJS.ProcessEnv): Promise<KubeConfig> {
 async function probe(kc: KubeConfig, namespace: string): Promise<string | undefined> {
   const { CustomObjectsApi } = await import('@kubernetes/client-node');
   const { GROUP, PLURAL, VERSION } = await import('../store/kube-route.js');
-  const { describeError } = await import('../store/kube-watch.js');
+  const { describeError } = await import('../kube/errors.js');
   const api = kc.makeApiClient(CustomObjectsApi);
   const base = { group: GROUP, version: VERSION, namespace, plural: PLURAL };
   let timer: NodeJS.Timeout | undefined;

@@ -10,6 +10,7 @@ import {
   type V1Lease,
 } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
+import { describeError, statusOf } from './errors.js';
 import {
   createdRecord,
   DEFAULT_TIMINGS,
@@ -296,27 +297,6 @@ function bounded(signal: AbortSignal): ConfigurationOptions {
     post: (context: ResponseContext) => new Observable(Promise.resolve(context)),
   };
   return { middleware: [middleware], middlewareMergeStrategy: 'append' };
-}
-
-function statusOf(err: unknown): number | undefined {
-  const code = (err as { code?: unknown } | null)?.code;
-  return typeof code === 'number' ? code : undefined;
-}
-
-/** One line per kind of failure: the Status message of an API error, not its headers and raw body. */
-function describeError(err: unknown): string {
-  const status = statusOf(err);
-  if (status !== undefined) {
-    const body = (err as { body?: unknown }).body;
-    let parsed: unknown = body;
-    try {
-      if (typeof body === 'string') parsed = JSON.parse(body);
-    } catch {}
-    const message = (parsed as { message?: unknown } | null)?.message;
-    return `HTTP ${status}: ${typeof message === 'string' ? message : String(body).slice(0, 200)}`;
-  }
-  if (err instanceof Error && err.name === 'AbortError') return 'no answer within the time left for this try';
-  return err instanceof Error ? err.message : String(err);
 }
 
 /** Resolves after `ms`, or at once when `signal` aborts; never keeps the process alive. */

@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
+import { describeError } from '../kube/errors.js';
 import type { PublishedStatus } from './desired-store.js';
-import { describeError } from './kube-watch.js';
 
 /**
  * Status writes, off the caller's path: per cluster only the latest status waits (a newer one replaces it),

@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { CustomObjectsApi, KubeConfig, KubernetesObject, ListWatch } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
+import { RestartingWatch } from '../kube/restarting-watch.js';
 import { slimListWatch } from '../kube/slim-informer.js';
 import type { RawRoute } from './kube-route.js';
 
@@ -11,22 +12,14 @@ export interface RouteBase {
   plural: string;
 }
 
-const MIN_RESTART_MS = 500;
-const MAX_RESTART_MS = 30_000;
-
 /**
  * The ClusterRoutes of one namespace, listed then watched (a 410 lists anew), each object cut down to what
  * the store reads before the informer keeps it (as controller-runtime strips managedFields). A broken watch
- * keeps what is known and starts again with a growing delay, as `KubernetesTopology` does.
+ * keeps what is known and starts again with a growing delay (`RestartingWatch`).
  */
 export class RouteWatch {
   private readonly informer: ListWatch<KubernetesObject>;
-  private up = false;
-  private synced = false;
-  private lastError: string | undefined;
-  private restartDelayMs = MIN_RESTART_MS;
-  private timer: NodeJS.Timeout | undefined;
-  private stopped = false;
+  private readonly watch: RestartingWatch;
   private firstSync: () => void = () => {};
 
   constructor(
@@ -34,13 +27,18 @@ export class RouteWatch {
     api: CustomObjectsApi,
     base: RouteBase,
     on: { seen: (o: RawRoute) => void; deleted: (o: RawRoute) => void },
-    private readonly logger: Logger,
+    logger: Logger,
   ) {
     this.informer = slimInformer(kc, api, base);
     this.informer.on('add', on.seen);
     this.informer.on('update', on.seen);
     this.informer.on('delete', on.deleted);
-    this.informer.on('error', (err) => this.failed(err));
+    this.watch = new RestartingWatch(this.informer, {
+      resource: 'clusterroutes',
+      logger,
+      keeps: 'the last known clusters',
+      synced: () => this.firstSync(),
+    });
   }
 
   /** Starts the watch; resolves once the first list went through, rejects after `timeoutMs` (then stopped). */
@@ -48,70 +46,24 @@ export class RouteWatch {
     const synced = new Promise<void>((resolve) => {
       this.firstSync = resolve;
     });
-    void this.run();
+    void this.watch.start();
     const timeout = sleep(timeoutMs, 'timeout', { ref: false });
     if ((await Promise.race([synced, timeout])) === 'timeout') {
       await this.stop();
-      throw new Error(`ClusterRoutes not listed within ${timeoutMs} ms: ${this.lastError ?? 'no answer'}`);
+      throw new Error(
+        `ClusterRoutes not listed within ${timeoutMs} ms: ${this.watch.lastError ?? 'no answer'}`,
+      );
     }
   }
 
-  async stop(): Promise<void> {
-    this.stopped = true;
-    clearTimeout(this.timer);
-    await this.informer.stop();
+  stop(): Promise<void> {
+    return this.watch.stop();
   }
 
   health(): { ok: boolean; detail?: string } {
-    if (this.up && this.synced) return { ok: true };
-    return { ok: false, detail: `ClusterRoute watch down: ${this.lastError ?? 'not connected yet'}` };
+    const h = this.watch.health();
+    return h.ok ? h : { ok: false, detail: `ClusterRoute watch down: ${h.detail}` };
   }
-
-  private async run(): Promise<void> {
-    const errorBefore = this.lastError;
-    this.lastError = undefined;
-    try {
-      await this.informer.start();
-    } catch (err) {
-      this.failed(err);
-      return;
-    }
-    // 'connect' is not taken as "up": the informer says it before listing, also when the list then fails.
-    if (this.lastError !== undefined || this.stopped) return;
-    this.up = true;
-    this.synced = true;
-    this.restartDelayMs = MIN_RESTART_MS;
-    if (errorBefore !== undefined) this.logger.info('ClusterRoute watch is back');
-    this.firstSync();
-  }
-
-  private failed(err: unknown): void {
-    this.up = false;
-    this.lastError = describeError(err);
-    if (this.stopped) return;
-    this.logger.warn(
-      { err: this.lastError, retryInMs: this.restartDelayMs },
-      'ClusterRoute watch failed; keeping the last known clusters',
-    );
-    clearTimeout(this.timer);
-    this.timer = setTimeout(() => void this.run(), this.restartDelayMs);
-    this.restartDelayMs = Math.min(this.restartDelayMs * 2, MAX_RESTART_MS);
-  }
-}
-
-/** An API error in one line: the client's message holds the whole response, headers included. */
-export function describeError(err: unknown): string {
-  const e = err as { code?: unknown; statusCode?: unknown; body?: unknown; message?: unknown };
-  const status = e?.code ?? e?.statusCode;
-  if (typeof status === 'number') {
-    let message = '';
-    try {
-      const body = typeof e.body === 'string' ? JSON.parse(e.body) : e.body;
-      message = String((body as { message?: unknown })?.message ?? '');
-    } catch {}
-    return `HTTP ${status}${message ? `: ${message}` : ''}`;
-  }
-  return err instanceof Error ? err.message : String(err);
 }
 
 function slim(o: RawRoute & { apiVersion?: string; kind?: string }): KubernetesObject {

@@ -8,6 +8,7 @@ import {
   type V1Service,
 } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
+import { RestartingWatch } from '../kube/restarting-watch.js';
 import { slimListWatch } from '../kube/slim-informer.js';
 import type { Metrics } from '../metrics/metrics.js';
 import type { ClusterTarget } from '../model/cluster.js';
@@ -37,16 +38,6 @@ export function loadKubeConfig(env: NodeJS.ProcessEnv = process.env): KubeConfig
 
 type Watched<T extends V1Node | V1Service> = Informer<T> & ObjectCache<T>;
 
-interface WatchState {
-  up: boolean;
-  synced: boolean;
-  lastError?: string | undefined;
-  restartDelayMs: number;
-}
-
-const MIN_RESTART_MS = 500;
-const MAX_RESTART_MS = 30_000;
-
 /**
  * Node addresses and Service NodePorts from the host cluster, kept current by informers (list, then watch;
  * a 410 relists). A broken watch keeps the last known objects and restarts with backoff; routes are never
@@ -55,14 +46,9 @@ const MAX_RESTART_MS = 30_000;
 export class KubernetesTopology implements Topology {
   private readonly nodes: Watched<V1Node>;
   private readonly services: Watched<V1Service>;
-  private readonly state: Record<'nodes' | 'services', WatchState> = {
-    nodes: { up: false, synced: false, restartDelayMs: MIN_RESTART_MS },
-    services: { up: false, synced: false, restartDelayMs: MIN_RESTART_MS },
-  };
+  private readonly state: Record<'nodes' | 'services', RestartingWatch>;
   private readonly fingerprints = new Map<string, string>();
-  private readonly timers = new Set<NodeJS.Timeout>();
   private readonly onChange: (reason: string) => void;
-  private stopped = false;
   /** Moves with every change that matters to routing: answers of `endpointsFor` may be remembered until then. */
   private changes = 0;
 
@@ -85,19 +71,19 @@ export class KubernetesTopology implements Topology {
       () => core.listServiceForAllNamespaces(),
       slimService,
     );
-    this.watch('nodes', this.nodes, (n) => nodeFingerprint(n, this.selection));
-    this.watch('services', this.services, serviceFingerprint);
+    this.state = {
+      nodes: this.watch('nodes', this.nodes, (n) => nodeFingerprint(n, this.selection)),
+      services: this.watch('services', this.services, serviceFingerprint),
+    };
   }
 
   /** Starts both watches; resolves after the first attempt of each (check `synced()` for success). */
   async start(): Promise<void> {
-    await Promise.all([this.run('nodes', this.nodes), this.run('services', this.services)]);
+    await Promise.all([this.state.nodes.start(), this.state.services.start()]);
   }
 
   async stop(): Promise<void> {
-    this.stopped = true;
-    for (const t of this.timers) clearTimeout(t);
-    await Promise.all([this.nodes.stop(), this.services.stop()]);
+    await Promise.all([this.state.nodes.stop(), this.state.services.stop()]);
   }
 
   synced(): boolean {
@@ -111,13 +97,8 @@ export class KubernetesTopology implements Topology {
   /** For /readyz: whether each watch is connected, and its last error. */
   health(): Record<string, { ok: boolean; detail?: string }> {
     const out: Record<string, { ok: boolean; detail?: string }> = {};
-    for (const resource of ['nodes', 'services'] as const) {
-      const s = this.state[resource];
-      out[`kubernetes_${resource}`] = {
-        ok: s.up,
-        ...(s.up ? {} : { detail: s.lastError ?? 'not connected yet' }),
-      };
-    }
+    for (const resource of ['nodes', 'services'] as const)
+      out[`kubernetes_${resource}`] = this.state[resource].health();
     return out;
   }
 
@@ -155,56 +136,15 @@ export class KubernetesTopology implements Topology {
       this.fingerprints.delete(key(o));
       this.onChange(resource);
     });
-    // 'connect' is not taken as "up": the informer says it before listing, also when the list then fails.
-    informer.on('error', (err) => this.failed(resource, informer, err));
-  }
-
-  // Marks the watch down, keeps every cached object, and tries again later with a growing delay.
-  private failed<T extends V1Node | V1Service>(
-    resource: 'nodes' | 'services',
-    informer: Watched<T>,
-    err: unknown,
-  ): void {
-    const s = this.state[resource];
-    s.up = false;
-    s.lastError = err instanceof Error ? err.message : String(err);
-    this.metrics.kubernetesWatchUp.set({ resource }, 0);
-    this.metrics.kubernetesWatchErrors.inc({ resource });
-    if (this.stopped) return;
-    this.logger.warn(
-      { resource, err: s.lastError, retryInMs: s.restartDelayMs },
-      'kubernetes watch failed; keeping last known state',
-    );
-    const timer = setTimeout(() => {
-      this.timers.delete(timer);
-      void this.run(resource, informer);
-    }, s.restartDelayMs);
-    this.timers.add(timer);
-    s.restartDelayMs = Math.min(s.restartDelayMs * 2, MAX_RESTART_MS);
-  }
-
-  private async run<T extends V1Node | V1Service>(
-    resource: 'nodes' | 'services',
-    informer: Watched<T>,
-  ): Promise<void> {
-    const s = this.state[resource];
-    const errorsBefore = s.lastError;
-    s.lastError = undefined;
-    try {
-      await informer.start();
-    } catch (err) {
-      // The list went through but opening the watch threw: same handling as a watch that broke.
-      this.failed(resource, informer, err);
-      return;
-    }
-    if (s.lastError === undefined) {
+    return new RestartingWatch(informer, {
+      resource,
+      logger: this.logger,
+      metrics: this.metrics,
+      keeps: 'last known state',
       // The list went through: the cache is the cluster's truth from here on.
-      const first = !s.synced;
-      s.synced = true;
-      s.up = true;
-      s.restartDelayMs = MIN_RESTART_MS;
-      this.metrics.kubernetesWatchUp.set({ resource }, 1);
-      if (first || errorsBefore !== undefined) this.onChange(resource);
-    }
+      synced: (first, recovered) => {
+        if (first || recovered) this.onChange(resource);
+      },
+    });
   }
 }
