@@ -1,4 +1,5 @@
 import express, { type NextFunction, type Request, type Response } from 'express';
+import { NotLeadingError } from '../fleet/fleet.js';
 import { type Loop, type PassOutcome, TopologyNotSyncedError } from '../reconcile/reconciler.js';
 import { type DesiredStore, StaleWriteError, type WriteStamp } from '../store/desired-store.js';
 import { checkCluster, checkClusterSet, checkName } from './clusters.js';
@@ -138,6 +139,11 @@ export function clustersRouter(o: ClustersRouterOptions): express.Router {
         routes: [...routes].map(([cluster, r]) => ({ cluster, ...r })),
       });
     } catch (err) {
+      // Only the leader reads HAProxy: a standby says so (with leader election), as an unread topology does.
+      if (err instanceof NotLeadingError) {
+        res.status(503).json({ error: 'not_leader', detail: err.message });
+        return;
+      }
       if (!(err instanceof TopologyNotSyncedError)) throw err;
       res.status(503).json({ error: 'topology_not_synced', detail: err.message });
     }

@@ -38,6 +38,22 @@ const ClusterStatus = {
       description: "The backend's servers, address:port",
       examples: [['10.0.0.1:31443']],
     },
+    instances: {
+      type: 'array',
+      description:
+        "With several HAProxy instances (or on a standby replica, as the leader published it): each one's state; " +
+        'the cluster is applied only when every instance is, and `reason` names the instances behind',
+      items: {
+        type: 'object',
+        properties: {
+          name: { type: 'string' },
+          state: { type: 'string', enum: [...CLUSTER_STATES] },
+          reason: { type: ['string', 'null'] },
+          last_applied_at: { type: ['string', 'null'], format: 'date-time' },
+        },
+        required: ['name', 'state'],
+      },
+    },
   },
   required: ['name', 'host', 'api_endpoint', 'state', 'reason', 'last_applied_at', 'backend', 'servers'],
 };
@@ -94,7 +110,16 @@ const bodyResponses = {
   },
   '503': {
     description:
-      'Unverified bodies being received hold all the room allowed and this one was the oldest (busy; retry after the Retry-After header), or the call could not be recorded on disk (state_unavailable)',
+      'Unverified bodies being received hold all the room allowed and this one was the oldest (busy; retry after the Retry-After header), or the call could not be recorded on disk or in the Kubernetes API (state_unavailable)',
+    content: { 'application/json': { schema: ErrorBody } },
+  },
+};
+
+// A signed write older than, or the same as, the one a shared store holds for the cluster (replicas).
+const staleWrite = {
+  '409': {
+    description:
+      'stale_write: a change signed at the same time or later is stored for this cluster (a replay sent to another replica); nothing changed',
     content: { 'application/json': { schema: ErrorBody } },
   },
 };
@@ -150,6 +175,7 @@ export function openApiDocument(version: string) {
             '202': { description: 'Accepted and stored' },
             '200': { description: 'Applied (wait=true)' },
             ...bodyResponses,
+            ...staleWrite,
           }),
         },
       },
@@ -171,12 +197,13 @@ export function openApiDocument(version: string) {
             '202': { description: 'Accepted and stored', content: json(ClusterStatus) },
             '200': { description: 'Applied (wait=true)', content: json(ClusterStatus) },
             ...bodyResponses,
+            ...staleWrite,
           }),
         },
         delete: {
           summary: 'Remove one cluster',
           parameters: [name, wait],
-          responses: responses({ '202': { description: 'Removed from the desired state' } }),
+          responses: responses({ '202': { description: 'Removed from the desired state' }, ...staleWrite }),
         },
       },
       '/v1/plan': {
@@ -186,6 +213,11 @@ export function openApiDocument(version: string) {
             '200': {
               description:
                 'The plan as text and JSON, and routes: each cluster with its host, backend and servers after it',
+            },
+            '503': {
+              description:
+                'topology_not_synced: the topology has not been read yet; not_leader: a standby replica (only the leader reads HAProxy)',
+              content: json(ErrorBody),
             },
           }),
         },

@@ -118,6 +118,13 @@ describe(`end to end, three replicas with leader election, HAProxy ${haproxyVers
       identity: 'beta',
       status: 200,
     });
+    // Only the leader plans against HAProxy; the others say so.
+    const plans = await Promise.all([r0, r1, r2].map((r) => r.client.request('GET', '/v1/plan')));
+    expect(plans.map((p) => p.status).sort()).toEqual([200, 503, 503]);
+    expect(plans.filter((p) => p.status === 503).map((p) => p.body.error)).toEqual([
+      'not_leader',
+      'not_leader',
+    ]);
     // Every replica answers the status, the leader's as published.
     for (const r of [r0, r1, r2])
       await waitFor(
