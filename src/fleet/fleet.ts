@@ -92,12 +92,13 @@ export class Fleet<T extends InstanceTarget = InstanceTarget> implements Loop {
     return this.sync(0, false);
   }
 
+  /** Publishes what the passes so far judged (while the lanes still answer), then stops the lanes. */
   async stop(graceMs: number): Promise<void> {
     this.stopped = true;
-    this.leading = false;
-    await this.sync(graceMs);
     await this.publisher?.flush();
     this.publisher?.stop();
+    this.leading = false;
+    await this.sync(graceMs);
   }
 
   request(reason: string, changed?: { clusters: readonly string[] }): Promise<PassOutcome> {
@@ -127,16 +128,13 @@ export class Fleet<T extends InstanceTarget = InstanceTarget> implements Loop {
     const record = this.o.store.get(name);
     if (!record) return undefined;
     if (!this.leading) return fromPublished(record, this.o.store.published?.(name));
-    const lanes = this.lanes.entries();
-    const starting = this.lanes.startingNames();
-    if (this.o.single && lanes.length === 1) return lanes[0]?.[1].loop.status(name);
-    if (lanes.length === 0 && starting.length === 0)
-      return { ...fromPublished(record, undefined), reason: 'no HAProxy instance' };
+    const all = this.lanes.all();
+    const only = all.length === 1 ? all[0]?.[1] : undefined;
+    if (this.o.single && only) return only.loop.status(name);
+    if (all.length === 0) return { ...fromPublished(record, undefined), reason: 'no HAProxy instance' };
     const pending = { ...fromPublished(record, undefined), reason: STARTING };
     return combineStatuses(
-      this.lanes
-        .all()
-        .map(([instance, lane]) => ({ instance, status: lane ? lane.loop.status(name) : pending })),
+      all.map(([instance, lane]) => ({ instance, status: lane ? lane.loop.status(name) : pending })),
     );
   }
 
@@ -196,7 +194,7 @@ export class Fleet<T extends InstanceTarget = InstanceTarget> implements Loop {
       this.lanes.entries().map(async ([name, lane]) => {
         const haproxy: Check = await lane.ping(AbortSignal.timeout(pingTimeoutMs)).then(
           () => ({ ok: true }),
-          (err: unknown) => ({ ok: false, detail: err instanceof Error ? err.message : String(err) }),
+          (err: unknown) => ({ ok: false, detail: errorText(err) }),
         );
         const lastError = lane.loop.lastError;
         const reconcile: Check = !lane.loop.ready
