@@ -108,8 +108,10 @@ describe(`end to end, Kubernetes topology, HAProxy ${haproxyVersionUnderTest()}`
   };
 
   beforeAll(async () => {
-    [kube, e, np1, np2] = await Promise.all([
-      startKubeApiserver(),
+    // kube-apiserver first: it and HAProxy's fixture both pick free loopback ports, and two picking at once
+    // can pick the same one.
+    kube = await startKubeApiserver();
+    [e, np1, np2] = await Promise.all([
       startE2eHaproxy(),
       onNodePort(['127.0.0.2']),
       onNodePort(['127.0.0.2', '127.0.0.3', '127.0.0.4']),

@@ -1,7 +1,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { CoordinationV1Api, KubernetesObjectApi, loadAllYaml } from '@kubernetes/client-node';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, beforeEach, describe, expect, it, onTestFailed } from 'vitest';
 import { haproxyVersionUnderTest } from '../support/haproxy-testbed.js';
 import {
   applyClusterRouteCrd,
@@ -82,7 +82,10 @@ describe(`end to end, three replicas with leader election, HAProxy ${haproxyVers
 
   beforeAll(async () => {
     for (const name of ['alpha', 'beta']) servers[name] = await startVersionServer(name);
-    [kube, e] = await Promise.all([startKubeApiserver(), startE2eHaproxy()]);
+    // One after the other: both pick free loopback ports, and picked at once two could pick the same one
+    // (HAProxy's SNI port taken by etcd made every reload fail once in CI).
+    kube = await startKubeApiserver();
+    e = await startE2eHaproxy();
     const objects = kube.admin.makeApiClient(KubernetesObjectApi);
     for (const manifest of loadAllYaml(`apiVersion: v1\nkind: Namespace\nmetadata: {name: ${NS}}\n`))
       await objects.create(manifest);
@@ -93,6 +96,12 @@ describe(`end to end, three replicas with leader election, HAProxy ${haproxyVers
     writeFileSync(kubeconfig, kube.adapter.exportConfig());
     for (const id of ['r0', 'r1', 'r2']) replicas.set(id, await start(id));
   }, 300_000);
+  // What each replica logged says who led and why a pass failed.
+  beforeEach(() =>
+    onTestFailed(() => {
+      for (const [id, r] of replicas) console.log(`--- ${id}\n${r.output().slice(-30_000)}`);
+    }),
+  );
   afterAll(async () => {
     await Promise.all([...replicas.values()].map((r) => r.stop()));
     await e?.stop();
