@@ -198,7 +198,8 @@ export async function startService(config: Config, deps: ServiceDeps = {}): Prom
     await loops.lead();
   }
   // HAProxy may be away at start: webhooks are still accepted and stored, and the loop converges later.
-  const reached = await loops.reach(PING_TIMEOUT_MS);
+  // Discovered instances are logged as such, so they are not pinged for this line.
+  const reached = pods ? [] : await loops.reach(PING_TIMEOUT_MS);
   const only = reached[0];
   logger.info(
     {
