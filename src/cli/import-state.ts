@@ -3,7 +3,7 @@ import type { KubeConfig } from '@kubernetes/client-node';
 import { type Config, ConfigError } from '../config/env.js';
 import { FLEET_DEFAULTS, fleetConfigOf } from '../config/fleet-env.js';
 import type { ClusterRecord } from '../model/cluster.js';
-import { errorText } from '../providers/provider.js';
+import { errorText } from '../model/errors.js';
 import { ClusterStore } from '../store/cluster-store.js';
 import type { KubeClusterStore } from '../store/kube-store.js';
 import { createLogger } from '../wiring.js';

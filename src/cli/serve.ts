@@ -1,5 +1,5 @@
 import { ConfigError, loadConfig } from '../config/env.js';
-import { errorText } from '../providers/provider.js';
+import { errorText } from '../model/errors.js';
 import { startService } from '../service.js';
 import { createLogger } from '../wiring.js';
 import type { Output } from './output.js';

@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
+import { errorText } from '../model/errors.js';
 import type { Plan } from '../plan/plan.js';
-import { errorText } from '../providers/provider.js';
 import type { Loop, PassOutcome } from '../reconcile/reconciler-options.js';
 import type { RouteBackend } from '../reconcile/routing.js';
 import type { ClusterStatus } from '../reconcile/status.js';

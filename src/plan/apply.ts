@@ -1,6 +1,6 @@
 import { CowMap } from '../haproxy/cow-map.js';
 import type { Owner, RawBackend, RawFrontend, RawMap, RawRule, RawState } from '../haproxy/model.js';
-import { ConcurrentChangeError } from '../providers/provider.js';
+import { ConcurrentChangeError } from '../model/errors.js';
 import { backendPosition, derived, samePlaces } from './lineage.js';
 import type { Operation } from './plan.js';
 

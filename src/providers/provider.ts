@@ -94,31 +94,7 @@ export interface Provider {
   close?(options?: CloseOptions): Promise<void>;
 }
 
-/** Someone else changed HAProxy's configuration meanwhile: read again, plan again, try again. */
-export class ConcurrentChangeError extends Error {
-  override readonly name = 'ConcurrentChangeError';
-}
-
-/** An error that retrying cannot fix (bad credentials, a configuration HAProxy refuses): not retried. */
+/** Options of `close`: `persist: false` for a replica that lost the lead (only the leader writes). */
 export interface CloseOptions {
   persist?: boolean;
-}
-
-export class TerminalError extends Error {
-  override name = 'TerminalError';
-}
-
-/**
- * The change was committed but HAProxy could not load it; HAProxy keeps running its previous configuration.
- * `message` carries HAProxy's own words (e.g. `cannot bind socket (Address already in use)`). Not terminal:
- * the cause (a port another process holds) can go away by itself, so the loop backs it off like any
- * transient error and the change is loaded once HAProxy can.
- */
-export class ReloadFailedError extends Error {
-  override name = 'ReloadFailedError';
-}
-
-/** The reason an error gives a cluster's status or a log line: the message, without a stack. */
-export function errorText(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
 }

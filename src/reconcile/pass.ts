@@ -4,18 +4,19 @@ import type { DesiredConfig, RawState } from '../haproxy/model.js';
 import { type RenderOptions, renderDesired } from '../haproxy/render.js';
 import type { Metrics } from '../metrics/metrics.js';
 import type { ClusterRecord } from '../model/cluster.js';
+import {
+  ConcurrentChangeError,
+  errorText,
+  FencedError,
+  ReloadFailedError,
+  TerminalError,
+} from '../model/errors.js';
 import { formatPlan } from '../plan/format.js';
 import type { PoolReport } from '../plan/operations.js';
 import { type Plan, plan } from '../plan/plan.js';
 import type { RoutingIndexCache } from '../plan/routing-index.js';
-import {
-  ConcurrentChangeError,
-  errorText,
-  type ReadOptions,
-  ReloadFailedError,
-  TerminalError,
-} from '../providers/provider.js';
-import { FencedError, type OwnedProvider } from '../registry/owned-provider.js';
+import type { ReadOptions } from '../providers/provider.js';
+import type { OwnedProvider } from '../registry/owned-provider.js';
 import type { Topology } from '../topology/topology.js';
 import { sortConflicts } from './conflicts.js';
 import { type DesiredRoutes, memoizedDesiredRoutes } from './desired.js';

@@ -1,10 +1,10 @@
 import type { DesiredRoute, DesiredRouting, RawState } from '../haproxy/model.js';
 import { desiredShape, renderRoute } from '../haproxy/render.js';
 import type { ClusterRecord } from '../model/cluster.js';
+import { errorText } from '../model/errors.js';
 import type { Plan, PoolReport } from '../plan/operations.js';
 import type { RoutingIndexCache } from '../plan/routing-index.js';
 import { planScoped } from '../plan/scoped.js';
-import { errorText } from '../providers/provider.js';
 import { endpointKey } from '../routes/endpoint.js';
 import { compareStrings, type RejectedRoute, type Route } from '../routes/route.js';
 import type { TopologyProblem } from '../topology/topology.js';

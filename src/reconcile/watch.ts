@@ -1,5 +1,5 @@
 import type { Logger } from 'pino';
-import { errorText } from '../providers/provider.js';
+import { errorText } from '../model/errors.js';
 import type { Clock } from './clock.js';
 
 export interface RevisionWatchOptions {

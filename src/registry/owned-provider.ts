@@ -1,20 +1,15 @@
 import type { RawState } from '../haproxy/model.js';
+import { FencedError, NotOwnedError } from '../model/errors.js';
 import { backendNamed, frontendNamed } from '../plan/lineage.js';
 import type { Operation, Plan } from '../plan/plan.js';
-import {
-  type ApplyReport,
-  type CloseOptions,
-  type Provider,
-  type ProviderInfo,
-  type ReadOptions,
-  TerminalError,
+import type {
+  ApplyReport,
+  CloseOptions,
+  Provider,
+  ProviderInfo,
+  ReadOptions,
 } from '../providers/provider.js';
 import type { Registry } from './registry.js';
-
-/** A plan names an object another owner (or no owner) holds: refused as a whole, whatever the plan says. */
-export class NotOwnedError extends TerminalError {
-  override name = 'NotOwnedError';
-}
 
 /**
  * Ownership as a layer around any provider (external-dns's `TXTRegistry` filters a plan before
@@ -22,11 +17,6 @@ export class NotOwnedError extends TerminalError {
  * change, delete or shadow an object this owner does not hold never reaches the provider, which then only
  * does I/O. Reads pass through untouched; the registry interprets them.
  */
-/** A plan refused because this replica may not write now (it lost, or never held, the leadership). */
-export class FencedError extends TerminalError {
-  override name = 'FencedError';
-}
-
 export class OwnedProvider implements Provider {
   readonly name: string;
 

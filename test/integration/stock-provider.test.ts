@@ -5,12 +5,12 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import pino from 'pino';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { DEFAULT_RENDER_OPTIONS, type RenderOptions, renderDesired } from '../../src/haproxy/render.js';
+import { ReloadFailedError, TerminalError } from '../../src/model/errors.js';
 import { applyOperations } from '../../src/plan/apply.js';
 import { type Plan, plan } from '../../src/plan/plan.js';
 import { renderOwnedFile } from '../../src/providers/haproxy/owned-file.js';
 import { parseOwnedFile } from '../../src/providers/haproxy/owned-file-parse.js';
 import { StockHaproxyProvider } from '../../src/providers/haproxy/provider.js';
-import { ReloadFailedError, TerminalError } from '../../src/providers/provider.js';
 import { type RouteClaim as Claim, resolveRoutes } from '../../src/routes/route.js';
 import {
   type HaproxyTestbed,

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { RawBackend, RawState } from '../../src/haproxy/model.js';
+import { ConcurrentChangeError } from '../../src/model/errors.js';
 import { applyOperations } from '../../src/plan/apply.js';
-import { ConcurrentChangeError } from '../../src/providers/provider.js';
 import { Registry } from '../../src/registry/registry.js';
 import { ownFrontend as frontend, ownerTags, registry } from '../support/owner.js';
 

@@ -1,5 +1,6 @@
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { renderDesired } from '../../src/haproxy/render.js';
+import { ConcurrentChangeError } from '../../src/model/errors.js';
 import { plan } from '../../src/plan/plan.js';
 import {
   MapNames,
@@ -13,7 +14,6 @@ import type { DataplaneProvider } from '../../src/providers/dataplaneapi/provide
 import { lineTagsFor } from '../../src/providers/dataplaneapi/raw-lines.js';
 import { editConfigText } from '../../src/providers/dataplaneapi/raw-text.js';
 import { runtimeMapOps } from '../../src/providers/dataplaneapi/runtime-maps.js';
-import { ConcurrentChangeError } from '../../src/providers/provider.js';
 import { type RouteClaim, resolveRoutes } from '../../src/routes/route.js';
 import { type FakeDataplaneApi, startFakeDataplaneApi } from '../support/fake-dataplaneapi.js';
 import { claim, mapRender, providerOn, SNI_MAP } from '../support/fake-dataplaneapi-provider.js';

@@ -4,13 +4,13 @@ import { join } from 'node:path';
 import pino from 'pino';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { DEFAULT_RENDER_OPTIONS, renderDesired } from '../../src/haproxy/render.js';
+import { ConcurrentChangeError, ReloadFailedError, TerminalError } from '../../src/model/errors.js';
 import { plan } from '../../src/plan/plan.js';
 import { createDataplaneProvider, LEDGER_FILE } from '../../src/providers/dataplaneapi/index.js';
 import {
   type DataplaneProvider,
   TooManyTransactionsError,
 } from '../../src/providers/dataplaneapi/provider.js';
-import { ConcurrentChangeError, ReloadFailedError, TerminalError } from '../../src/providers/provider.js';
 import { OwnedProvider } from '../../src/registry/owned-provider.js';
 import { type RouteClaim, resolveRoutes } from '../../src/routes/route.js';
 import { describeProvider } from '../contract/provider-contract.js';

@@ -1,12 +1,12 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { TerminalError } from '../../src/model/errors.js';
 import {
   descriptionToTags,
   sectionTags,
   tagsToDescription,
   tagWriter,
 } from '../../src/providers/dataplaneapi/tags.js';
-import { TerminalError } from '../../src/providers/provider.js';
 import { TAG_KEY, TAG_VALUE } from '../../src/registry/registry.js';
 
 const key = fc.stringMatching(TAG_KEY);

@@ -2,10 +2,11 @@ import { describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config/env.js';
 import type { RawState } from '../../src/haproxy/model.js';
 import { renderDesired } from '../../src/haproxy/render.js';
+import { NotOwnedError } from '../../src/model/errors.js';
 import type { Plan } from '../../src/plan/plan.js';
 import { plan } from '../../src/plan/plan.js';
 import { MemoryProvider } from '../../src/providers/memory/memory-provider.js';
-import { NotOwnedError, OwnedProvider, refuseForeign } from '../../src/registry/owned-provider.js';
+import { OwnedProvider, refuseForeign } from '../../src/registry/owned-provider.js';
 import { DEFAULT_OWNER_ID, InvalidOwnerIdError, Registry } from '../../src/registry/registry.js';
 
 const raw = (tags: Record<string, string>, serverTags: Record<string, string> = tags): RawState => ({

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { RawState } from '../../src/haproxy/model.js';
+import { ConcurrentChangeError, TerminalError } from '../../src/model/errors.js';
 import type { Operation } from '../../src/plan/plan.js';
 import type { TagStore } from '../../src/providers/dataplaneapi/capability.js';
 import {
@@ -7,7 +8,6 @@ import {
   RawEditUnsupported,
   textVersion,
 } from '../../src/providers/dataplaneapi/raw-text.js';
-import { ConcurrentChangeError, TerminalError } from '../../src/providers/provider.js';
 import { ownerTags, registry } from '../support/owner.js';
 
 // A file as Data Plane API v3.4.0 stores it (seen on a real API): its head, foreign sections, and the

@@ -1,5 +1,5 @@
 import { haproxyMessage } from '../../haproxy/alerts.js';
-import { ConcurrentChangeError, ReloadFailedError, TerminalError } from '../provider.js';
+import { ConcurrentChangeError, ReloadFailedError, TerminalError } from '../../model/errors.js';
 import { DataplaneHttpError } from './client.js';
 
 /** The API lacks something this service needs (a place for ownership tags, an endpoint): retrying cannot help. */

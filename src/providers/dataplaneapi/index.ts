@@ -1,9 +1,11 @@
 import { join } from 'node:path';
-import { errorText, type Provider, type ProviderDeps } from '../provider.js';
+import type { Provider, ProviderDeps } from '../provider.js';
 import type { DataplaneConfig } from './config.js';
 import { DataplaneProvider, MissingCapabilityError } from './provider.js';
 
 export { DataplaneProvider, MissingCapabilityError } from './provider.js';
+
+import { errorText } from '../../model/errors.js';
 
 /** The file, beside the state file, that lists the transactions this service has open. */
 export const LEDGER_FILE = 'dataplaneapi-transactions.json';

@@ -1,5 +1,5 @@
 import { basename } from 'node:path';
-import { TerminalError } from '../provider.js';
+import { TerminalError } from '../../model/errors.js';
 
 /**
  * Map routing in the Data Plane API's terms (`use_backend %[req.ssl_sni,lower,map(<file>)]` and the map file in

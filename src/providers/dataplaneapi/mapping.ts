@@ -8,9 +8,9 @@ import type {
   RawState,
   Tags,
 } from '../../haproxy/model.js';
+import { TerminalError } from '../../model/errors.js';
 import { isHaproxyName } from '../../naming/names.js';
 import { validateHost } from '../../routes/host.js';
-import { TerminalError } from '../provider.js';
 import type { TagStore } from './capability.js';
 import type { Schemas } from './client.js';
 import { type MapNames, mapRuleFile } from './map-names.js';

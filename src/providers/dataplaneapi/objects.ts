@@ -1,5 +1,5 @@
 import type { Owner } from '../../haproxy/model.js';
-import { TerminalError } from '../provider.js';
+import { TerminalError } from '../../model/errors.js';
 import {
   type ApiBackend,
   type ApiBind,

@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import type { RawServer } from '../../haproxy/model.js';
-import { ConcurrentChangeError } from '../provider.js';
+import { ConcurrentChangeError } from '../../model/errors.js';
 import { type DataplaneClient, DataplaneHttpError, versionOf } from './client.js';
 import { mapText } from './map-routing.js';
 import type { Counter } from './options.js';

@@ -1,16 +1,10 @@
 import type { RawServer, RawState } from '../../haproxy/model.js';
+import { ConcurrentChangeError } from '../../model/errors.js';
 import { sniMapNameFor } from '../../naming/names.js';
 import { applyOperations } from '../../plan/apply.js';
 import { backendNamed } from '../../plan/lineage.js';
 import type { Plan } from '../../plan/plan.js';
-import {
-  type ApplyReport,
-  type CloseOptions,
-  ConcurrentChangeError,
-  type Provider,
-  type ProviderInfo,
-  type ReadOptions,
-} from '../provider.js';
+import type { ApplyReport, CloseOptions, Provider, ProviderInfo, ReadOptions } from '../provider.js';
 import { createClient, type DataplaneClient } from './client.js';
 import { MissingCapabilityError, translate } from './errors.js';
 import { MapNames } from './map-names.js';

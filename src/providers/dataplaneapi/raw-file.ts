@@ -1,5 +1,5 @@
+import { ConcurrentChangeError } from '../../model/errors.js';
 import type { Plan } from '../../plan/plan.js';
-import { ConcurrentChangeError } from '../provider.js';
 import type { Capabilities } from './capability.js';
 import { type DataplaneClient, versionOf } from './client.js';
 import { readState, type Snapshot } from './mapping.js';

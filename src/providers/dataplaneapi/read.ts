@@ -1,5 +1,5 @@
 import type { Owner, RawState } from '../../haproxy/model.js';
-import { ConcurrentChangeError } from '../provider.js';
+import { ConcurrentChangeError } from '../../model/errors.js';
 import type { TagStore } from './capability.js';
 import { type DataplaneClient, versionOf } from './client.js';
 import type { MapNames } from './map-names.js';

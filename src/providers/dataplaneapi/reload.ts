@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
-import { ReloadFailedError } from '../provider.js';
+import { ReloadFailedError } from '../../model/errors.js';
 import { type DataplaneClient, DataplaneUnreachableError } from './client.js';
 import { reloadFailedError } from './errors.js';
 import type { Counter } from './options.js';

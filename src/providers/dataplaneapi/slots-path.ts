@@ -1,9 +1,9 @@
 import type { Logger } from 'pino';
 import type { Owner, RawBackend, RawServer, RawState } from '../../haproxy/model.js';
+import { TerminalError } from '../../model/errors.js';
 import { applyOperations } from '../../plan/apply.js';
 import { backendNamed } from '../../plan/lineage.js';
 import type { Plan } from '../../plan/plan.js';
-import { TerminalError } from '../provider.js';
 import type { Capabilities } from './capability.js';
 import { type DataplaneClient, DataplaneHttpError } from './client.js';
 import type { MapState } from './map-state.js';

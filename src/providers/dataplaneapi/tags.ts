@@ -1,6 +1,6 @@
 import type { Tags } from '../../haproxy/model.js';
+import { TerminalError } from '../../model/errors.js';
 import { OWNER_TAG, TAG_KEY, TAG_VALUE } from '../../registry/registry.js';
-import { TerminalError } from '../provider.js';
 import type { TagStore } from './capability.js';
 import type { Schemas, SchemasV3_0 } from './client.js';
 

@@ -1,8 +1,8 @@
 import { readFile } from 'node:fs/promises';
 import { setImmediate } from 'node:timers/promises';
 import type { RawMap, RawState } from '../../haproxy/model.js';
+import { errorText } from '../../model/errors.js';
 import { writeFileAtomic } from '../../store/atomic-file.js';
-import { errorText } from '../provider.js';
 import { mapPath, renderMapFile } from './map-file.js';
 import { renderOwnedFile } from './owned-file.js';
 import type { OwnedFileCache, Reading } from './read.js';

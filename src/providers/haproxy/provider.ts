@@ -1,18 +1,17 @@
 import { dirname } from 'node:path';
 import type { Logger } from 'pino';
 import type { Owner, RawState } from '../../haproxy/model.js';
+import { errorText, TerminalError } from '../../model/errors.js';
 import { applyOperations } from '../../plan/apply.js';
 import type { Plan } from '../../plan/plan.js';
 import { removeTemporaries } from '../../store/atomic-file.js';
-import {
-  type ApplyReport,
-  type CloseOptions,
-  errorText,
-  type Provider,
-  type ProviderInfo,
-  type ProviderTraffic,
-  type ReadOptions,
-  TerminalError,
+import type {
+  ApplyReport,
+  CloseOptions,
+  Provider,
+  ProviderInfo,
+  ProviderTraffic,
+  ReadOptions,
 } from '../provider.js';
 import type { StockHaproxyConfig } from './config.js';
 import { MasterCli } from './master-cli.js';

@@ -1,6 +1,6 @@
 import { readFile, stat } from 'node:fs/promises';
 import type { Owner, RawBackend, RawFrontend, RawMap, RawState } from '../../haproxy/model.js';
-import { TerminalError } from '../provider.js';
+import { TerminalError } from '../../model/errors.js';
 import { mapPath, parseShowMap, showMapCommand } from './map-file.js';
 import { generationCarrier, generationOf } from './owned-file.js';
 import { OwnedFileParseError, type ParsedOwnedFile, parseOwnedFile } from './owned-file-parse.js';

@@ -2,8 +2,8 @@ import { execFile } from 'node:child_process';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { alertsIn } from '../../haproxy/alerts.js';
 import type { RawState } from '../../haproxy/model.js';
+import { errorText, ReloadFailedError, TerminalError } from '../../model/errors.js';
 import { prepareFileAtomic } from '../../store/atomic-file.js';
-import { errorText, ReloadFailedError, TerminalError } from '../provider.js';
 import { generationCarrier, generationOf } from './owned-file.js';
 import {
   type ProcState,

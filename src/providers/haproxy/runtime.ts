@@ -1,8 +1,8 @@
 import type { RawState } from '../../haproxy/model.js';
+import { errorText } from '../../model/errors.js';
 import { isHaproxyName } from '../../naming/names.js';
 import { backendNamed } from '../../plan/lineage.js';
 import type { Operation } from '../../plan/plan.js';
-import { errorText } from '../provider.js';
 import { isMapKey, mapPath, mapRuntime } from './map-file.js';
 import { sleep } from './master-cli.js';
 import { DYNAMIC_ALGORITHMS, runtime } from './runtime-text.js';
