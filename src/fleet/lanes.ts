@@ -1,6 +1,8 @@
 import type { Logger } from 'pino';
 import type { ProviderInfo } from '../providers/provider.js';
 import type { Reconciler } from '../reconcile/reconciler.js';
+import { Backoff } from '../timing/backoff.js';
+import { type Clock, systemClock } from '../timing/clock.js';
 
 /** One HAProxy instance the service drives: its name, and what it is (a change of `key` makes a new lane). */
 export interface InstanceTarget {
@@ -34,12 +36,13 @@ export class LaneSet<T extends InstanceTarget> {
   private wanted: T[] = [];
   /** Removals run one after another. */
   private changing: Promise<void> = Promise.resolve();
-  private retry: NodeJS.Timeout | undefined;
-  private retryMs = MIN_RETRY_MS;
+  private retry: (() => void) | undefined;
+  private readonly backoff = new Backoff(MIN_RETRY_MS, MAX_RETRY_MS);
 
   constructor(
     private readonly make: (target: T) => Promise<Lane>,
     private readonly logger: Logger,
+    private readonly clock: Clock = systemClock,
   ) {}
 
   /** The lanes, in the order the instances were given. */
@@ -75,7 +78,7 @@ export class LaneSet<T extends InstanceTarget> {
   async set(wanted: T[], graceMs: number, persist: boolean): Promise<void> {
     this.wanted = wanted;
     if (wanted.length === 0) {
-      clearTimeout(this.retry);
+      this.retry?.();
       this.retry = undefined;
     }
     const removal = this.changing.then(async () => {
@@ -113,13 +116,13 @@ export class LaneSet<T extends InstanceTarget> {
             return;
           }
           this.lanes.set(target.name, { target, lane });
-          this.retryMs = MIN_RETRY_MS;
+          this.backoff.reset();
           this.logger.info({ haproxy: target.name }, 'HAProxy instance driven');
         },
         (err: unknown) => {
           this.starting.delete(target.name);
           this.logger.error(
-            { err, haproxy: target.name, retryInMs: this.retryMs },
+            { err, haproxy: target.name, retryInMs: this.backoff.peek() },
             'HAProxy instance not driven',
           );
           this.retryLater();
@@ -133,11 +136,9 @@ export class LaneSet<T extends InstanceTarget> {
 
   private retryLater(): void {
     if (this.retry || this.wanted.length === 0) return;
-    this.retry = setTimeout(() => {
+    this.retry = this.clock.after(this.backoff.next(), () => {
       this.retry = undefined;
       void this.startMissing();
-    }, this.retryMs);
-    this.retry.unref();
-    this.retryMs = Math.min(MAX_RETRY_MS, this.retryMs * 2);
+    });
   }
 }

@@ -1,5 +1,7 @@
 import type { Logger } from 'pino';
 import type { Metrics } from '../metrics/metrics.js';
+import { Backoff } from '../timing/backoff.js';
+import { type Clock, systemClock } from '../timing/clock.js';
 import { describeError } from './errors.js';
 
 const MIN_RESTART_MS = 500;
@@ -21,6 +23,7 @@ export interface RestartingWatchOptions {
   keeps: string;
   /** After each list that went through: the first one, or one after a failure. */
   synced?(first: boolean, recovered: boolean): void;
+  clock?: Clock;
 }
 
 /**
@@ -33,8 +36,8 @@ export class RestartingWatch {
   /** The first list went through: the cache is the cluster's truth from then on. */
   synced = false;
   lastError: string | undefined;
-  private delayMs = MIN_RESTART_MS;
-  private readonly timers = new Set<NodeJS.Timeout>();
+  private readonly backoff = new Backoff(MIN_RESTART_MS, MAX_RESTART_MS);
+  private readonly timers = new Set<() => void>();
   private stopped = false;
   private failures = 0;
 
@@ -53,7 +56,7 @@ export class RestartingWatch {
 
   async stop(): Promise<void> {
     this.stopped = true;
-    for (const t of this.timers) clearTimeout(t);
+    for (const cancel of this.timers) cancel();
     this.timers.clear();
     await this.informer.stop();
   }
@@ -71,16 +74,16 @@ export class RestartingWatch {
     metrics?.kubernetesWatchUp.set({ resource }, 0);
     metrics?.kubernetesWatchErrors.inc({ resource });
     if (this.stopped) return;
+    const retryInMs = this.backoff.next();
     logger.warn(
-      { resource, err: this.lastError, retryInMs: this.delayMs },
+      { resource, err: this.lastError, retryInMs },
       `kubernetes watch failed; keeping ${this.o.keeps}`,
     );
-    const timer = setTimeout(() => {
-      this.timers.delete(timer);
+    const cancel = (this.o.clock ?? systemClock).after(retryInMs, () => {
+      this.timers.delete(cancel);
       void this.run();
-    }, this.delayMs);
-    this.timers.add(timer);
-    this.delayMs = Math.min(this.delayMs * 2, MAX_RESTART_MS);
+    });
+    this.timers.add(cancel);
   }
 
   private async run(): Promise<void> {
@@ -99,7 +102,7 @@ export class RestartingWatch {
     this.synced = true;
     this.up = true;
     this.lastError = undefined;
-    this.delayMs = MIN_RESTART_MS;
+    this.backoff.reset();
     this.o.metrics?.kubernetesWatchUp.set({ resource: this.o.resource }, 1);
     if (recovered) this.o.logger.info({ resource: this.o.resource }, 'kubernetes watch is back');
     this.o.synced?.(first, recovered);

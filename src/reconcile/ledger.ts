@@ -1,7 +1,7 @@
 import type { Metrics } from '../metrics/metrics.js';
 import type { PoolReport } from '../plan/operations.js';
 import type { DesiredStore } from '../store/desired-store.js';
-import type { Clock } from './clock.js';
+import type { Clock } from '../timing/clock.js';
 import { Gauges } from './gauges.js';
 import {
   type ClusterStatus,

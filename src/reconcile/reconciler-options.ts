@@ -4,8 +4,8 @@ import type { Metrics } from '../metrics/metrics.js';
 import type { Plan } from '../plan/plan.js';
 import type { OwnedProvider } from '../registry/owned-provider.js';
 import type { DesiredStore } from '../store/desired-store.js';
+import type { Clock } from '../timing/clock.js';
 import type { Topology } from '../topology/topology.js';
-import type { Clock } from './clock.js';
 import type { RouteBackend } from './routing.js';
 import type { ClusterStatus } from './status.js';
 

@@ -1,7 +1,8 @@
 import { formatPlan } from '../plan/format.js';
 import type { Plan } from '../plan/plan.js';
 import { RoutingIndexCache } from '../plan/routing-index.js';
-import { type Clock, sleep, systemClock } from './clock.js';
+import { type Clock, systemClock } from '../timing/clock.js';
+import { Debounce } from '../timing/debounce.js';
 import { PassLedger } from './ledger.js';
 import { desiredConfig, type PassReport, planAgainst, runPass } from './pass.js';
 import {
@@ -41,7 +42,6 @@ export class Reconciler implements Loop {
   private requested = 0;
   private served = 0;
   private waiters: Waiter[] = [];
-  private running: Promise<void> | undefined;
   private stopResync: (() => void) | undefined;
   private stopped = false;
   private readonly abort = new AbortController();
@@ -52,8 +52,11 @@ export class Reconciler implements Loop {
   /** Map routing's index of what HAProxy has, kept from pass to pass (`routing-index.ts`). */
   private readonly indexes = new RoutingIndexCache();
   private firstPassOk = false;
-  /** When the last pass ended (epoch ms): a change later than the debounce time after it is applied at once. */
-  private lastActive = Number.NEGATIVE_INFINITY;
+  /**
+   * When passes run: the first change after a quiet spell at once, changes close behind a pass (during it, or
+   * within the debounce time after it) together, after the debounce, never later than the maximum delay.
+   */
+  private readonly batch: Debounce;
   private readonly clock: Clock;
   private readonly requeue: Requeue;
   private readonly watch: RevisionWatch;
@@ -70,6 +73,11 @@ export class Reconciler implements Loop {
       request: (reason) => void this.request(reason),
       logger: o.logger,
     });
+    this.batch = new Debounce(
+      this.clock,
+      { debounceMs: o.debounceMs, maxDelayMs: o.maxDelayMs, leading: true },
+      () => this.drain(),
+    );
     this.watch = new RevisionWatch({
       clock: this.clock,
       intervalMs: o.watchMs ?? 0,
@@ -113,16 +121,15 @@ export class Reconciler implements Loop {
     this.stopResync?.();
     this.watch.stop();
     this.requeue.cancel();
-    if (this.running) {
-      let cancel = () => {};
-      const expired = new Promise<void>((resolve) => {
-        cancel = this.clock.after(graceMs, resolve);
-      });
-      await Promise.race([this.running, expired]);
-      cancel();
-      this.abort.abort(new Error('shutting down'));
-      await this.running;
-    }
+    const closed = this.batch.close();
+    let cancel = () => {};
+    const expired = new Promise<void>((resolve) => {
+      cancel = this.clock.after(graceMs, resolve);
+    });
+    await Promise.race([closed, expired]);
+    cancel();
+    this.abort.abort(new Error('shutting down'));
+    await closed;
     for (const w of this.waiters.splice(0)) w.resolve({ ok: false, changed: false, error: 'shutting down' });
   }
 
@@ -138,7 +145,7 @@ export class Reconciler implements Loop {
     else for (const name of changed.clusters) this.scope.add(name);
     const done = new Promise<PassOutcome>((resolve) => this.waiters.push({ generation, resolve }));
     this.o.logger.debug({ reason, generation }, 'reconcile requested');
-    this.kick();
+    this.batch.schedule();
     return done;
   }
 
@@ -161,43 +168,21 @@ export class Reconciler implements Loop {
     return { plan: p, text: formatPlan(p), routes: routeBackends(config, p) };
   }
 
-  private kick(): void {
-    if (this.running || this.stopped) return;
-    this.running = this.drain().finally(() => {
-      this.running = undefined;
-      if (this.requested > this.served) this.kick();
-    });
-  }
-
+  /** One pass for every request so far (none when a pass already served them). */
   private async drain(): Promise<void> {
-    while (this.requested > this.served && !this.stopped) {
-      // After a quiet spell the first change is applied at once; changes close behind it (during its pass or
-      // within the debounce time after it) wait for quiet and go together into the next pass.
-      if (this.clock.now() - this.lastActive < this.o.debounceMs) await this.quiet();
-      const generation = this.requested;
-      const reasons = new Set(this.reasons);
-      this.reasons.clear();
-      const scope = this.scope;
-      this.scope = new Set();
-      const { outcome, growthDeferred } = await this.pass(reasons, scope);
-      this.lastActive = this.clock.now();
-      this.served = generation;
-      const ready = this.waiters.filter((w) => w.generation <= generation);
-      this.waiters = this.waiters.filter((w) => w.generation > generation);
-      for (const w of ready) w.resolve(outcome);
-      // The pool is nearly held: it grows in a pass of its own, after this one's callers have their answer.
-      if (growthDeferred && !this.stopped) void this.request('pool_growth');
-    }
-  }
-
-  /** Waits until no request came for the debounce time, or the maximum delay has passed since now. */
-  private async quiet(): Promise<void> {
-    const deadline = this.clock.now() + this.o.maxDelayMs;
-    let seen: number;
-    do {
-      seen = this.requested;
-      await sleep(this.clock, Math.max(0, Math.min(this.o.debounceMs, deadline - this.clock.now())));
-    } while (this.requested !== seen && this.clock.now() < deadline);
+    if (this.requested <= this.served || this.stopped) return;
+    const generation = this.requested;
+    const reasons = new Set(this.reasons);
+    this.reasons.clear();
+    const scope = this.scope;
+    this.scope = new Set();
+    const { outcome, growthDeferred } = await this.pass(reasons, scope);
+    this.served = generation;
+    const ready = this.waiters.filter((w) => w.generation <= generation);
+    this.waiters = this.waiters.filter((w) => w.generation > generation);
+    for (const w of ready) w.resolve(outcome);
+    // The pool is nearly held: it grows in a pass of its own, after this one's callers have their answer.
+    if (growthDeferred && !this.stopped) void this.request('pool_growth');
   }
 
   private async pass(reasons: ReadonlySet<string>, scope: Set<string> | 'all'): Promise<Served> {

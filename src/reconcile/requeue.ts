@@ -1,15 +1,11 @@
 import type { Logger } from 'pino';
-import type { Clock } from './clock.js';
+import { Backoff } from '../timing/backoff.js';
+import type { Clock } from '../timing/clock.js';
 import type { FailureKind } from './pass.js';
 
 /** The longest wait the backoff grows to. */
 export const MAX_BACKOFF_MS = 30_000;
 const PING_TIMEOUT_MS = 5_000;
-
-/** The wait before the next try after `failures` failed passes in a row: `baseMs` doubling, at most 30 s. */
-export function backoffMs(baseMs: number, failures: number): number {
-  return Math.min(MAX_BACKOFF_MS, baseMs * 2 ** Math.min(failures, 10));
-}
 
 export interface RequeueOptions {
   clock: Clock;
@@ -33,21 +29,23 @@ export interface RequeueOptions {
  * again within the pass until its `retries` ran out is backed off like a transient error, so it cannot spin.
  */
 export class Requeue {
-  private failures = 0;
+  private readonly backoff: Backoff;
   private pending: (() => void) | undefined;
 
-  constructor(private readonly o: RequeueOptions) {}
+  constructor(private readonly o: RequeueOptions) {
+    this.backoff = new Backoff(o.baseMs, MAX_BACKOFF_MS);
+  }
 
   /** Decides the next try after a pass; `failure` is undefined when the pass succeeded. */
   after(failure: FailureKind | undefined): void {
     this.cancel();
     if (failure === undefined || failure === 'terminal') {
       if (failure) this.o.logger.warn('not tried again until an event or the resync: retrying cannot fix it');
-      this.failures = 0;
+      this.backoff.reset();
       return;
     }
     if (this.o.baseMs <= 0) return;
-    const delayMs = backoffMs(this.o.baseMs, this.failures++);
+    const delayMs = this.backoff.next();
     this.o.logger.info({ failure, delayMs }, 'trying the pass again after a backoff');
     let done = false;
     const fire = (reason: 'retry' | 'provider_back') => {

@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import { errorText } from '../model/errors.js';
-import type { Clock } from './clock.js';
+import type { Clock } from '../timing/clock.js';
 
 export interface RevisionWatchOptions {
   clock: Clock;

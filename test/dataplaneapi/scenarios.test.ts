@@ -5,8 +5,8 @@ import pino from 'pino';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createDataplaneProvider } from '../../src/providers/dataplaneapi/index.js';
 import type { DataplaneProvider } from '../../src/providers/dataplaneapi/provider.js';
-import { backoffMs } from '../../src/reconcile/requeue.js';
 import { OwnedProvider } from '../../src/registry/owned-provider.js';
+import { Backoff } from '../../src/timing/backoff.js';
 import { DPAPI_USER } from '../support/dataplaneapi-testbed.js';
 import { startProxy } from '../support/http-proxy.js';
 import { registry } from '../support/owner.js';
@@ -293,10 +293,11 @@ describe.skipIf(!source)(`Data Plane API provider on HAProxy ${versionUnderTest(
     expect(refused.status).toBe(429);
     // A pass makes one attempt; as the loop does, a transient failure (429) is tried again after a backoff.
     const running = (async () => {
+      const backoff = new Backoff(100, 30_000);
       for (let failures = 0; ; failures++) {
         const report = await pass(h, provider, [record('alpha', 'alpha.example.com', h.alpha.port)]);
         if (report.result.ok || report.failure !== 'transient' || failures >= 8) return report;
-        await sleep(backoffMs(100, failures));
+        await sleep(backoff.next());
       }
     })();
     await sleep(1500);

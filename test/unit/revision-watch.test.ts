@@ -1,39 +1,8 @@
 import { setImmediate } from 'node:timers/promises';
 import pino from 'pino';
 import { describe, expect, it } from 'vitest';
-import type { Clock } from '../../src/reconcile/clock.js';
 import { RevisionWatch } from '../../src/reconcile/watch.js';
-
-/** A clock that moves only when the test says so. */
-function manualClock() {
-  let now = 0;
-  let timers: Array<{ at: number; fn: () => void }> = [];
-  const clock: Clock = {
-    now: () => now,
-    after(ms, fn) {
-      const t = { at: now + ms, fn };
-      timers.push(t);
-      return () => {
-        timers = timers.filter((x) => x !== t);
-      };
-    },
-  };
-  /** Moves time forward by `ms`, running each timer due, and what it started, in order. */
-  const advance = async (ms: number) => {
-    const end = now + ms;
-    for (;;) {
-      await setImmediate();
-      const next = timers.filter((t) => t.at <= end).sort((a, b) => a.at - b.at)[0];
-      if (!next) break;
-      timers = timers.filter((t) => t !== next);
-      now = next.at;
-      next.fn();
-    }
-    now = end;
-    await setImmediate();
-  };
-  return { clock, advance, pending: () => timers.length };
-}
+import { manualClock } from '../support/manual-clock.js';
 
 describe('RevisionWatch', () => {
   const silent = pino({ level: 'silent' });

@@ -15,7 +15,6 @@ import {
   UnsafeValueError,
 } from '../../src/providers/haproxy/owned-file.js';
 import { OwnedFileParseError, parseOwnedFile } from '../../src/providers/haproxy/owned-file-parse.js';
-import { Debounced } from '../../src/providers/haproxy/persist.js';
 import { runtimeOnly } from '../../src/providers/haproxy/runtime.js';
 import { RuntimeAnswerError } from '../../src/providers/haproxy/runtime-text.js';
 import { ownerTags, ownFrontend } from '../support/owner.js';
@@ -171,32 +170,5 @@ describe('runtime-only plans with map routing', () => {
     expect(
       runtimeOnly([{ kind: 'create_backend', backend: { name: 'x', balance: 'leastconn' } }], state),
     ).toBe(false);
-  });
-});
-
-describe('persistence timer', () => {
-  afterEach(() => vi.useRealTimers());
-  it('writes once per burst, 100 ms after the last change and never more than 1 s after the first', async () => {
-    vi.useFakeTimers();
-    const writes: number[] = [];
-    const start = Date.now();
-    const d = new Debounced(async () => {
-      writes.push(Date.now() - start);
-    });
-    for (let i = 0; i < 3; i++) {
-      d.schedule();
-      await vi.advanceTimersByTimeAsync(50);
-    }
-    await vi.advanceTimersByTimeAsync(100);
-    expect(writes).toEqual([200]);
-    // A steady stream of changes every 50 ms: written at the 1 s bound anyway.
-    for (let i = 0; i < 30 && writes.length < 2; i++) {
-      d.schedule();
-      await vi.advanceTimersByTimeAsync(50);
-    }
-    expect(writes[1]).toBeLessThanOrEqual(250 + 1000);
-    expect(writes[1]).toBeGreaterThanOrEqual(250 + 950);
-    await d.flush();
-    expect(d.pending).toBe(false);
   });
 });

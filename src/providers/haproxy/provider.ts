@@ -5,6 +5,8 @@ import { errorText, TerminalError } from '../../model/errors.js';
 import { applyOperations } from '../../plan/apply.js';
 import type { Plan } from '../../plan/plan.js';
 import { removeTemporaries } from '../../store/atomic-file.js';
+import { type Clock, systemClock } from '../../timing/clock.js';
+import { Debounce } from '../../timing/debounce.js';
 import type {
   ApplyReport,
   CloseOptions,
@@ -16,7 +18,7 @@ import type {
 import type { StockHaproxyConfig } from './config.js';
 import { MasterCli } from './master-cli.js';
 import { defaultsNameFor, renderOwnedFile, UnsafeValueError } from './owned-file.js';
-import { Debounced, fileStateOf, preparePersist, writeMapFiles, writePersist } from './persist.js';
+import { fileStateOf, preparePersist, writeMapFiles, writePersist } from './persist.js';
 import { OwnedFileCache, type Reading, takeReading, unchangedSince, workerGeneration } from './read.js';
 import { applyByReload } from './reload.js';
 import { applyAtRuntime, runtimeOnly } from './runtime.js';
@@ -30,6 +32,8 @@ export interface StockHaproxyDeps {
   traffic?: ProviderTraffic;
   /** How long after a runtime change the files follow (batched); see `ProviderDeps.persistDelayMs`. */
   persistDelayMs?: number;
+  /** The timers of persistence (tests fake it). */
+  clock?: Clock;
 }
 
 /**
@@ -61,7 +65,7 @@ export class StockHaproxyProvider implements Provider {
   private readonly reads = new WeakMap<RawState, Reading>();
   /** The last read, advanced by every runtime apply since: what HAProxy runs, as far as this provider knows. */
   private latest: Reading | undefined;
-  private readonly persistence: Debounced;
+  private readonly persistence: Debounce;
   private readonly defaultsName: string;
   private queue: Promise<unknown> = Promise.resolve();
   /**
@@ -85,7 +89,11 @@ export class StockHaproxyProvider implements Provider {
     this.defaultsName = defaultsNameFor(deps.owner.id);
     this.owned = new OwnedFileCache(config.ownedFile, this.defaultsName, dirname(config.ownedFile));
     const delay = deps.persistDelayMs ?? 100;
-    this.persistence = new Debounced(() => this.persistLatest(), delay, Math.max(1_000, delay));
+    this.persistence = new Debounce(
+      deps.clock ?? systemClock,
+      { debounceMs: delay, maxDelayMs: Math.max(1_000, delay) },
+      () => this.persistLatest(),
+    );
   }
 
   async ping(signal: AbortSignal): Promise<ProviderInfo> {
@@ -128,8 +136,8 @@ export class StockHaproxyProvider implements Provider {
 
   /** Writes now what runtime applies left unpersisted (unless told not to), and stops the timer. */
   async close(options: CloseOptions = {}): Promise<void> {
-    if (options.persist === false) await this.persistence.cancel();
-    else await this.persistence.flush();
+    if (options.persist !== false) await this.persistence.flush();
+    await this.persistence.close();
     await this.io;
   }
 
