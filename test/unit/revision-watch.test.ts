@@ -1,4 +1,3 @@
-import { setImmediate } from 'node:timers/promises';
 import pino from 'pino';
 import { describe, expect, it } from 'vitest';
 import { RevisionWatch } from '../../src/reconcile/watch.js';
