@@ -5,7 +5,6 @@ import type { Logger } from 'pino';
 import type { Config } from './config/env.js';
 import { Fleet } from './fleet/fleet.js';
 import { discoveredInstances, type InstanceSpec, listedInstances } from './fleet/instances.js';
-import { laneFactory, type OpenedStore, openStore } from './fleet/wiring.js';
 import type { LeaderElector } from './kube/leader-election.js';
 import { createMetrics, type Metrics } from './metrics/metrics.js';
 import type { Provider } from './providers/provider.js';
@@ -17,7 +16,7 @@ import { createApp, DEFAULT_BODY_TIMEOUT_MS } from './webhook/app.js';
 import { WebhookAuthenticator } from './webhook/auth.js';
 import type { Readiness } from './webhook/readiness.js';
 import { createWebhookServer, listen, serverTimes } from './webhook/server.js';
-import { createLogger, createTopology } from './wiring.js';
+import { createLogger, createTopology, laneFactory, type OpenedStore, openStore } from './wiring.js';
 
 export const VERSION = '0.1.0';
 
