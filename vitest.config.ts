@@ -21,6 +21,9 @@ export default defineConfig({
         test: {
           name: 'unit',
           include: ['test/unit/**/*.test.ts'],
+          // Generous: a slower or busier machine than the one that wrote a test must not fail it by the clock
+          // (property tests, sized by work, carry their own longer timeout: test/support/property.ts).
+          testTimeout: 30_000,
         },
       },
       {

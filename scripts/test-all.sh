@@ -66,16 +66,7 @@ else
   echo "fault suite with the dataplaneapi provider skipped: set KUBEBYON_TEST_DATAPLANEAPI_BIN or KUBEBYON_TEST_DATAPLANEAPI_IMAGE"
 fi
 
-node -e '
-  const fs = require("fs");
-  let passed = 0, failed = 0;
-  for (const f of process.argv.slice(1)) {
-    if (!fs.existsSync(f)) { failed++; continue; }
-    const r = JSON.parse(fs.readFileSync(f, "utf8"));
-    passed += r.numPassedTests; failed += r.numFailedTests + (r.success ? 0 : r.numFailedTestSuites);
-  }
-  console.log(`tests: ${passed} passed, ${failed} failed`);
-' "$results/unit.json" "$results/kubernetes.json" "$results/integration-3.0.json" "$results/integration-2.6.json" \
-  "$results/e2e-3.0.json" "$results/e2e-2.6.json" "$results/ship.json" "$results/faults.json" \
-  ${dpapi_results[@]+"${dpapi_results[@]}"}
+node scripts/lib/count-results.mjs "$results/unit.json" "$results/kubernetes.json" "$results/integration-3.0.json" \
+  "$results/integration-2.6.json" "$results/e2e-3.0.json" "$results/e2e-2.6.json" "$results/ship.json" \
+  "$results/faults.json" ${dpapi_results[@]+"${dpapi_results[@]}"}
 exit $status

@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import type { RawServer } from '../../src/haproxy/model.js';
 import { withSectionServers, withServers } from '../../src/providers/dataplaneapi/persist.js';
 import { type LineTags, parse, render } from '../../src/providers/dataplaneapi/raw-lines.js';
+import { PROPERTY_TIMEOUT_MS } from '../support/property.js';
 
 const tags: LineTags = { server: () => '', section: () => '' } as unknown as LineTags;
 
@@ -57,7 +58,9 @@ const batch = fc
   .map((pairs) => new Map(pairs));
 
 describe('persistence: the file with some backends’ servers replaced', () => {
-  it('gives what parsing the whole file, editing those sections and rendering it gives', () => {
+  it('gives what parsing the whole file, editing those sections and rendering it gives', {
+    timeout: PROPERTY_TIMEOUT_MS,
+  }, () => {
     fc.assert(
       fc.property(config, batch, (text, servers) => {
         expect(withServers(text, servers, tags)).toBe(oracle(text, servers));

@@ -18,6 +18,7 @@ import { type RouteClaim, resolveRoutes } from '../../src/routes/route.js';
 import { type FakeDataplaneApi, startFakeDataplaneApi } from '../support/fake-dataplaneapi.js';
 import { claim, mapRender, providerOn, SNI_MAP } from '../support/fake-dataplaneapi-provider.js';
 import { interpret, registry } from '../support/owner.js';
+import { PROPERTY_TIMEOUT_MS } from '../support/property.js';
 import { waitFor } from '../support/wait.js';
 
 const signal = () => AbortSignal.timeout(10_000);
@@ -40,7 +41,7 @@ describe('the slots file, as text', () => {
     tags: fc.constantFrom({}, registry.tags()),
   });
 
-  it('reads back what it wrote, in name order (200 random files)', () => {
+  it('reads back what it wrote, in name order (200 random files)', { timeout: PROPERTY_TIMEOUT_MS }, () => {
     fc.assert(
       fc.property(fc.uniqueArray(backend, { selector: (b) => b.name, maxLength: 6 }), (backends) => {
         const sorted = [...backends].sort((a, b) => (a.name < b.name ? -1 : 1));

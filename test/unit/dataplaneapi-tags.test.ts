@@ -8,12 +8,13 @@ import {
   tagWriter,
 } from '../../src/providers/dataplaneapi/tags.js';
 import { TAG_KEY, TAG_VALUE } from '../../src/registry/registry.js';
+import { PROPERTY_TIMEOUT_MS } from '../support/property.js';
 
 const key = fc.stringMatching(TAG_KEY);
 const value = fc.stringMatching(TAG_VALUE);
 
 describe('tags in a description (Data Plane API v3.0/v3.1)', () => {
-  it('round-trips every valid set of tags, owner first', () => {
+  it('round-trips every valid set of tags, owner first', { timeout: PROPERTY_TIMEOUT_MS }, () => {
     fc.assert(
       fc.property(fc.dictionary(key, value, { minKeys: 1, maxKeys: 4 }), (tags) => {
         const text = tagsToDescription(tags);

@@ -5,6 +5,7 @@ import type { ClusterRecord, ClusterTarget } from '../../src/model/cluster.js';
 import { DesiredRoutesMemo, desiredRoutes } from '../../src/reconcile/desired.js';
 import { desiredConfig } from '../../src/reconcile/pass.js';
 import type { Topology, TopologyAnswer } from '../../src/topology/topology.js';
+import { PROPERTY_TIMEOUT_MS } from '../support/property.js';
 
 /** Node addresses that can change, with a revision that moves when they do (and counts its answers). */
 class MovingTopology implements Topology {
@@ -155,7 +156,9 @@ describe('DesiredRoutesMemo', () => {
     );
   });
 
-  it('brings single clusters up to date (update) to the same answers, cluster by cluster and host by host', () => {
+  it('brings single clusters up to date (update) to the same answers, cluster by cluster and host by host', {
+    timeout: PROPERTY_TIMEOUT_MS,
+  }, () => {
     const hosts = ['a.example.com', 'b.example.com', 'c.example.com', 'bad_host'];
     const names = ['a', 'b', 'c', 'd', 'e'];
     const change = fc.record({

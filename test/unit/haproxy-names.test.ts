@@ -5,6 +5,7 @@ import { backendNameFor, isHaproxyName, PREFIX_MAX } from '../../src/naming/name
 import { checkedName } from '../../src/providers/dataplaneapi/mapping.js';
 import { renderOwnedFile } from '../../src/providers/haproxy/owned-file.js';
 import { ownerTags } from '../support/owner.js';
+import { PROPERTY_TIMEOUT_MS } from '../support/property.js';
 
 const secret = { KUBEBYON_WEBHOOK_SECRET: 'a-long-enough-secret', KUBEBYON_DATAPLANE_PASSWORD: 'pw' };
 
@@ -53,7 +54,9 @@ describe('HAProxy names', () => {
     expect(verdicts('x'.repeat(128)).config).toBe(false);
   });
 
-  it('given to backends fit every writer, with the longest prefix allowed', () => {
+  it('given to backends fit every writer, with the longest prefix allowed', {
+    timeout: PROPERTY_TIMEOUT_MS,
+  }, () => {
     const prefix = `p${'_'.repeat(PREFIX_MAX - 1)}`;
     expect(loadConfig({ ...secret, KUBEBYON_HAPROXY_NAME_PREFIX: prefix }).haproxy.namePrefix).toBe(prefix);
     fc.assert(

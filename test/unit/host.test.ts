@@ -1,6 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { validateHost } from '../../src/routes/host.js';
+import { PROPERTY_TIMEOUT_MS } from '../support/property.js';
 
 describe('validateHost', () => {
   it.each([
@@ -78,7 +79,7 @@ describe('validateHost', () => {
     expect(validateHost(`x${long}`)).toMatchObject({ ok: false, reason: 'host_too_long' });
   });
 
-  it('never lets through a character HAProxy could read as syntax', () => {
+  it('never lets through a character HAProxy could read as syntax', { timeout: PROPERTY_TIMEOUT_MS }, () => {
     fc.assert(
       fc.property(fc.string({ unit: 'binary', maxLength: 80 }), (raw) => {
         const result = validateHost(raw);
@@ -88,7 +89,7 @@ describe('validateHost', () => {
     );
   });
 
-  it('accepts only hosts whose raw input is ASCII', () => {
+  it('accepts only hosts whose raw input is ASCII', { timeout: PROPERTY_TIMEOUT_MS }, () => {
     const unit = fc.oneof(
       fc.constantFrom('a', 'K', 'k', 's', 'i', '0', '1', '.', '-', '\u212A', '\u017F', '\u0130', '\u00DF'),
       fc.string({ unit: 'binary', minLength: 1, maxLength: 1 }),

@@ -1,6 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { backendNameFor, serverSlotName, serverSlotNumber } from '../../src/naming/names.js';
+import { PROPERTY_TIMEOUT_MS } from '../support/property.js';
 
 describe('backendNameFor', () => {
   it('is readable, prefixed and stable', () => {
@@ -15,7 +16,9 @@ describe('backendNameFor', () => {
     expect(backendNameFor(`${'x'.repeat(40)}1`)).not.toBe(backendNameFor(`${'x'.repeat(40)}2`));
   });
 
-  it('stays within HAProxy name characters and length for any input, and is injective on samples', () => {
+  it('stays within HAProxy name characters and length for any input, and is injective on samples', {
+    timeout: PROPERTY_TIMEOUT_MS,
+  }, () => {
     fc.assert(
       fc.property(
         fc.uniqueArray(fc.string({ unit: 'grapheme', maxLength: 300 }), { minLength: 2, maxLength: 50 }),

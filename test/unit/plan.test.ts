@@ -7,6 +7,7 @@ import { plan } from '../../src/plan/plan.js';
 import { type Route, resolveRoutes } from '../../src/routes/route.js';
 import { applyToState } from '../contract/oracle.js';
 import { claimsArb, hostArb } from '../support/arbitraries.js';
+import { PROPERTY_TIMEOUT_MS } from '../support/property.js';
 
 const options = { ...DEFAULT_RENDER_OPTIONS, routing: 'rules' as const };
 
@@ -284,7 +285,9 @@ function foreignView(state: HaproxyState) {
 }
 
 describe('plan properties', () => {
-  it('applying the plan yields the desired owned objects, leaves foreign ones equal, and converges', () => {
+  it('applying the plan yields the desired owned objects, leaves foreign ones equal, and converges', {
+    timeout: PROPERTY_TIMEOUT_MS,
+  }, () => {
     fc.assert(
       fc.property(desiredArb, currentArb, (desired, current) => {
         const p = plan(desired, current);
@@ -304,7 +307,7 @@ describe('plan properties', () => {
     );
   });
 
-  it('never emits an operation that touches a foreign object', () => {
+  it('never emits an operation that touches a foreign object', { timeout: PROPERTY_TIMEOUT_MS }, () => {
     fc.assert(
       fc.property(desiredArb, currentArb, (desired, current) => {
         const foreignBackends = new Set(current.backends.filter((b) => !b.owned).map((b) => b.name));

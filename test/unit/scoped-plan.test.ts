@@ -9,6 +9,7 @@ import { RoutingIndex, RoutingIndexCache } from '../../src/plan/routing-index.js
 import { planScoped, type ScopedPlan } from '../../src/plan/scoped.js';
 import { Registry } from '../../src/registry/registry.js';
 import { compareStrings, type Route } from '../../src/routes/route.js';
+import { PROPERTY_TIMEOUT_MS } from '../support/property.js';
 
 const registry = new Registry();
 const HOSTS = 12;
@@ -110,7 +111,9 @@ function start(s: Scenario, options: RenderOptions): RawState {
 }
 
 describe('scoped map-routing plan', () => {
-  it('plans a few hosts exactly as the full planner does, step after step, and its index follows the applies', () => {
+  it('plans a few hosts exactly as the full planner does, step after step, and its index follows the applies', {
+    timeout: PROPERTY_TIMEOUT_MS,
+  }, () => {
     fc.assert(
       fc.property(scenario, (s) => {
         const options = {
@@ -171,7 +174,9 @@ function withChanges(
 }
 
 describe('scoped passes against full passes', () => {
-  it('leave HAProxy as full passes do after the same changes, one pass per change set', () => {
+  it('leave HAProxy as full passes do after the same changes, one pass per change set', {
+    timeout: PROPERTY_TIMEOUT_MS,
+  }, () => {
     fc.assert(
       fc.property(scenario, (s) => {
         const options = { ...DEFAULT_RENDER_OPTIONS, routing: 'map' as const, minSlots: s.minSlots };

@@ -11,6 +11,7 @@ import {
 import { OwnedFileParseError, parseOwnedFile } from '../../src/providers/haproxy/owned-file-parse.js';
 import { Registry } from '../../src/registry/registry.js';
 import { ownFrontend as frontend, ownerTags } from '../support/owner.js';
+import { PROPERTY_TIMEOUT_MS } from '../support/property.js';
 
 const backend = (over: Partial<RawBackend> = {}): RawBackend => ({
   name: 'kubebyon_a_0123456789ab',
@@ -75,7 +76,7 @@ const stateArb = fc.record({
 });
 
 describe('owned file', () => {
-  it('reads back exactly what it wrote, tags included', () => {
+  it('reads back exactly what it wrote, tags included', { timeout: PROPERTY_TIMEOUT_MS }, () => {
     fc.assert(
       fc.property(stateArb, (s) => {
         const text = renderOwnedFile(s);

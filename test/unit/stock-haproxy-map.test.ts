@@ -18,6 +18,7 @@ import { OwnedFileParseError, parseOwnedFile } from '../../src/providers/haproxy
 import { runtimeOnly } from '../../src/providers/haproxy/runtime.js';
 import { RuntimeAnswerError } from '../../src/providers/haproxy/runtime-text.js';
 import { ownerTags, ownFrontend } from '../support/owner.js';
+import { PROPERTY_TIMEOUT_MS } from '../support/property.js';
 
 const DIR = '/etc/haproxy/kubebyon';
 const MAP = 'kubebyon-haproxy-adapter.sni.map';
@@ -82,7 +83,7 @@ describe('map file', () => {
     .integer({ min: 1, max: 99999 })
     .map((n) => `kubebyon_slot_${String(n).padStart(5, '0')}`);
 
-  it('is a header and one sorted line per host, read back exactly', () => {
+  it('is a header and one sorted line per host, read back exactly', { timeout: PROPERTY_TIMEOUT_MS }, () => {
     fc.assert(
       fc.property(fc.dictionary(hostArb, valueArb, { maxKeys: 20 }), (d) => {
         const entries = new Map(Object.entries(d));
