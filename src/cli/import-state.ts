@@ -1,7 +1,7 @@
 import { delimiter } from 'node:path';
 import type { KubeConfig } from '@kubernetes/client-node';
-import { type Config, ConfigError } from '../config/env.js';
-import { FLEET_DEFAULTS, fleetConfigOf } from '../config/fleet-env.js';
+import { type Config, ConfigError, ENV_DEFAULTS } from '../config/env.js';
+import { fleetConfigOf } from '../config/fleet-env.js';
 import type { ClusterRecord } from '../model/cluster.js';
 import { errorText } from '../model/errors.js';
 import { ClusterStore } from '../store/cluster-store.js';
@@ -104,7 +104,7 @@ function settingsOf(
   // Only the namespace is taken from the environment: every other fleet setting stays at its default, so
   // the service's other variables (its provider, its instances) neither matter nor can be wrong here.
   const fleet = fleetConfigOf(
-    { ...FLEET_DEFAULTS, KUBEBYON_KUBERNETES_NAMESPACE: env.KUBEBYON_KUBERNETES_NAMESPACE ?? '' },
+    { ...ENV_DEFAULTS, KUBEBYON_KUBERNETES_NAMESPACE: env.KUBEBYON_KUBERNETES_NAMESPACE ?? '' },
     'memory',
     problems,
     () => COMMAND,

@@ -10,7 +10,7 @@ import { sortConflicts } from '../reconcile/conflicts.js';
 import { desiredConfig, planAgainst, runPass } from '../reconcile/pass.js';
 import { routeBackends } from '../reconcile/routing.js';
 import { type ClusterStatus, clusterStatuses, passResult } from '../reconcile/status.js';
-import { OwnedProvider } from '../registry/owned-provider.js';
+import type { OwnedProvider } from '../registry/owned-provider.js';
 import { ClusterStore } from '../store/cluster-store.js';
 import type { Topology } from '../topology/topology.js';
 import { checkClusterSet } from '../webhook/clusters.js';
@@ -64,12 +64,11 @@ export async function planCommand(
       io.err(`plan: cannot read HAProxy's objects (${s.info.endpoint}): ${errorText(err)}`);
       return 1;
     }
-    const { blocking, byCluster: conflicted } = sortConflicts(p.conflicts, config.backends);
+    const { blocking } = sortConflicts(p.conflicts);
     // The state every cluster would be in after this plan is applied.
     const after = passResult(desired, {
       seen: new Map(s.records.map((r) => [r.name, r.updatedAt])),
       ok: true,
-      conflicted,
       backends: routeBackends(config, p),
     });
     const clusters = clusterStatuses(s.records, after, new Map(), s.config.publicPort);
@@ -128,22 +127,10 @@ export async function applyCommand(
   const s = await open('apply', file, env, io, deps);
   if (typeof s === 'number') return s;
   try {
-    // Seeing the plan that was applied (or tried) is the point of running this by hand.
-    let tried: Plan | undefined;
-    const seen: Provider = {
-      name: s.provider.name,
-      readState: (signal, options) => s.provider.readState(signal, options),
-      ping: (signal) => s.provider.ping(signal),
-      apply: (p, current, signal) => {
-        tried = p;
-        return s.provider.apply(p, current, signal);
-      },
-    };
-    const provider = new OwnedProvider(seen, s.provider.registry);
     const report = await runPass({
       records: s.records,
       topology: s.topology,
-      provider,
+      provider: s.provider,
       render: renderOptionsOf(s.config.haproxy),
       retries: s.config.reconcile.retries,
       signal: s.signal,
@@ -154,6 +141,8 @@ export async function applyCommand(
       `${s.info.version} at ${s.info.endpoint} (provider ${s.provider.name}); clusters from ${s.source}`,
     );
     io.out('');
+    // Seeing the plan that was applied (or tried) is the point of running this by hand.
+    const tried = report.attempted;
     io.out(tried ? formatPlan(tried) : 'no changes');
     const now = Date.now();
     const appliedAt = new Map(report.result.ok ? s.records.map((r) => [r.name, now]) : []);

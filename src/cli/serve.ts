@@ -18,6 +18,8 @@ export async function serveCommand(env: NodeJS.ProcessEnv, io: Output): Promise<
     return 1;
   }
   const logger = createLogger(config);
+  // A setting an earlier release read: the install starts as before, told once that it is ignored.
+  for (const warning of config.warnings) logger.warn({ setting: warning.split(' ')[0] }, warning);
   // Listening from the start: a signal that arrives while the service starts stops it once it has started.
   // The handlers fire once, so a second signal ends the process at once (the default action).
   const signalled = new Promise<NodeJS.Signals>((resolve) => {

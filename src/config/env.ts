@@ -2,66 +2,22 @@ import { readFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { hostname } from 'node:os';
 import { z } from 'zod';
-import { DEFAULT_RENDER_OPTIONS, type RenderOptions } from '../haproxy/render.js';
+import { MIN_SLOTS, type RenderOptions } from '../haproxy/render.js';
 import { isHaproxyName, NAME_RULE, PREFIX_RULE, sniMapNameFor, validatePrefix } from '../naming/names.js';
 import type { DataplaneConfig } from '../providers/dataplaneapi/config.js';
 import type { StockHaproxyConfig } from '../providers/haproxy/config.js';
-import { DEFAULT_OWNER_ID, OWNER_ID } from '../registry/registry.js';
+import { LOOP } from '../reconcile/reconciler-options.js';
+import { OWNER_ID } from '../registry/registry.js';
 import { parseBindAddr } from './bind.js';
-import { FLEET_DEFAULTS, type FleetConfig, fleetConfigOf } from './fleet-env.js';
+import { type FleetConfig, fleetConfigOf } from './fleet-env.js';
+import { retiredSettingsIn, SETTINGS, type SettingName, settingDefaults } from './settings.js';
 
 /**
- * The service's whole configuration, from environment variables (and files they point to). Every variable is
- * listed here with its default; `loadConfig` validates all of them at start and names each bad one.
+ * The service's whole configuration, from environment variables (and files they point to). Every variable,
+ * with its one default and its group, is in `settings.ts`; `loadConfig` validates all of them at start and
+ * names each bad one, and warns once for each retired one an install still sets.
  */
-export const ENV_DEFAULTS = {
-  KUBEBYON_LISTEN_ADDR: '0.0.0.0:8080',
-  KUBEBYON_STATE_FILE: '/var/lib/kubebyon-haproxy-adapter/clusters.json',
-  KUBEBYON_LOG_LEVEL: 'info',
-  KUBEBYON_WEBHOOK_AUTH: 'hmac',
-  KUBEBYON_WEBHOOK_REPLAY_WINDOW_SECONDS: '300',
-  KUBEBYON_WEBHOOK_BODY_LIMIT_BYTES: '1048576',
-  KUBEBYON_WAIT_TIMEOUT_MS: '30000',
-  KUBEBYON_SHUTDOWN_GRACE_MS: '20000',
-  KUBEBYON_PROVIDER: 'dataplaneapi',
-  KUBEBYON_OWNER_ID: DEFAULT_OWNER_ID,
-  // The rendering defaults are DEFAULT_RENDER_OPTIONS's, written once there.
-  KUBEBYON_HAPROXY_BIND_ADDR: `:${DEFAULT_RENDER_OPTIONS.bind.port}`,
-  KUBEBYON_HAPROXY_FRONTEND_NAME: DEFAULT_RENDER_OPTIONS.frontendName,
-  KUBEBYON_HAPROXY_NAME_PREFIX: DEFAULT_RENDER_OPTIONS.namePrefix,
-  KUBEBYON_HAPROXY_DEFAULT_BACKEND: DEFAULT_RENDER_OPTIONS.defaultBackend ?? '',
-  KUBEBYON_HAPROXY_INSPECT_DELAY_MS: String(DEFAULT_RENDER_OPTIONS.inspectDelayMs),
-  KUBEBYON_HAPROXY_BALANCE: DEFAULT_RENDER_OPTIONS.balance,
-  KUBEBYON_HAPROXY_HEALTH_CHECKS: String(DEFAULT_RENDER_OPTIONS.healthChecks),
-  KUBEBYON_HAPROXY_ROUTING: DEFAULT_RENDER_OPTIONS.routing,
-  KUBEBYON_HAPROXY_MIN_SLOTS: String(DEFAULT_RENDER_OPTIONS.minSlots),
-  KUBEBYON_HAPROXY_NODE_ADDRESS_TYPE: 'internal',
-  KUBEBYON_PUBLIC_PORT: '443',
-  KUBEBYON_TOPOLOGY: 'static',
-  KUBEBYON_STATIC_NODE_ADDRESSES: '',
-  KUBEBYON_KUBERNETES_EXCLUDE_NOT_READY: 'true',
-  KUBEBYON_DATAPLANE_URL: 'http://127.0.0.1:5555',
-  KUBEBYON_DATAPLANE_USERNAME: 'admin',
-  KUBEBYON_DATAPLANE_TIMEOUT_MS: '30000',
-  KUBEBYON_DATAPLANE_RELOAD_TIMEOUT_MS: '60000',
-  KUBEBYON_DATAPLANE_RUNTIME_MAX_SERVERS: '4',
-  KUBEBYON_DATAPLANE_RUNTIME_MAX_REQUESTS: '600',
-  KUBEBYON_DATAPLANE_SLOTS: 'config',
-  KUBEBYON_DATAPLANE_RAW_MIN_WRITES: '8',
-  KUBEBYON_DATAPLANE_COMMIT: 'force_reload',
-  KUBEBYON_HAPROXY_OWNED_FILE: '/etc/haproxy/kubebyon.cfg',
-  KUBEBYON_HAPROXY_CHECK_FILES: '/etc/haproxy/haproxy.cfg',
-  KUBEBYON_HAPROXY_MASTER_SOCKET: '/run/haproxy-master.sock',
-  KUBEBYON_HAPROXY_BIN: 'haproxy',
-  KUBEBYON_HAPROXY_RELOAD_TIMEOUT_MS: '30000',
-  KUBEBYON_RECONCILE_DEBOUNCE_MS: '0',
-  KUBEBYON_PERSIST_DELAY_MS: '500',
-  KUBEBYON_RECONCILE_MAX_DELAY_MS: '2000',
-  KUBEBYON_RESYNC_INTERVAL_MS: '60000',
-  KUBEBYON_RECONCILE_RETRIES: '5',
-  KUBEBYON_HAPROXY_WATCH_MS: '500',
-  ...FLEET_DEFAULTS,
-} as const;
+export const ENV_DEFAULTS: Readonly<Record<SettingName, string>> = settingDefaults();
 
 const int = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
 const bool = z.enum(['true', 'false']).transform((v) => v === 'true');
@@ -114,25 +70,14 @@ const BaseFields = z.object({
     z.string().refine(isHaproxyName, `must be an HAProxy backend name (${NAME_RULE})`),
   ]),
   KUBEBYON_HAPROXY_INSPECT_DELAY_MS: int(100, 60_000),
-  KUBEBYON_HAPROXY_BALANCE: z.enum(['leastconn', 'roundrobin', 'source']),
   KUBEBYON_HAPROXY_HEALTH_CHECKS: bool,
-  KUBEBYON_HAPROXY_ROUTING: z.enum(['map', 'rules']),
-  KUBEBYON_HAPROXY_MIN_SLOTS: int(1, 100_000),
   KUBEBYON_HAPROXY_NODE_ADDRESS_TYPE: z.enum(['internal', 'external']),
   KUBEBYON_PUBLIC_PORT: int(1, 65535),
   KUBEBYON_TOPOLOGY: z.enum(['static', 'kubernetes']),
   KUBEBYON_STATIC_NODE_ADDRESSES: ipList,
   KUBEBYON_KUBERNETES_EXCLUDE_NOT_READY: bool,
-  KUBEBYON_RECONCILE_DEBOUNCE_MS: int(0, 60_000),
   KUBEBYON_PERSIST_DELAY_MS: int(0, 60_000),
-  KUBEBYON_RECONCILE_MAX_DELAY_MS: int(0, 600_000),
   KUBEBYON_RESYNC_INTERVAL_MS: int(0, 86_400_000),
-  KUBEBYON_RECONCILE_RETRIES: int(0, 20),
-  // Each read is one cheap request; faster than every 50 ms would only load HAProxy.
-  KUBEBYON_HAPROXY_WATCH_MS: int(0, 600_000).refine(
-    (v) => v === 0 || v >= 50,
-    'must be 0 (off) or at least 50',
-  ),
 });
 
 /** The variables that shape the rendered HAProxy objects and the endpoints reported for them. */
@@ -142,10 +87,7 @@ const RENDER_FIELDS = {
   KUBEBYON_HAPROXY_NAME_PREFIX: true,
   KUBEBYON_HAPROXY_DEFAULT_BACKEND: true,
   KUBEBYON_HAPROXY_INSPECT_DELAY_MS: true,
-  KUBEBYON_HAPROXY_BALANCE: true,
   KUBEBYON_HAPROXY_HEALTH_CHECKS: true,
-  KUBEBYON_HAPROXY_ROUTING: true,
-  KUBEBYON_HAPROXY_MIN_SLOTS: true,
   KUBEBYON_OWNER_ID: true,
   KUBEBYON_PUBLIC_PORT: true,
 } as const;
@@ -157,12 +99,12 @@ const renderOf = (e: RenderFields): RenderOptions => ({
   namePrefix: e.KUBEBYON_HAPROXY_NAME_PREFIX,
   defaultBackend: e.KUBEBYON_HAPROXY_DEFAULT_BACKEND || null,
   inspectDelayMs: e.KUBEBYON_HAPROXY_INSPECT_DELAY_MS,
-  balance: e.KUBEBYON_HAPROXY_BALANCE,
+  // Leastconn: API clients hold long-lived watch streams; spreading by open connections keeps nodes even.
+  balance: 'leastconn',
   healthChecks: e.KUBEBYON_HAPROXY_HEALTH_CHECKS,
-  routing: e.KUBEBYON_HAPROXY_ROUTING,
   // One map per owner, so two adapters on one HAProxy never share one.
   sniMap: sniMapNameFor(e.KUBEBYON_OWNER_ID),
-  minSlots: e.KUBEBYON_HAPROXY_MIN_SLOTS,
+  minSlots: MIN_SLOTS,
 });
 
 const BaseEnv = BaseFields.transform((e) => ({
@@ -188,13 +130,7 @@ const BaseEnv = BaseFields.transform((e) => ({
     nodeAddresses: e.KUBEBYON_STATIC_NODE_ADDRESSES,
     excludeNotReady: e.KUBEBYON_KUBERNETES_EXCLUDE_NOT_READY,
   },
-  reconcile: {
-    debounceMs: e.KUBEBYON_RECONCILE_DEBOUNCE_MS,
-    maxDelayMs: e.KUBEBYON_RECONCILE_MAX_DELAY_MS,
-    resyncIntervalMs: e.KUBEBYON_RESYNC_INTERVAL_MS,
-    retries: e.KUBEBYON_RECONCILE_RETRIES,
-    watchMs: e.KUBEBYON_HAPROXY_WATCH_MS,
-  },
+  reconcile: { ...LOOP, resyncIntervalMs: e.KUBEBYON_RESYNC_INTERVAL_MS },
   persistDelayMs: e.KUBEBYON_PERSIST_DELAY_MS,
 }));
 
@@ -205,12 +141,8 @@ const DataplaneEnv = z
     KUBEBYON_DATAPLANE_USERNAME: z.string().min(1).max(128),
     KUBEBYON_DATAPLANE_PASSWORD: secretOf('KUBEBYON_DATAPLANE_PASSWORD', 1),
     KUBEBYON_DATAPLANE_TIMEOUT_MS: int(100, 600_000),
-    KUBEBYON_DATAPLANE_RELOAD_TIMEOUT_MS: int(1000, 600_000),
-    KUBEBYON_DATAPLANE_RUNTIME_MAX_SERVERS: int(0, 100_000),
-    KUBEBYON_DATAPLANE_RUNTIME_MAX_REQUESTS: int(0, 1_000_000),
+    KUBEBYON_HAPROXY_RELOAD_TIMEOUT_MS: int(1000, 600_000),
     KUBEBYON_DATAPLANE_SLOTS: z.enum(['config', 'storage']),
-    KUBEBYON_DATAPLANE_RAW_MIN_WRITES: int(0, 1_000_000),
-    KUBEBYON_DATAPLANE_COMMIT: z.enum(['force_reload', 'follow']),
   })
   .transform(
     (e): DataplaneProviderConfig => ({
@@ -219,12 +151,8 @@ const DataplaneEnv = z
       username: e.KUBEBYON_DATAPLANE_USERNAME,
       password: e.KUBEBYON_DATAPLANE_PASSWORD,
       timeoutMs: e.KUBEBYON_DATAPLANE_TIMEOUT_MS,
-      reloadTimeoutMs: e.KUBEBYON_DATAPLANE_RELOAD_TIMEOUT_MS,
-      runtimeMaxServers: e.KUBEBYON_DATAPLANE_RUNTIME_MAX_SERVERS,
-      runtimeMaxRequests: e.KUBEBYON_DATAPLANE_RUNTIME_MAX_REQUESTS,
+      reloadTimeoutMs: e.KUBEBYON_HAPROXY_RELOAD_TIMEOUT_MS,
       slots: e.KUBEBYON_DATAPLANE_SLOTS,
-      rawMinWrites: e.KUBEBYON_DATAPLANE_RAW_MIN_WRITES,
-      commit: e.KUBEBYON_DATAPLANE_COMMIT,
     }),
   );
 
@@ -263,7 +191,12 @@ type MemoryProviderConfig = { kind: 'memory' };
 export type ProviderConfig = DataplaneProviderConfig | StockHaproxyProviderConfig | MemoryProviderConfig;
 const MemoryEnv = z.object({}).transform((): MemoryProviderConfig => ({ kind: 'memory' }));
 /** The whole configuration: inferred from the schemas above, never written beside them. */
-export type Config = z.output<typeof BaseEnv> & { provider: ProviderConfig; fleet: FleetConfig };
+export type Config = z.output<typeof BaseEnv> & {
+  provider: ProviderConfig;
+  fleet: FleetConfig;
+  /** One line per retired setting the environment still sets: logged once at start. */
+  warnings: string[];
+};
 
 export class ConfigError extends Error {
   constructor(readonly problems: string[]) {
@@ -273,7 +206,9 @@ export class ConfigError extends Error {
 }
 
 /** Variables that hold secrets: each may instead be read from the file that VAR_FILE names. */
-export const SECRET_VARS = ['KUBEBYON_WEBHOOK_SECRET', 'KUBEBYON_DATAPLANE_PASSWORD'] as const;
+export const SECRET_VARS = (Object.keys(SETTINGS) as SettingName[]).filter(
+  (name) => 'secret' in SETTINGS[name],
+);
 
 /**
  * A secret from VAR, or from the file VAR_FILE names (the usual way to mount Kubernetes secrets).
@@ -315,7 +250,7 @@ export function loadConfig(env: NodeJS.ProcessEnv): Config {
   }
   const fleet = fleetConfigOf(merged, chosen, problems, hostname);
   if (problems.length > 0 || !base.success || !provider.success || !fleet) throw new ConfigError(problems);
-  return { ...base.data, provider: provider.data, fleet };
+  return { ...base.data, provider: provider.data, fleet, warnings: retiredSettingsIn(env) };
 }
 
 /**

@@ -8,21 +8,6 @@ import { parseBindAddr } from './bind.js';
  * is off by default: the single-node shape needs none.
  */
 
-export const FLEET_DEFAULTS = {
-  KUBEBYON_HAPROXY_INSTANCES: '',
-  KUBEBYON_HAPROXY_POD_SELECTOR: '',
-  KUBEBYON_HAPROXY_POD_NAMESPACE: '',
-  KUBEBYON_DATAPLANE_POD_PORT: '5555',
-  KUBEBYON_STATE_STORE: 'file',
-  KUBEBYON_KUBERNETES_NAMESPACE: '',
-  KUBEBYON_LEADER_ELECTION: '',
-  KUBEBYON_LEADER_ELECTION_ID: '',
-  KUBEBYON_LEASE_NAME: 'kubebyon-haproxy-adapter',
-  KUBEBYON_LEASE_DURATION_MS: '15000',
-  KUBEBYON_LEASE_RENEW_DEADLINE_MS: '10000',
-  KUBEBYON_LEASE_RETRY_PERIOD_MS: '2000',
-} as const;
-
 /** Instance names become a metric label and a folder name: short DNS labels, at most 16 instances. */
 const INSTANCE_NAME = /^[a-z0-9](?:[a-z0-9-]{0,38}[a-z0-9])?$/;
 export const MAX_INSTANCES = 16;

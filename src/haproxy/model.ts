@@ -1,57 +1,62 @@
 /**
  * The slice of HAProxy's configuration this service reasons about, independent of how it is read or written.
- * Providers read and write `Raw*` objects with their tags; the registry (`src/registry/ownership.ts`) turns
- * tags into `owned` and `cluster`, and the planner only ever changes or removes objects whose `owned` is true.
+ * Providers read `Raw*` objects with their tags; the registry (`src/registry/registry.ts`) interprets the tags
+ * once, into the `*State` objects (the same objects plus `owned` and `cluster`), and everything after it
+ * (the planner, `applyOperations`, the providers' writes) works on those. Every object is read-only: a state
+ * is never changed in place, so what is derived from one (an index, a rendered section) can be kept with it.
  */
 
-/** Key/value tags stored with an object (Data Plane API `metadata`, or a comment in an owned file). */
+/** Key/value tags stored with an object (Data Plane API `metadata`, a `description`, or a comment in a file). */
 export type Tags = Readonly<Record<string, string>>;
 
 /**
- * Who writes: the tags to store with what is created, and whether tags read back are this owner's. Only the
- * registry (`src/registry/registry.ts`) implements it; providers use it to tag what they write and to tell
- * their own parts of a frontend (bind, tcp rules) from parts another tool added.
+ * Who writes: the tags to store with what is created. Only the registry (`src/registry/registry.ts`)
+ * implements it, and only it reads tags back for what they mean.
  */
-export interface Owner {
+export interface Tagger {
   readonly id: string;
   tags(cluster?: string): Tags;
-  owns(tags: Tags): boolean;
 }
 
-export interface RawServer {
-  name: string;
-  address: string;
-  port: number;
-  check: boolean;
-  tags: Tags;
+/** A server as the planner names it: what a plan creates, changes or deletes. */
+export interface ServerSpec {
+  readonly name: string;
+  readonly address: string;
+  readonly port: number;
+  readonly check: boolean;
+}
+
+export interface RawServer extends ServerSpec {
+  readonly tags: Tags;
 }
 
 export interface RawBackend {
-  name: string;
-  balance: string;
-  servers: RawServer[];
-  tags: Tags;
+  readonly name: string;
+  readonly balance: string;
+  readonly servers: readonly RawServer[];
+  readonly tags: Tags;
 }
 
 export interface RawRule {
-  backend: string;
-  host: string;
-  tags: Tags;
+  readonly backend: string;
+  readonly host: string;
+  readonly tags: Tags;
 }
 
 export interface RawFrontend {
-  name: string;
-  bind: Bind | null;
-  inspectDelayMs: number | null;
-  acceptsTlsHello: boolean;
-  defaultBackend: string | null;
-  rules: RawRule[];
+  readonly name: string;
+  readonly bind: Bind | null;
+  readonly inspectDelayMs: number | null;
+  readonly acceptsTlsHello: boolean;
+  readonly defaultBackend: string | null;
+  /** `use_backend <backend> if { req.ssl_sni -i <host> }`, in evaluation order (only foreign, or left by an old install). */
+  readonly rules: readonly RawRule[];
   /**
    * The SNI map the frontend routes by after its rules (`use_backend %[req.ssl_sni,lower,map(<file>)]`), by
    * the map's name (the file's base name; each provider knows its directory). Absent: no map routing.
    */
-  sniMap?: string | null;
-  tags: Tags;
+  readonly sniMap?: string | null;
+  readonly tags: Tags;
 }
 
 /**
@@ -60,137 +65,98 @@ export interface RawFrontend {
  */
 export interface RawMap {
   /** The map's name, as `RawFrontend.sniMap` gives it. */
-  name: string;
-  /**
-   * Host -> backend, read only like every object of a state: a read's plain `Map`, or what
-   * `applyOperations` made of one (a `CowMap`, sharing the entries it did not change).
-   */
-  entries: ReadonlyMap<string, string>;
+  readonly name: string;
+  /** Host -> backend: a read's `Map`, or what `applyOperations` made of one (a `CowMap`, sharing entries). */
+  readonly entries: ReadonlyMap<string, string>;
 }
 
 /** What a provider reads from HAProxy, before ownership is decided. */
 export interface RawState {
-  frontends: RawFrontend[];
-  backends: RawBackend[];
-  /** The SNI maps owned frontends route by (absent: none). */
-  maps?: RawMap[];
-}
-
-/**
- * A deep copy of `state` that is a state again: `structuredClone` alone would turn map entries that
- * `applyOperations` made (a `CowMap`) into a plain object; here they come back as a plain `Map`.
- */
-export function cloneRawState(state: RawState): RawState {
-  const { maps, ...rest } = state;
-  const copy: RawState = structuredClone(rest);
-  if (maps) copy.maps = maps.map((m) => ({ name: m.name, entries: new Map(m.entries) }));
-  return copy;
+  readonly frontends: readonly RawFrontend[];
+  readonly backends: readonly RawBackend[];
+  /** The SNI maps frontends route by (absent: none). */
+  readonly maps?: readonly RawMap[];
 }
 
 export type BalanceAlgorithm = 'leastconn' | 'roundrobin' | 'source';
 
 export interface Bind {
-  address: string;
-  port: number;
+  readonly address: string;
+  readonly port: number;
 }
 
-export interface ServerState {
-  name: string;
-  address: string;
-  port: number;
-  check: boolean;
-  owned: boolean;
+export interface ServerState extends RawServer {
+  /** Ours: tagged by us, or untagged in a backend of ours (added at runtime, not yet in the files). */
+  readonly owned: boolean;
 }
 
-export interface BackendState {
-  name: string;
-  owned: boolean;
-  /** The cluster id recorded in the ownership tag (owned backends only). */
-  cluster?: string;
-  balance: string;
-  servers: ServerState[];
+export interface BackendState extends Omit<RawBackend, 'servers'> {
+  readonly servers: readonly ServerState[];
+  readonly owned: boolean;
+  /** The cluster id recorded in the ownership tag (owned per-cluster backends of an old install only). */
+  readonly cluster?: string;
 }
 
-/** `use_backend <backend> if { req.ssl_sni -i <host> }` */
+/** A switching rule as the planner sees it: `use_backend <backend> if { req.ssl_sni -i <host> }`. */
 export interface SwitchingRule {
-  backend: string;
-  host: string;
-  owned: boolean;
+  readonly backend: string;
+  readonly host: string;
+  readonly owned: boolean;
 }
 
-export interface FrontendState {
-  name: string;
-  owned: boolean;
-  bind: Bind | null;
-  /** `tcp-request inspect-delay`, and whether `tcp-request content accept if { req.ssl_hello_type 1 }` is set. */
-  inspectDelayMs: number | null;
-  acceptsTlsHello: boolean;
-  defaultBackend: string | null;
-  rules: SwitchingRule[];
-  sniMap?: string | null;
+export interface FrontendState extends Omit<RawFrontend, 'rules'> {
+  readonly rules: readonly (SwitchingRule & { readonly tags: Tags })[];
+  readonly owned: boolean;
 }
 
-/** What is in HAProxy now: owned and foreign objects alike. */
+/** What is in HAProxy now, owned and foreign objects alike, as the registry interpreted it. */
 export interface HaproxyState {
-  frontends: FrontendState[];
-  backends: BackendState[];
+  readonly frontends: readonly FrontendState[];
+  readonly backends: readonly BackendState[];
   /** The SNI maps of owned frontends, as HAProxy runs them. */
-  maps?: RawMap[];
+  readonly maps?: readonly RawMap[];
 }
 
 export interface DesiredServer {
-  address: string;
-  port: number;
-  check: boolean;
-}
-
-export interface DesiredBackend {
-  name: string;
-  cluster: string;
-  balance: BalanceAlgorithm;
-  servers: DesiredServer[];
+  readonly address: string;
+  readonly port: number;
+  readonly check: boolean;
 }
 
 export interface DesiredFrontend {
-  name: string;
-  bind: Bind;
-  inspectDelayMs: number;
-  defaultBackend: string | null;
-  /** The SNI map the frontend routes by (map routing), or null/absent (one rule per route). */
-  sniMap?: string | null;
-  /** In evaluation order. */
-  rules: Array<{ backend: string; host: string }>;
+  readonly name: string;
+  readonly bind: Bind;
+  readonly inspectDelayMs: number;
+  readonly defaultBackend: string | null;
+  /** The SNI map the frontend routes by. */
+  readonly sniMap: string;
 }
 
-/** One route in map routing: the host, its cluster, and the servers of whichever slot serves it. */
+/** One route: the host, its cluster, and the servers of whichever slot serves it. */
 export interface DesiredRoute {
-  host: string;
-  cluster: string;
-  servers: DesiredServer[];
+  readonly host: string;
+  readonly cluster: string;
+  readonly servers: readonly DesiredServer[];
 }
 
 /**
- * Map routing (the default): hosts are keys of one SNI map whose values are pre-created, empty "slot"
- * backends (`<prefix>slot_NNNNN`); a route takes a free slot, so adding, moving or deleting a route is
- * runtime commands only, and only growing the pool reloads.
+ * Map routing: hosts are keys of one SNI map whose values are pre-created, empty "slot" backends
+ * (`<prefix>slot_NNNNN`); a route takes a free slot, so adding, moving or deleting a route is runtime
+ * commands only, and only growing the pool reloads.
  */
 export interface DesiredRouting {
-  map: string;
+  readonly map: string;
   /** Slot backend names are `<slotPrefix><5+ digits>`. */
-  slotPrefix: string;
-  balance: BalanceAlgorithm;
+  readonly slotPrefix: string;
+  readonly balance: BalanceAlgorithm;
   /** The pool never has fewer slots than this. */
-  minSlots: number;
+  readonly minSlots: number;
   /** By host. */
-  routes: DesiredRoute[];
+  readonly routes: readonly DesiredRoute[];
 }
 
-/**
- * What the service wants to own in HAProxy: one SNI frontend and either one backend per route (`backends`,
- * with a rule each) or a map and a pool of slot backends (`routing`).
- */
+/** What the service wants to own in HAProxy: one SNI frontend, its map, and a pool of slot backends. */
 export interface DesiredConfig {
-  frontend: DesiredFrontend;
-  backends: DesiredBackend[];
-  routing?: DesiredRouting;
+  readonly frontend: DesiredFrontend;
+  readonly routing: DesiredRouting;
 }

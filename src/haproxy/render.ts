@@ -1,4 +1,4 @@
-import { backendNameFor, DEFAULT_PREFIX, slotPrefixFor, sniMapNameFor } from '../naming/names.js';
+import { DEFAULT_PREFIX, slotPrefixFor, sniMapNameFor } from '../naming/names.js';
 import { DEFAULT_OWNER_ID } from '../registry/registry.js';
 import { compareStrings, type Route } from '../routes/route.js';
 import type { BalanceAlgorithm, Bind, DesiredConfig } from './model.js';
@@ -17,16 +17,17 @@ export interface RenderOptions {
    */
   balance: BalanceAlgorithm;
   healthChecks: boolean;
-  /**
-   * `map` (the default): one SNI map and a pool of slot backends, so routes come and go at runtime without a
-   * reload. `rules`: one backend and one `use_backend` rule per route (every change reloads).
-   */
-  routing: 'map' | 'rules';
-  /** The SNI map's name (map routing); one per owner. */
+  /** The SNI map's name; one per owner. */
   sniMap: string;
-  /** Slot backends created before the first route needs one (map routing). */
+  /** Slot backends created before the first route needs one. */
   minSlots: number;
 }
+
+/**
+ * The slot pool never has fewer slots: 64 empty backends cost HAProxy about 256 KB and a first route no
+ * reload; the pool grows ×1.5 once 7/8 is held, so N routes cost O(log N) growth reloads (6 to reach 1000).
+ */
+export const MIN_SLOTS = 64;
 
 /** The defaults the service runs with (KUBEBYON_HAPROXY_* unset). */
 export const DEFAULT_RENDER_OPTIONS: RenderOptions = {
@@ -37,9 +38,8 @@ export const DEFAULT_RENDER_OPTIONS: RenderOptions = {
   namePrefix: DEFAULT_PREFIX,
   balance: 'leastconn',
   healthChecks: true,
-  routing: 'map',
   sniMap: sniMapNameFor(DEFAULT_OWNER_ID),
-  minSlots: 64,
+  minSlots: MIN_SLOTS,
 };
 
 /** Renders validated routes into the HAProxy objects the service should own. Pure: same input, same output. */
@@ -54,47 +54,20 @@ export function renderDesired(routes: readonly Route[], options: RenderOptions):
 
 const lastRendered = new WeakMap<readonly Route[], { options: RenderOptions; config: DesiredConfig }>();
 
+/**
+ * The frontend routes by one SNI map (one per owner), and the planner places each route in a slot backend
+ * of the pool, so routes come and go at runtime without a reload.
+ */
 function renderUncached(routes: readonly Route[], options: RenderOptions): DesiredConfig {
-  if (options.routing === 'map') return renderMapRouting(routes, options);
-  const ordered = [...routes]
-    .sort((a, b) => compareStrings(a.host, b.host))
-    .map((route) => ({ route, backend: backendNameFor(route.cluster, options.namePrefix) }));
-  return {
-    frontend: {
-      ...frontendSettings(options),
-      rules: ordered.map(({ route, backend }) => ({ backend, host: route.host })),
-    },
-    backends: ordered.map(({ route, backend }) => ({
-      name: backend,
-      cluster: route.cluster,
-      balance: options.balance,
-      servers: route.endpoints.map((e) => ({
-        address: e.address,
-        port: e.port,
-        check: options.healthChecks,
-      })),
-    })),
-  };
-}
-
-/** What the frontend is in either routing, but for how it routes. */
-const frontendSettings = (options: RenderOptions) => ({
-  name: options.frontendName,
-  bind: options.bind,
-  inspectDelayMs: options.inspectDelayMs,
-  defaultBackend: options.defaultBackend,
-});
-
-/** Map routing: the frontend routes by one SNI map; the planner places each route in a slot backend. */
-function renderMapRouting(routes: readonly Route[], options: RenderOptions): DesiredConfig {
   const sorted = sortedByHost(routes) ? routes : [...routes].sort((a, b) => compareStrings(a.host, b.host));
   return {
     frontend: {
-      ...frontendSettings(options),
+      name: options.frontendName,
+      bind: options.bind,
+      inspectDelayMs: options.inspectDelayMs,
+      defaultBackend: options.defaultBackend,
       sniMap: options.sniMap,
-      rules: [],
     },
-    backends: [],
     routing: {
       map: options.sniMap,
       slotPrefix: slotPrefixFor(options.namePrefix),
@@ -117,7 +90,7 @@ export function renderRoute(route: Route, options: RenderOptions): MapRoute {
   return mapRoute(route, options.healthChecks);
 }
 
-type MapRoute = NonNullable<DesiredConfig['routing']>['routes'][number];
+type MapRoute = DesiredConfig['routing']['routes'][number];
 // Routes are immutable and kept from pass to pass (`DesiredRoutesMemo`): each is rendered once per setting.
 const rendered = new WeakMap<Route, { check: boolean; value: MapRoute }>();
 

@@ -1,40 +1,50 @@
 import { CowMap } from '../haproxy/cow-map.js';
-import type { Owner, RawBackend, RawFrontend, RawMap, RawRule, RawState } from '../haproxy/model.js';
+import type {
+  BackendState,
+  FrontendState,
+  HaproxyState,
+  RawMap,
+  ServerState,
+  SwitchingRule,
+  Tagger,
+  Tags,
+} from '../haproxy/model.js';
 import { ConcurrentChangeError } from '../model/errors.js';
-import { backendPosition, derived, samePlaces } from './lineage.js';
-import type { Operation } from './plan.js';
+import type { Operation } from './operations.js';
 
-type HasName = { name: string };
+type HasName = { readonly name: string };
+type Mutable<T> = { -readonly [K in keyof T]: T[K] };
 
 /**
  * The one statement of what each operation does to HAProxy's objects: `state` with `operations` applied, the
- * objects created carrying `owner`'s tags. The memory provider, the stock provider's owned file and the Data
- * Plane API provider's raw-text path all take their target from here; a new operation kind is added here and
- * in each provider's writer. Pure and strict about existence only (ownership is the registry's to refuse,
+ * objects created owned and carrying `tagger`'s tags. The reading a plan is applied to moves on by this
+ * (`Reading.derive`), and both providers write what it gives; a new operation kind is added here and in
+ * each provider's writer. Pure, and strict about existence only (ownership is the registry's to refuse,
  * before a plan reaches a provider): an operation on a missing object, or a creation of one that exists,
  * means the plan was made from another state (`ConcurrentChangeError`: read and plan again).
+ *
+ * Copy-on-write: an object is copied the first time an operation changes it, so a small plan on a large
+ * state costs what it touches, and the result shares every untouched object with `state`. Without a proxy
+ * created or deleted every name keeps its place (`keptPlaces`): the backends are then patched by position,
+ * found through `position` (a reading's index), without a map of every name.
  */
-export function applyOperations(state: RawState, operations: readonly Operation[], owner: Owner): RawState {
-  // Copy-on-write: an object is copied the first time an operation changes it, so a small plan on a large
-  // state costs what it touches. The result shares every untouched object with `state`; neither is changed
-  // in place afterwards by anyone (providers read, plan and apply; they never edit a state).
-  // Without a proxy created or deleted, every name keeps its place: lists are copied and patched by
-  // position (no map of every name). Otherwise by name, in listing order (a Map keeps insertion order).
-  const keepsPlaces = !operations.some((op) => RESHAPING.has(op.kind));
+export function applyOperations(
+  state: HaproxyState,
+  operations: readonly Operation[],
+  tagger: Tagger,
+  position?: (backend: string) => number | undefined,
+): { state: HaproxyState; keptPlaces: boolean } {
+  const keptPlaces = !operations.some((op) => RESHAPING.has(op.kind));
   const w: Working = {
-    // A frontend or two: by name always (replacing one keeps its place in a Map).
     frontends: new ByName(state.frontends),
-    backends: keepsPlaces ? new Placed(state) : new ByName(state.backends),
+    backends: keptPlaces && position ? new Placed(state.backends, position) : new ByName(state.backends),
     maps: new Map((state.maps ?? []).map((m) => [m.name, m])),
     copied: new Set(),
-    owner,
+    tagger,
   };
   for (const op of operations) apply(w, op);
-  const result: RawState = { frontends: w.frontends.list(), backends: w.backends.list() };
-  if (w.maps.size > 0 || state.maps !== undefined) result.maps = [...w.maps.values()];
-  if (keepsPlaces) samePlaces(state, result);
-  derived(result, state, operations);
-  return result;
+  const maps = w.maps.size > 0 || state.maps !== undefined ? { maps: [...w.maps.values()] } : {};
+  return { state: { frontends: w.frontends.list(), backends: w.backends.list(), ...maps }, keptPlaces };
 }
 
 const RESHAPING: ReadonlySet<Operation['kind']> = new Set([
@@ -51,7 +61,7 @@ interface Proxies<T extends HasName> {
   /** Adds `item`, or puts it in the place of the one of its name. */
   set(name: string, item: T): void;
   delete(name: string): void;
-  list(): T[];
+  list(): readonly T[];
 }
 
 class ByName<T extends HasName> implements Proxies<T> {
@@ -67,24 +77,27 @@ class ByName<T extends HasName> implements Proxies<T> {
 }
 
 /** Backends as they were, the list copied at the first change and patched in the places of those replaced. */
-class Placed implements Proxies<RawBackend> {
-  private items: RawBackend[];
-  private copied = false;
-  constructor(private readonly state: RawState) {
-    this.items = state.backends;
+class Placed implements Proxies<BackendState> {
+  private items: readonly BackendState[];
+  private copy: BackendState[] | undefined;
+  constructor(
+    backends: readonly BackendState[],
+    private readonly position: (name: string) => number | undefined,
+  ) {
+    this.items = backends;
   }
-  get(name: string): RawBackend | undefined {
-    const i = backendPosition(this.state, name);
+  get(name: string): BackendState | undefined {
+    const i = this.position(name);
     const item = i === undefined ? undefined : this.items[i];
     return item?.name === name ? item : undefined;
   }
   has = (name: string) => this.get(name) !== undefined;
-  set(name: string, item: RawBackend): void {
-    const i = backendPosition(this.state, name);
+  set(name: string, item: BackendState): void {
+    const i = this.position(name);
     if (i === undefined || this.items[i]?.name !== name) throw new Error(`no backend ${name} to replace`);
-    if (!this.copied) this.items = this.items.slice();
-    this.copied = true;
-    this.items[i] = item;
+    this.copy ??= this.items.slice();
+    this.items = this.copy;
+    this.copy[i] = item;
   }
   delete(name: string): void {
     throw new Error(`deleting backend ${name} changes the places of the others`);
@@ -93,17 +106,17 @@ class Placed implements Proxies<RawBackend> {
 }
 
 interface Working {
-  frontends: Proxies<RawFrontend>;
-  backends: Proxies<RawBackend>;
+  frontends: Proxies<FrontendState>;
+  backends: Proxies<BackendState>;
   maps: Map<string, RawMap>;
   /** Objects this call made or copied: the only ones it may change in place. */
   copied: Set<object>;
-  owner: Owner;
+  tagger: Tagger;
 }
 
 /** A map this call may change: its entries copied on write (`CowMap`), not whole. */
 interface MapToChange extends RawMap {
-  entries: CowMap<string, string>;
+  readonly entries: CowMap<string, string>;
 }
 
 /** A frontend that routes by a map brings the map (empty) when it is not there yet. */
@@ -116,33 +129,37 @@ function mapOf(w: Working, name: string): MapToChange {
   return copy;
 }
 
-function frontendToChange(w: Working, name: string): RawFrontend {
+function frontendToChange(w: Working, name: string): Mutable<FrontendState> {
   const f = find(w.frontends, name, 'frontend');
-  if (w.copied.has(f)) return f;
+  if (w.copied.has(f)) return f as Mutable<FrontendState>;
   const copy = { ...f, rules: f.rules.slice() };
   w.copied.add(copy);
   w.frontends.set(name, copy);
   return copy;
 }
 
-function backendToChange(w: Working, name: string): RawBackend {
+function backendToChange(w: Working, name: string): Mutable<BackendState> & { servers: ServerState[] } {
   const b = find(w.backends, name, 'backend');
-  if (w.copied.has(b)) return b;
+  if (w.copied.has(b)) return b as Mutable<BackendState> & { servers: ServerState[] };
   const copy = { ...b, servers: b.servers.slice() };
   w.copied.add(copy);
   w.backends.set(name, copy);
   return copy;
 }
 
-function find<T extends HasName>(items: Proxies<T> | T[], name: string, what: string): T {
-  const item = Array.isArray(items) ? items.find((x) => x.name === name) : items.get(name);
+function find<T extends HasName>(items: Proxies<T> | readonly T[], name: string, what: string): T {
+  const item = isList(items) ? items.find((x) => x.name === name) : items.get(name);
   if (!item) throw new ConcurrentChangeError(`${what} ${name} is not there any more`);
   return item;
 }
 
-function absent(items: Proxies<HasName> | HasName[], name: string, what: string): void {
-  const there = Array.isArray(items) ? items.some((x) => x.name === name) : items.has(name);
+function absent(items: Proxies<HasName> | readonly HasName[], name: string, what: string): void {
+  const there = isList(items) ? items.some((x) => x.name === name) : items.has(name);
   if (there) throw new ConcurrentChangeError(`${what} ${name} exists already`);
+}
+
+function isList<T>(items: Proxies<T & HasName> | readonly T[]): items is readonly T[] {
+  return Array.isArray(items);
 }
 
 // Frontends and backends share HAProxy's one namespace of proxies.
@@ -155,33 +172,28 @@ function apply(w: Working, op: Operation): void {
   switch (op.kind) {
     case 'create_frontend': {
       noProxy(w, op.frontend.name);
-      const { name, bind, inspectDelayMs, defaultBackend } = op.frontend;
-      const sniMap = op.frontend.sniMap ?? null;
-      const tags = w.owner.tags();
-      const created: RawFrontend = {
+      const { name, bind, inspectDelayMs, defaultBackend, sniMap } = op.frontend;
+      const created: FrontendState = {
         name,
         bind,
         inspectDelayMs,
         defaultBackend,
         acceptsTlsHello: true,
         rules: [],
-        ...(sniMap !== null ? { sniMap } : {}),
-        tags,
+        sniMap,
+        tags: w.tagger.tags(),
+        owned: true,
       };
       w.copied.add(created);
       w.frontends.set(name, created);
-      if (sniMap !== null && !w.maps.has(sniMap)) mapOf(w, sniMap);
+      if (!w.maps.has(sniMap)) mapOf(w, sniMap);
       return;
     }
     case 'update_frontend': {
-      const { bind, inspectDelayMs, defaultBackend } = op.frontend;
-      const sniMap = op.frontend.sniMap ?? null;
+      const { bind, inspectDelayMs, defaultBackend, sniMap } = op.frontend;
       const f = frontendToChange(w, op.frontend.name);
-      Object.assign(f, { bind, inspectDelayMs, defaultBackend, acceptsTlsHello: true });
-      if (sniMap !== null) {
-        f.sniMap = sniMap;
-        if (!w.maps.has(sniMap)) mapOf(w, sniMap);
-      } else delete f.sniMap;
+      Object.assign(f, { bind, inspectDelayMs, defaultBackend, acceptsTlsHello: true, sniMap });
+      if (!w.maps.has(sniMap)) mapOf(w, sniMap);
       return;
     }
     case 'set_map_entry': {
@@ -207,7 +219,7 @@ function apply(w: Working, op: Operation): void {
       return;
     case 'set_switching_rules': {
       const f = frontendToChange(w, op.frontend);
-      f.rules = switchingRules(f.rules, op, w.owner);
+      f.rules = switchingRules(f.rules, op, w.tagger.tags());
       return;
     }
     default:
@@ -219,19 +231,15 @@ function applyToBackend(w: Working, op: Operation): void {
   switch (op.kind) {
     case 'create_backend': {
       noProxy(w, op.backend.name);
-      const created: RawBackend = {
+      const created: BackendState = {
         name: op.backend.name,
         balance: op.backend.balance,
         servers: [],
-        tags: w.owner.tags(op.backend.cluster),
+        tags: w.tagger.tags(),
+        owned: true,
       };
       w.copied.add(created);
       w.backends.set(op.backend.name, created);
-      return;
-    }
-    case 'update_backend': {
-      const b = backendToChange(w, op.backend.name);
-      Object.assign(b, { balance: op.backend.balance, tags: w.owner.tags(op.backend.cluster) });
       return;
     }
     case 'delete_backend':
@@ -242,7 +250,7 @@ function applyToBackend(w: Working, op: Operation): void {
       const b = backendToChange(w, op.backend);
       absent(b.servers, op.server.name, `server ${op.backend}/`);
       const { name, address, port, check } = op.server;
-      b.servers.push({ name, address, port, check, tags: w.owner.tags() });
+      b.servers.push({ name, address, port, check, tags: w.tagger.tags(), owned: true });
       return;
     }
     case 'update_server': {
@@ -261,15 +269,15 @@ function applyToBackend(w: Working, op: Operation): void {
   }
 }
 
-/** The rule list asked for: ours tagged anew, another owner's kept exactly as they were (the plan names them only to keep their place). */
+/** The rule list asked for: ours tagged anew, another owner's kept exactly as they were (named to keep their place). */
 function switchingRules(
-  current: readonly RawRule[],
+  current: FrontendState['rules'],
   op: Extract<Operation, { kind: 'set_switching_rules' }>,
-  owner: Owner,
-): RawRule[] {
-  const foreign = current.filter((r) => !owner.owns(r.tags));
-  return op.rules.map((r): RawRule => {
-    if (r.owned) return { backend: r.backend, host: r.host, tags: owner.tags() };
+  tags: Tags,
+): FrontendState['rules'] {
+  const foreign = current.filter((r) => !r.owned);
+  return op.rules.map((r: SwitchingRule) => {
+    if (r.owned) return { backend: r.backend, host: r.host, tags, owned: true };
     const i = foreign.findIndex((x) => x.backend === r.backend && x.host === r.host);
     const kept = foreign.splice(i, i < 0 ? 0 : 1)[0];
     if (i < 0 || !kept)

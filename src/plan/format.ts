@@ -8,7 +8,7 @@ export function formatPlan(p: Plan): string {
   return lines.length === 0 ? 'no changes' : lines.join('\n');
 }
 
-function changesText(changes: FieldChange[]): string {
+function changesText(changes: readonly FieldChange[]): string {
   return changes.map((c) => `${c.field} ${c.from} -> ${c.to}`).join(', ');
 }
 
@@ -17,21 +17,14 @@ function formatOperation(op: Operation): string[] {
     case 'create_frontend':
       return [
         `+ frontend ${op.frontend.name} bind ${bindText(op.frontend.bind)} inspect-delay ${op.frontend.inspectDelayMs}ms` +
-          ` default_backend ${op.frontend.defaultBackend ?? 'none'}` +
-          (op.frontend.sniMap ? ` sni_map ${op.frontend.sniMap}` : ''),
+          ` default_backend ${op.frontend.defaultBackend ?? 'none'} sni_map ${op.frontend.sniMap}`,
       ];
     case 'update_frontend':
       return [`~ frontend ${op.frontend.name}: ${changesText(op.changes)}`];
     case 'delete_frontend':
       return [`- frontend ${op.name}`];
     case 'create_backend':
-      return [
-        op.backend.cluster === undefined
-          ? `+ backend ${op.backend.name} (slot) balance ${op.backend.balance}`
-          : `+ backend ${op.backend.name} (cluster ${op.backend.cluster}) balance ${op.backend.balance}`,
-      ];
-    case 'update_backend':
-      return [`~ backend ${op.backend.name}: ${changesText(op.changes)}`];
+      return [`+ backend ${op.backend.name} (slot) balance ${op.backend.balance}`];
     case 'delete_backend':
       return [`- backend ${op.name}`];
     case 'create_server':

@@ -1,29 +1,26 @@
-import type { DesiredFrontend, ServerState, SwitchingRule } from '../haproxy/model.js';
+import type { DesiredFrontend, ServerSpec, SwitchingRule } from '../haproxy/model.js';
 
 /** The planner's vocabulary: what a plan may ask a provider to do, and what it reports beside. */
 export interface FieldChange {
-  field: string;
-  from: string;
-  to: string;
+  readonly field: string;
+  readonly from: string;
+  readonly to: string;
 }
 
 export interface BackendSettings {
-  name: string;
-  /** The cluster a per-cluster backend serves; slot backends (map routing) name none. */
-  cluster?: string;
-  balance: string;
+  readonly name: string;
+  readonly balance: string;
 }
 
 export type Operation =
-  | { kind: 'create_frontend'; frontend: Omit<DesiredFrontend, 'rules'> }
-  | { kind: 'update_frontend'; frontend: Omit<DesiredFrontend, 'rules'>; changes: FieldChange[] }
+  | { kind: 'create_frontend'; frontend: DesiredFrontend }
+  | { kind: 'update_frontend'; frontend: DesiredFrontend; changes: FieldChange[] }
   | { kind: 'delete_frontend'; name: string }
   | { kind: 'create_backend'; backend: BackendSettings }
-  | { kind: 'update_backend'; backend: BackendSettings; changes: FieldChange[] }
   | { kind: 'delete_backend'; name: string }
-  | { kind: 'create_server'; backend: string; server: ServerState }
-  | { kind: 'update_server'; backend: string; server: ServerState; changes: FieldChange[] }
-  | { kind: 'delete_server'; backend: string; server: ServerState }
+  | { kind: 'create_server'; backend: string; server: ServerSpec }
+  | { kind: 'update_server'; backend: string; server: ServerSpec; changes: FieldChange[] }
+  | { kind: 'delete_server'; backend: string; server: ServerSpec }
   /** Map routing: `host` now routes to `backend` (`previous`: the backend it routed to, if any). */
   | {
       kind: 'set_map_entry';
@@ -42,7 +39,7 @@ export type Operation =
       removed: SwitchingRule[];
     };
 
-export type ConflictKind = 'frontend_not_owned' | 'backend_not_owned' | 'default_backend_missing';
+export type ConflictKind = 'frontend_not_owned' | 'default_backend_missing';
 
 /** Something the desired state asks for that would mean touching an object the service does not own. */
 export interface Conflict {
@@ -52,8 +49,8 @@ export interface Conflict {
 }
 
 export interface Plan {
-  operations: Operation[];
-  conflicts: Conflict[];
+  readonly operations: readonly Operation[];
+  readonly conflicts: readonly Conflict[];
   /** Map routing: the slot pool and which slot serves which host once the plan is applied. */
   pool?: PoolReport;
 }

@@ -1,6 +1,5 @@
 import type {
   BackendState,
-  DesiredBackend,
   DesiredConfig,
   DesiredFrontend,
   DesiredServer,
@@ -12,7 +11,7 @@ import type {
 import { serverSlotName, serverSlotNumber } from '../naming/names.js';
 import { endpointKey } from '../routes/endpoint.js';
 import { compareStrings } from '../routes/route.js';
-import type { BackendSettings, Conflict, FieldChange, Operation, Plan, PlanOptions } from './operations.js';
+import type { Conflict, FieldChange, Operation, Plan, PlanOptions } from './operations.js';
 import { isSlot, planRouting } from './slots.js';
 
 export type {
@@ -31,7 +30,6 @@ const ORDER: Record<Operation['kind'], number> = {
   create_frontend: 0,
   update_frontend: 1,
   create_backend: 2,
-  update_backend: 3,
   create_server: 4,
   update_server: 5,
   delete_map_entry: 6,
@@ -43,25 +41,25 @@ const ORDER: Record<Operation['kind'], number> = {
 };
 
 /**
- * Diffs what the service wants against what HAProxy has. Pure and deterministic. Only objects tagged as
- * owned are ever updated or deleted; a desired object whose name is taken by a foreign object is reported
- * as a conflict and left out, never overwritten.
+ * Diffs what the service wants against what HAProxy has. Pure and deterministic. Only objects the registry
+ * found owned are ever updated or deleted; a desired object whose name is taken by a foreign object is
+ * reported as a conflict and left out, never overwritten. Owned objects the desired state has no place for
+ * (per-cluster backends and their `use_backend` rules, which installs before map routing wrote) are deleted:
+ * an upgrade routes every cluster by the map in the same plan that removes them.
  */
 export function plan(desired: DesiredConfig, current: HaproxyState, options: PlanOptions = {}): Plan {
   const conflicts: Conflict[] = [];
   const ops: Operation[] = [];
   if (!planHead(desired, current, ops, conflicts)) return { operations: [], conflicts };
-  const routing = desired.routing;
-  const pool = routing && planRouting(routing, current, options.grow ?? 'ahead', planServers, ops);
+  const pool = planRouting(desired.routing, current, options.grow ?? 'ahead', planServers, ops);
   planTail(desired, current, ops);
-  const operations = sortOperations(ops);
-  return pool ? { operations, conflicts, pool } : { operations, conflicts };
+  return { operations: sortOperations(ops), conflicts, pool };
 }
 
 /**
- * Everything of `plan` but map routing's slots, servers and map entries: the frontend, per-cluster backends,
- * rules, and what is deleted. With map routing, a state where this is empty (no operation, no foreign
- * frontend under our name) can be planned host by host (`src/plan/scoped.ts`).
+ * Everything of `plan` but the slots' servers and map entries: the frontend, rules and what is deleted. A
+ * state where this is empty (no operation, no foreign frontend under our name) can be planned host by host
+ * (`src/plan/scoped.ts`).
  */
 export function planStructure(
   desired: DesiredConfig,
@@ -79,7 +77,7 @@ export function sortOperations(ops: Operation[]): Operation[] {
   return ops.sort((a, b) => ORDER[a.kind] - ORDER[b.kind]);
 }
 
-/** The frontend, the backends and the rules; false when a foreign frontend holds our name (nothing applies). */
+/** The frontend and its rules; false when a foreign frontend holds our name (nothing applies). */
 function planHead(
   desired: DesiredConfig,
   current: HaproxyState,
@@ -95,30 +93,10 @@ function planHead(
     });
     return false;
   }
-  // Map routing wants no per-cluster backend: the index of every backend is then not worth building.
-  const backends: ReadonlyMap<string, BackendState> =
-    desired.backends.length > 0
-      ? new Map(current.backends.map((b) => [b.name, b]))
-      : new Map(
-          current.backends.filter((b) => b.name === desired.frontend.defaultBackend).map((b) => [b.name, b]),
-        );
-  const frontend = planFrontend(desired.frontend, currentFrontend, backends, ops, conflicts);
-
-  const placed = new Set<string>();
-  for (const want of desired.backends) {
-    const have = backends.get(want.name);
-    if (have && !have.owned) {
-      conflicts.push({
-        kind: 'backend_not_owned',
-        name: want.name,
-        detail: `backend ${want.name} exists but is not owned by this service; cluster ${want.cluster} is not routed`,
-      });
-      continue;
-    }
-    placed.add(want.name);
-    planBackend(want, have, ops);
-  }
-  planRules(frontend.name, desired.frontend.rules, placed, currentFrontend, ops);
+  const fallback = desired.frontend.defaultBackend;
+  const defaultBackend = fallback === null ? undefined : current.backends.find((b) => b.name === fallback);
+  const frontend = planFrontend(desired.frontend, currentFrontend, defaultBackend, ops, conflicts);
+  planRules(frontend.name, currentFrontend, ops);
   return true;
 }
 
@@ -127,10 +105,8 @@ function planTail(desired: DesiredConfig, current: HaproxyState, ops: Operation[
   for (const f of current.frontends) {
     if (f.owned && f.name !== desired.frontend.name) ops.push({ kind: 'delete_frontend', name: f.name });
   }
-  const wanted = new Set(desired.backends.map((b) => b.name));
   for (const b of current.backends) {
-    if (b.owned && !wanted.has(b.name) && !isSlot(desired.routing, b.name))
-      ops.push({ kind: 'delete_backend', name: b.name });
+    if (b.owned && !isSlot(desired.routing, b.name)) ops.push({ kind: 'delete_backend', name: b.name });
   }
 }
 
@@ -138,30 +114,20 @@ function planTail(desired: DesiredConfig, current: HaproxyState, ops: Operation[
 function planFrontend(
   desired: DesiredFrontend,
   current: FrontendState | undefined,
-  backends: ReadonlyMap<string, BackendState>,
+  fallback: BackendState | undefined,
   ops: Operation[],
   conflicts: Conflict[],
-): Omit<DesiredFrontend, 'rules'> {
+): DesiredFrontend {
   let defaultBackend = desired.defaultBackend;
-  if (defaultBackend !== null) {
-    const target = backends.get(defaultBackend);
-    if (!target || target.owned) {
-      conflicts.push({
-        kind: 'default_backend_missing',
-        name: defaultBackend,
-        detail: `default backend ${defaultBackend} is not an existing backend of another owner; unmatched SNI is closed instead`,
-      });
-      defaultBackend = null;
-    }
+  if (defaultBackend !== null && (!fallback || fallback.owned)) {
+    conflicts.push({
+      kind: 'default_backend_missing',
+      name: defaultBackend,
+      detail: `default backend ${defaultBackend} is not an existing backend of another owner; unmatched SNI is closed instead`,
+    });
+    defaultBackend = null;
   }
-  const sniMap = desired.sniMap ?? null;
-  const frontend = {
-    name: desired.name,
-    bind: desired.bind,
-    inspectDelayMs: desired.inspectDelayMs,
-    defaultBackend,
-    ...(sniMap !== null ? { sniMap } : {}),
-  };
+  const frontend: DesiredFrontend = { ...desired, defaultBackend };
   if (!current) {
     ops.push({ kind: 'create_frontend', frontend });
     return frontend;
@@ -171,51 +137,23 @@ function planFrontend(
     ['inspect_delay', String(current.inspectDelayMs), String(frontend.inspectDelayMs)],
     ['accept_tls_hello', String(current.acceptsTlsHello), 'true'],
     ['default_backend', String(current.defaultBackend), String(frontend.defaultBackend)],
-    ['sni_map', String(current.sniMap ?? null), String(sniMap)],
+    ['sni_map', String(current.sniMap ?? null), frontend.sniMap],
   ]);
   if (changes.length > 0) ops.push({ kind: 'update_frontend', frontend, changes });
   return frontend;
 }
 
-/** Our rules for the backends that could be placed, in order, then foreign rules in theirs. */
-function planRules(
-  frontend: string,
-  desired: DesiredFrontend['rules'],
-  placed: ReadonlySet<string>,
-  current: FrontendState | undefined,
-  ops: Operation[],
-): void {
-  const ownRules: SwitchingRule[] = desired
-    .filter((r) => placed.has(r.backend))
-    .map((r) => ({ ...r, owned: true }));
-  const foreignRules = current?.rules.filter((r) => !r.owned) ?? [];
-  const rules = [...ownRules, ...foreignRules];
+/** Our frontend routes by its map alone: rules of ours (an install before map routing) go, foreign ones stay. */
+function planRules(frontend: string, current: FrontendState | undefined, ops: Operation[]): void {
   const currentRules = current?.rules ?? [];
-  if (sameRules(rules, currentRules)) return;
-  const key = (r: SwitchingRule) => `${r.owned}|${r.backend}|${r.host}`;
-  const before = new Set(currentRules.map(key));
-  const after = new Set(rules.map(key));
-  ops.push({
-    kind: 'set_switching_rules',
-    frontend,
-    rules,
-    added: rules.filter((r) => !before.has(key(r))),
-    removed: currentRules.filter((r) => !after.has(key(r))),
-  });
-}
-
-function planBackend(want: DesiredBackend, have: BackendState | undefined, ops: Operation[]): void {
-  const settings: BackendSettings = { name: want.name, cluster: want.cluster, balance: want.balance };
-  if (!have) {
-    ops.push({ kind: 'create_backend', backend: settings });
-  } else {
-    const changes = diffFields([
-      ['balance', have.balance, want.balance],
-      ['cluster', String(have.cluster), want.cluster],
-    ]);
-    if (changes.length > 0) ops.push({ kind: 'update_backend', backend: settings, changes });
-  }
-  planServers(want.name, want.servers, have?.servers ?? [], ops);
+  const removed: SwitchingRule[] = currentRules
+    .filter((r) => r.owned)
+    .map((r) => ({ backend: r.backend, host: r.host, owned: true }));
+  if (removed.length === 0) return;
+  const rules = currentRules
+    .filter((r) => !r.owned)
+    .map((r) => ({ backend: r.backend, host: r.host, owned: false }));
+  ops.push({ kind: 'set_switching_rules', frontend, rules, added: [], removed });
 }
 
 /**
@@ -225,8 +163,8 @@ function planBackend(want: DesiredBackend, have: BackendState | undefined, ops: 
  */
 export function planServers(
   backend: string,
-  want: DesiredServer[],
-  have: ServerState[],
+  want: readonly DesiredServer[],
+  have: readonly ServerState[],
   ops: Operation[],
 ): void {
   if (sameServers(want, have)) return;
@@ -243,7 +181,7 @@ export function planServers(
       ops.push({
         kind: 'update_server',
         backend,
-        server: { ...s, check: w.check },
+        server: spec(s, { check: w.check }),
         changes: [{ field: 'check', from: String(s.check), to: String(w.check) }],
       });
     }
@@ -253,11 +191,10 @@ export function planServers(
   for (const w of unmatched) {
     const reuse = spare.shift();
     if (reuse) {
-      const server = { ...reuse, address: w.address, port: w.port, check: w.check };
       ops.push({
         kind: 'update_server',
         backend,
-        server,
+        server: spec(reuse, w),
         changes: diffFields([
           ['address', reuse.address, w.address],
           ['port', String(reuse.port), String(w.port)],
@@ -269,9 +206,19 @@ export function planServers(
     while (taken.has(serverSlotName(nextSlot))) nextSlot++;
     const name = serverSlotName(nextSlot);
     taken.add(name);
-    ops.push({ kind: 'create_server', backend, server: { name, ...w, owned: true } });
+    ops.push({ kind: 'create_server', backend, server: { name, ...w } });
   }
-  for (const s of spare) ops.push({ kind: 'delete_server', backend, server: s });
+  for (const s of spare) ops.push({ kind: 'delete_server', backend, server: spec(s, {}) });
+}
+
+/** A server as an operation names it: its name and endpoint, `changed` applied. */
+function spec(s: ServerState, changed: Partial<DesiredServer>) {
+  return {
+    name: s.name,
+    address: changed.address ?? s.address,
+    port: changed.port ?? s.port,
+    check: changed.check ?? s.check,
+  };
 }
 
 /** Every server already there as wanted, in the same order: nothing to plan (most routes, most passes). */
@@ -297,11 +244,4 @@ function diffFields(fields: Array<[string, string, string]>): FieldChange[] {
 
 export function bindText(bind: { address: string; port: number } | null): string {
   return bind ? endpointKey(bind) : 'none';
-}
-
-function sameRules(a: SwitchingRule[], b: SwitchingRule[]): boolean {
-  return (
-    a.length === b.length &&
-    a.every((r, i) => r.backend === b[i]?.backend && r.host === b[i]?.host && r.owned === b[i]?.owned)
-  );
 }

@@ -1,15 +1,14 @@
-import type { DesiredConfig, RawBackend, RawState, ServerState } from '../haproxy/model.js';
+import type { BackendState, DesiredConfig, HaproxyState, ServerState } from '../haproxy/model.js';
 import { slotNumber } from '../naming/names.js';
-import type { Registry } from '../registry/registry.js';
-import { backendNamed, derivationOf, serialOf } from './lineage.js';
 import type { Conflict, Operation } from './operations.js';
 import { planStructure } from './plan.js';
+import type { Reading } from './reading.js';
 
 /** An owned slot backend of the pool, as the index knows it. */
 export interface Slot {
   name: string;
   number: number;
-  raw: RawBackend;
+  backend: BackendState;
   /** Map entries that name it. */
   refs: number;
 }
@@ -28,11 +27,11 @@ const FOLLOWED: ReadonlySet<Operation['kind']> = new Set([
 const MAX_STRAYS = 64;
 
 /**
- * Map routing's view of one raw state, for planning a few hosts (`scoped.ts`): the owned map's entries, the
+ * Map routing's view of one reading, for planning a few hosts (`scoped.ts`): the owned map's entries, the
  * owned slots by name, the free slots in slot order, the slots no entry names that hold servers (strays),
  * and whether anything outside the slots and entries would make a full plan differ (`doubt`). Built once,
- * O(N); then advanced by the operations applied to its state, O(operations), as long as every state read
- * is one `applyOperations` made from the last (`lineage.ts`).
+ * O(N); then advanced by the operations applied to its reading, O(operations), as long as every reading is
+ * one derived from the last (`Reading.derive`).
  */
 export class RoutingIndex {
   readonly slots = new Map<string, Slot>();
@@ -54,15 +53,14 @@ export class RoutingIndex {
   private readonly numbers = new Set<number>();
 
   constructor(
-    raw: RawState,
-    private readonly registry: Registry,
+    reading: Reading,
     /** The desired frontend and routing settings, without routes (`RoutingIndexCache`). */
     private readonly desired: DesiredConfig,
   ) {
-    this.serial = serialOf(raw);
+    this.serial = reading.serial;
+    const raw = reading.state;
     const routing = desired.routing;
-    if (!routing || desired.backends.length > 0) throw new Error('a routing index needs map routing');
-    const structure = planStructure(desired, registry.interpret(structureOf(raw, desired)));
+    const structure = planStructure(desired, structureOf(raw, desired));
     this.conflicts = structure.conflicts;
     if (structure.blocked) this.structureDoubt = 'a foreign frontend holds our name';
     else if (structure.operations.length > 0) this.structureDoubt = 'the structure changes';
@@ -83,19 +81,13 @@ export class RoutingIndex {
     return undefined;
   }
 
-  describes(raw: RawState): boolean {
-    return this.serial === serialOf(raw);
+  describes(reading: Reading): boolean {
+    return this.serial === reading.serial;
   }
 
-  /** The interpreted servers of a slot (ownership read off their tags, as `Registry.interpret` does). */
-  servers(slot: Slot): ServerState[] {
-    return slot.raw.servers.map((s) => ({
-      name: s.name,
-      address: s.address,
-      port: s.port,
-      check: s.check,
-      owned: this.registry.owns(s.tags),
-    }));
+  /** A slot's servers. */
+  servers(slot: Slot): readonly ServerState[] {
+    return slot.backend.servers;
   }
 
   /** `hosts` in the order the map lists them (the order the full planner deletes entries in). */
@@ -115,32 +107,32 @@ export class RoutingIndex {
    * Moves the index on to `raw` when `raw` is its state with some operations applied (and those only touch
    * slots' servers, map entries and new slots); false when it must be built again.
    */
-  advance(raw: RawState): boolean {
-    const d = derivationOf(raw);
+  advance(reading: Reading): boolean {
+    const d = reading.parent;
     const routing = this.desired.routing;
-    if (!d || d.parent !== this.serial || !routing) return false;
+    if (!d || d.serial !== this.serial) return false;
     // Structure changed (a cold start's frontend, a rule): built again, before anything here is touched.
     if (!d.operations.every((op) => FOLLOWED.has(op.kind))) return false;
     const touched = new Set<string>();
     // Slots the pool grew by first: entries in the same operations may name them. They come in free.
     for (const op of d.operations) {
       if (op.kind !== 'create_backend') continue;
-      const b = backendNamed(raw, op.backend.name);
+      const b = reading.backend(op.backend.name);
       if (!b || !this.addSlot(b)) return false;
       touched.add(b.name);
     }
     for (const op of d.operations) if (!this.follow(op, routing.map, touched)) return false;
-    this.entries = mapEntries(raw, routing.map);
+    this.entries = mapEntries(reading.state, routing.map);
     for (const name of touched) {
       const slot = this.slots.get(name);
-      const now = backendNamed(raw, name);
+      const now = reading.backend(name);
       if (!slot) continue;
       if (!now) return false;
       this.unclassify(slot);
-      slot.raw = now;
+      slot.backend = now;
       this.classify(slot);
     }
-    this.serial = serialOf(raw);
+    this.serial = reading.serial;
     return true;
   }
 
@@ -170,18 +162,14 @@ export class RoutingIndex {
   }
 
   /** Files an owned slot backend (its entries counted by the caller); undefined for any other backend. */
-  private addSlot(b: RawBackend): Slot | undefined {
-    const number = slotNumber(this.routing.slotPrefix, b.name);
-    if (number === undefined || !this.registry.owns(b.tags)) return undefined;
+  private addSlot(b: BackendState): Slot | undefined {
+    const number = slotNumber(this.desired.routing.slotPrefix, b.name);
+    if (number === undefined || !b.owned) return undefined;
     if (this.numbers.has(number)) this.sameNumber++;
     this.numbers.add(number);
-    const slot = { name: b.name, number, raw: b, refs: 0 };
+    const slot = { name: b.name, number, backend: b, refs: 0 };
     this.slots.set(b.name, slot);
     return slot;
-  }
-
-  private get routing(): NonNullable<DesiredConfig['routing']> {
-    return this.desired.routing as NonNullable<DesiredConfig['routing']>;
   }
 
   /** Counts an entry naming `backend` (in or out); a slot's class is brought up to date by the caller. */
@@ -200,31 +188,30 @@ export class RoutingIndex {
 
   private classify(slot: Slot, unsorted = false): void {
     if (slot.refs > 0) return;
-    if (slot.raw.servers.length === 0) {
+    if (slot.backend.servers.length === 0) {
       if (unsorted) this.free.push(slot);
       else this.free.splice(lowerBound(this.free, slot.number), 0, slot);
       return;
     }
     this.strays.add(slot);
-    if (slot.raw.servers.some((s) => this.registry.owns(s.tags))) this.ownedStrays++;
+    if (slot.backend.servers.some((s) => s.owned)) this.ownedStrays++;
   }
 
   private unclassify(slot: Slot): void {
     const i = lowerBound(this.free, slot.number);
     if (this.free[i] === slot) this.free.splice(i, 1);
-    if (this.strays.delete(slot) && slot.raw.servers.some((s) => this.registry.owns(s.tags)))
-      this.ownedStrays--;
+    if (this.strays.delete(slot) && slot.backend.servers.some((s) => s.owned)) this.ownedStrays--;
   }
 }
 
 /** The owned map's entries (empty when the state has none). */
-function mapEntries(raw: RawState, map: string): ReadonlyMap<string, string> {
-  return raw.maps?.find((m) => m.name === map)?.entries ?? new Map();
+function mapEntries(state: HaproxyState, map: string): ReadonlyMap<string, string> {
+  return state.maps?.find((m) => m.name === map)?.entries ?? new Map();
 }
 
 /** What `planStructure` looks at: frontends, the backends that are no slot, and the default backend. */
-function structureOf(raw: RawState, desired: DesiredConfig): RawState {
-  const prefix = desired.routing?.slotPrefix ?? '';
+function structureOf(raw: HaproxyState, desired: DesiredConfig): HaproxyState {
+  const prefix = desired.routing.slotPrefix;
   const fallback = desired.frontend.defaultBackend;
   const backends = raw.backends.filter(
     (b) => slotNumber(prefix, b.name) === undefined || b.name === fallback,
@@ -249,23 +236,18 @@ export class RoutingIndexCache {
   private key = '';
 
   /** The index of `raw` for `desired`'s frontend and routing settings (its routes do not matter). */
-  for(raw: RawState, registry: Registry, desired: DesiredConfig): RoutingIndex {
+  for(reading: Reading, desired: DesiredConfig): RoutingIndex {
     const shape = shapeOf(desired);
-    const key = `${registry.id}\n${JSON.stringify(shape)}`;
+    const key = JSON.stringify(shape);
     const i = this.index;
-    if (i && key === this.key && (i.describes(raw) || i.advance(raw))) return i;
+    if (i && key === this.key && (i.describes(reading) || i.advance(reading))) return i;
     this.key = key;
-    this.index = new RoutingIndex(raw, registry, shape);
+    this.index = new RoutingIndex(reading, shape);
     return this.index;
   }
 }
 
 /** The desired state without its routes: all a routing index depends on. */
 function shapeOf(d: DesiredConfig): DesiredConfig {
-  if (!d.routing) throw new Error('a routing index needs map routing');
-  return {
-    frontend: { ...d.frontend, rules: [] },
-    backends: [],
-    routing: { ...d.routing, routes: [] },
-  };
+  return { frontend: d.frontend, routing: { ...d.routing, routes: [] } };
 }

@@ -25,7 +25,7 @@ export function poolSize(size: number, used: number, min: number): number {
 export type ServerPlanner = (
   backend: string,
   want: DesiredRouting['routes'][number]['servers'],
-  have: ServerState[],
+  have: readonly ServerState[],
   ops: Operation[],
 ) => void;
 
@@ -166,6 +166,6 @@ function createSlots(want: DesiredRouting, taken: Set<string>, count: number, op
 }
 
 /** Whether `name` is one of the pool's slot backends (for the planner's "keep these backends"). */
-export function isSlot(want: DesiredRouting | undefined, name: string): boolean {
-  return want !== undefined && slotNumber(want.slotPrefix, name) !== undefined;
+export function isSlot(want: DesiredRouting, name: string): boolean {
+  return slotNumber(want.slotPrefix, name) !== undefined;
 }

@@ -14,7 +14,7 @@ export async function createProvider(config: ProviderConfig, deps: ProviderDeps)
     }
     case 'memory': {
       const { MemoryProvider } = await import('./memory/memory-provider.js');
-      return new MemoryProvider(undefined, deps.owner);
+      return new MemoryProvider();
     }
   }
 }

@@ -1,12 +1,37 @@
 import type { Logger } from 'pino';
-import type { Owner, RawState } from '../haproxy/model.js';
+import type { RawState, Tagger } from '../haproxy/model.js';
 import type { Plan } from '../plan/plan.js';
+import type { Reading } from '../plan/reading.js';
+import type { Clock } from '../timing/clock.js';
 
 export interface ApplyReport {
   /** `succeeded` when the change needed a reload and HAProxy reported it done; `none` for runtime-only changes. */
   reload: 'none' | 'succeeded';
   /** Requests (or runtime commands) sent to HAProxy for this apply. */
   requests: number;
+  /**
+   * Set when HAProxy now runs exactly the change's target, and nothing else changed it meanwhile: the
+   * provider's revision with the change applied. The registry then answers the next reads from the target
+   * for as long as the revision stays (no read of every slot after each change).
+   */
+  revision?: string;
+}
+
+/** A read: everything of HAProxy the service reasons about, and the revision it is current at. */
+export interface RawRead {
+  raw: RawState;
+  revision: string;
+}
+
+/** A plan's change: the reading it was made from, and that reading with the plan applied (`Reading.derive`). */
+export interface Change {
+  readonly from: Reading;
+  readonly to: Reading;
+  /**
+   * The provider's revision `from` is current at: when the revision has moved since, the plan was made from
+   * a state HAProxy no longer has, and the provider reads again (or answers `ConcurrentChangeError`).
+   */
+  readonly revision: string;
 }
 
 /**
@@ -25,16 +50,18 @@ export const UNCOUNTED: ProviderTraffic = { request() {}, bytes() {} };
 export interface ProviderDeps {
   logger: Logger;
   /** Whose tags the provider writes (the registry); the composition root wraps the provider with it. */
-  owner: Owner;
+  owner: Tagger;
   /** A directory the provider may keep small files in (the state file's): e.g. the open-transaction ledger. */
   stateDir?: string;
   /** Counts what the provider sends to HAProxy (the service feeds its metrics). */
   traffic?: ProviderTraffic;
   /**
    * Map routing: how long after a runtime change (of the last in a batch) the files HAProxy loads are
-   * brought in line, without a reload; never later than max(1 s, this) after the first. Default 500 (KUBEBYON_PERSIST_DELAY_MS).
+   * brought in line, without a reload; never later than max(1 s, this) after the first (default `PERSIST_DELAY_MS`).
    */
   persistDelayMs?: number;
+  /** The clock of the provider's timers (persistence): tests fake it. */
+  clock?: Clock;
 }
 
 /** What `ping` learned of the HAProxy behind the provider, for readiness and the start log. */
@@ -46,47 +73,41 @@ export interface ProviderInfo {
 }
 
 /**
- * Where plans are applied. Providers do plain I/O: they read HAProxy's objects with their tags, store the
- * owner's tags (`Owner.tags()`, given at construction) with every object a plan creates, and never change an
- * object the plan does not name. Ownership is decided by `src/registry/registry.ts` and enforced before a
- * plan reaches a provider by `src/registry/owned-provider.ts`; what each operation means is
- * `src/plan/apply.ts`.
+ * Where plans are applied. Providers do plain I/O: they read HAProxy's objects with the tags stored with
+ * them, store the owner's tags (`Tagger.tags()`, given at construction) with every object a plan creates,
+ * and never change an object the plan does not name. They never decide ownership: the registry
+ * (`src/registry/registry.ts`) interprets every read, and `src/registry/owned-provider.ts` hands a provider
+ * only plans it has checked, with the interpreted reading they were made from. What each operation means is
+ * `src/plan/apply.ts`; the change's target (`change.to`) is that, already computed.
  *
  * Contract (checked for every provider by `test/contract/provider-contract.ts`):
- * - `apply(plan, current)` is handed the state the plan was made from (a `readState` answer of the same
- *   provider; a provider may keep what it learned in that read, keyed by that object, and must read again when
- *   HAProxy moved since). It applies a non-empty plan as one unit, or not at all; after it,
- *   `interpret(readState())` equals the oracle's `applyToState(before, plan.operations)`. An empty plan writes
- *   nothing. One exception, stated and tested: the Data Plane API's runtime path sends one request per server
- *   moved, with no undo; when one fails, the moves before it stay applied, the rest are not, and the error
- *   makes the loop plan again from a fresh read, which finishes the move (`test/unit/dataplaneapi-provider`).
+ * - `apply(plan, change)` applies a non-empty plan as one unit, or not at all; after it, a read interprets to
+ *   `change.to.state`. An empty plan writes nothing. One exception, stated and tested: the Data Plane API's
+ *   runtime path sends one request per step, with no undo; when one fails, the steps before it stay applied,
+ *   and the error makes the loop plan again from a fresh read, which finishes the change.
  * - Every call honours its `AbortSignal`: an aborted call rejects promptly and leaves HAProxy as it was.
  * - Errors that retrying cannot fix are `TerminalError`s; `ConcurrentChangeError` asks for re-read and re-plan;
  *   anything else is transient and retried with backoff.
  */
-/** How fresh a read must be. */
-export interface ReadOptions {
-  /**
-   * Read everything HAProxy runs (servers, map entries), so drift made by hand at runtime is seen: periodic
-   * resyncs ask for it. Without it a provider may answer from what its own last read and applies left, when
-   * it can prove nothing else changed HAProxy since (same worker, no reload, same files).
-   */
-  fresh?: boolean;
-}
-
 export interface Provider {
   /** `dataplaneapi`, `haproxy` or `memory`: the metrics and logs name it. */
   readonly name: string;
-  readState(signal: AbortSignal, options?: ReadOptions): Promise<RawState>;
-  apply(plan: Plan, current: RawState, signal: AbortSignal): Promise<ApplyReport>;
+  /** Everything HAProxy runs that the service reasons about (servers and map entries as they run). */
+  read(signal: AbortSignal): Promise<RawRead>;
+  /**
+   * A cheap token that changes whenever HAProxy may run something this provider did not make it run: a
+   * reload or restart by anyone else (what runs at runtime is then lost), a change of the configuration by
+   * someone else. The provider's own applies and file writes do not move it past what they report.
+   */
+  revision(signal: AbortSignal): Promise<string>;
+  apply(plan: Plan, change: Change, signal: AbortSignal): Promise<ApplyReport>;
+  /**
+   * After a full read, interpreted: the files HAProxy loads are brought in line with what `reading` says
+   * runs, for the owned objects (a crash or a reload before the last persistence leaves them behind).
+   */
+  settle?(reading: Reading, signal: AbortSignal): Promise<void>;
   /** A cheap request that proves HAProxy answers, for readiness. */
   ping(signal: AbortSignal): Promise<ProviderInfo>;
-  /**
-   * A cheap token that changes whenever HAProxy may have lost or changed what runs at runtime behind the
-   * provider's back (a reload or restart by anyone: e.g. the master's reload count and worker pid). The
-   * reconciler polls it and runs a fresh pass when it changes, so routes a reload forgot come back at once.
-   */
-  revision?(signal: AbortSignal): Promise<string>;
   /**
    * Releases connections and timers; what runtime applies left unwritten to HAProxy's files is written
    * first, unless `persist` is false (a replica that lost the lead: only the leader writes).

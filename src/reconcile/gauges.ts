@@ -29,7 +29,6 @@ export class Gauges {
   ): void {
     const names = new Set(states.keys());
     for (const name of last?.rejected.keys() ?? []) names.add(name);
-    for (const name of last?.conflicted.keys() ?? []) names.add(name);
     for (const name of last?.backends?.keys() ?? []) names.add(name);
     const changes = new Map<string, ClusterState | undefined>();
     for (const name of this.shares.keys()) if (!names.has(name)) changes.set(name, undefined);
@@ -90,8 +89,7 @@ export class Gauges {
 function shareOf(name: string, state: ClusterState | undefined, last: PassResult | undefined): Share {
   const share: Share = {};
   if (state) share.state = state;
-  const reason =
-    last?.rejected.get(name)?.reason ?? (last?.conflicted.has(name) ? 'backend_not_owned' : undefined);
+  const reason = last?.rejected.get(name)?.reason;
   if (reason) share.reason = reason;
   const served = last?.backends?.get(name);
   if (served) share.info = { cluster: name, host: served.host, backend: served.backend };

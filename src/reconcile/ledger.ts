@@ -62,7 +62,7 @@ export class PassLedger {
   full({ result, touched, pool }: PassOutcomeReport): void {
     const now = this.o.clock.now();
     if (result.ok) {
-      for (const name of result.routes.keys()) this.applied(result, touched, name, now);
+      for (const name of result.routes.keys()) this.applied(touched, name, now);
       this.pool = pool;
     } else if (this.last?.backends) {
       // Nothing (or not all) of the plan was applied: HAProxy still routes as the last pass left it.
@@ -79,7 +79,7 @@ export class PassLedger {
     const now = this.o.clock.now();
     for (const name of clusters) {
       if (!result.routes.has(name)) this.appliedAt.delete(name);
-      else if (result.ok) this.applied(result, touched, name, now);
+      else if (result.ok) this.applied(touched, name, now);
     }
     if (result.ok) this.pool = pool;
     this.last = result;
@@ -89,8 +89,7 @@ export class PassLedger {
     if (this.dirty !== 'all' || now - this.gaugesAt >= GAUGE_INTERVAL_MS) this.publish();
   }
 
-  private applied(result: PassResult, touched: ReadonlySet<string>, name: string, now: number): void {
-    if (result.conflicted.has(name)) return;
+  private applied(touched: ReadonlySet<string>, name: string, now: number): void {
     if (touched.has(name) || !this.appliedAt.has(name)) this.appliedAt.set(name, now);
   }
 

@@ -1,6 +1,6 @@
 import pRetry from 'p-retry';
 import type { Logger } from 'pino';
-import type { DesiredConfig, RawState } from '../haproxy/model.js';
+import type { DesiredConfig } from '../haproxy/model.js';
 import { type RenderOptions, renderDesired } from '../haproxy/render.js';
 import type { Metrics } from '../metrics/metrics.js';
 import type { ClusterRecord } from '../model/cluster.js';
@@ -14,9 +14,9 @@ import {
 import { formatPlan } from '../plan/format.js';
 import type { PoolReport } from '../plan/operations.js';
 import { type Plan, plan } from '../plan/plan.js';
+import type { Reading } from '../plan/reading.js';
 import type { RoutingIndexCache } from '../plan/routing-index.js';
-import type { ReadOptions } from '../providers/provider.js';
-import type { OwnedProvider } from '../registry/owned-provider.js';
+import type { OwnedProvider, ReadOptions } from '../registry/owned-provider.js';
 import type { Topology } from '../topology/topology.js';
 import { sortConflicts } from './conflicts.js';
 import { type DesiredRoutes, memoizedDesiredRoutes } from './desired.js';
@@ -42,7 +42,7 @@ export async function planAgainst(
   signal: AbortSignal,
   read: ReadOptions = {},
 ): Promise<Plan> {
-  return plan(config, provider.registry.interpret(await provider.readState(signal, read)));
+  return plan(config, (await provider.read(signal, read)).state);
 }
 
 /**
@@ -89,6 +89,8 @@ export interface PassReport {
   failure?: FailureKind;
   /** Map routing: the slot pool as the last plan left it. */
   pool?: PoolReport;
+  /** The last non-empty plan sent to the provider, whether it was applied or not. */
+  attempted?: Plan;
 }
 
 /**
@@ -102,8 +104,8 @@ export async function runPass(i: PassInputs): Promise<PassReport> {
   const endRender = phase(i.metrics, 'render');
   const { desired, config } = desiredConfig(i.records, i.topology, i.render);
   endRender();
-  const out: AttemptOutput = { conflicted: new Map(), touched: new Set(), backends: new Map() };
-  const { conflicted, touched } = out;
+  const out: AttemptOutput = { touched: new Set(), backends: new Map() };
+  const { touched } = out;
   try {
     const changed = await pRetry((n) => attempt(i, config, out, n), {
       retries: i.retries,
@@ -116,25 +118,36 @@ export async function runPass(i: PassInputs): Promise<PassReport> {
           logger.info({ err: errorText(error), attemptNumber }, 'HAProxy changed meanwhile; reading again');
       },
     });
-    const result = passResult(desired, { seen, ok: true, conflicted, backends: out.backends });
-    return { result, changed, touched, ...(out.pool ? { pool: out.pool } : {}) };
+    const result = passResult(desired, { seen, ok: true, backends: out.backends });
+    return {
+      result,
+      changed,
+      touched,
+      ...(out.pool ? { pool: out.pool } : {}),
+      ...(out.attempted ? { attempted: out.attempted } : {}),
+    };
   } catch (err) {
     const error = errorText(err);
     const failure = failureKind(err);
     logger.error({ err: error, failure }, 'reconcile failed');
-    const result = passResult(desired, { seen, ok: false, error, conflicted });
-    return { result, changed: false, touched, failure };
+    const result = passResult(desired, { seen, ok: false, error });
+    return {
+      result,
+      changed: false,
+      touched,
+      failure,
+      ...(out.attempted ? { attempted: out.attempted } : {}),
+    };
   }
 }
 
 interface AttemptOutput {
-  /** Clusters whose backend a foreign object holds, from the latest plan. */
-  conflicted: Map<string, string>;
   /** Clusters a plan that was sent changes. */
   touched: Set<string>;
   /** Each routed cluster's backend, from the latest plan. */
   backends: Map<string, RouteBackend>;
   pool?: PoolReport;
+  attempted?: Plan;
 }
 
 const DEFAULT_KIND: PassKind = { fresh: true, grow: 'ahead', repair: false };
@@ -153,27 +166,26 @@ async function attempt(
   const kind = i.kind ?? DEFAULT_KIND;
   const endRead = phase(metrics, 'read');
   // HAProxy changed under the last attempt: what the provider remembers of it is not to be trusted.
-  const raw = await provider.readState(signal, { fresh: kind.fresh || attemptNumber > 1 });
+  const reading = await provider.read(signal, { fresh: kind.fresh || attemptNumber > 1 });
   endRead();
   const endPlan = phase(metrics, 'plan');
-  const p = plan(config, provider.registry.interpret(raw), { grow: kind.grow });
-  if (config.routing) i.indexes?.for(raw, provider.registry, config);
+  const p = plan(config, reading.state, { grow: kind.grow });
+  i.indexes?.for(reading, config);
   endPlan();
   out.backends = routeBackends(config, p);
   if (p.pool) out.pool = p.pool;
   else delete out.pool;
-  // Rules routing's own backends, or the slots this plan leaves serving each cluster (map routing).
-  const clusterOf = new Map(config.backends.map((b) => [b.name, b.cluster]));
+  // The slots this plan leaves serving each cluster.
+  const clusterOf = new Map<string, string>();
   for (const [cluster, { backend }] of out.backends) clusterOf.set(backend, cluster);
-  const { blocking, byCluster, others } = sortConflicts(p.conflicts, config.backends);
-  out.conflicted.clear();
+  const { blocking, others } = sortConflicts(p.conflicts);
   // A foreign frontend under our name blocks every route: nothing may be applied, nothing is routed.
   if (blocking) throw new TerminalError(`${blocking.kind}: ${blocking.detail}`);
-  for (const [cluster, detail] of byCluster) out.conflicted.set(cluster, detail);
   for (const c of others) logger.warn({ conflict: c.kind, object: c.name }, c.detail);
   if (p.operations.length === 0) return false;
   for (const cluster of clustersTouched(p, clusterOf)) out.touched.add(cluster);
-  await applyPlan(i, p, raw, kind);
+  out.attempted = p;
+  await applyPlan(i, p, reading, kind);
   return true;
 }
 
@@ -181,7 +193,7 @@ async function attempt(
 export async function applyPlan(
   i: Pick<PassInputs, 'provider' | 'signal' | 'logger' | 'metrics'>,
   p: Plan,
-  raw: RawState,
+  reading: Reading,
   kind: PassKind,
 ): Promise<void> {
   const { metrics } = i;
@@ -190,7 +202,7 @@ export async function applyPlan(
   // Said when the apply ends too: with replicas, the log shows each one's applies never overlap.
   let result = 'failed';
   try {
-    const report = await i.provider.apply(p, raw, i.signal);
+    const report = await i.provider.apply(p, reading, i.signal);
     metrics.transactions.inc({ result: 'committed' });
     result = 'committed';
     if (report.reload === 'succeeded')
@@ -227,7 +239,7 @@ function logPlan(logger: Logger, p: Plan): void {
 function clustersTouched(p: Plan, clusterOf: ReadonlyMap<string, string>): Set<string> {
   const names = new Set<string>();
   for (const op of p.operations) {
-    if (op.kind === 'create_backend' || op.kind === 'update_backend') names.add(op.backend.name);
+    if (op.kind === 'create_backend') names.add(op.backend.name);
     if (op.kind === 'create_server' || op.kind === 'update_server' || op.kind === 'delete_server')
       names.add(op.backend);
     if (op.kind === 'set_switching_rules') for (const r of [...op.added, ...op.removed]) names.add(r.backend);

@@ -9,6 +9,21 @@ import type { Topology } from '../topology/topology.js';
 import type { RouteBackend } from './routing.js';
 import type { ClusterStatus } from './status.js';
 
+/**
+ * The loop's timings: constants, each chosen by a measurement (they were settings; `settings.ts` lists them
+ * as retired).
+ * - `debounceMs` 0: the first change after a quiet spell is applied at once, and changes that arrive during
+ *   a pass go together into the next. A pass for a few clusters costs about a millisecond at any N (a new
+ *   cluster is routable in 6-17 ms p50 at N = 10 to 20000, `bench/results/zero-reload.md`): waiting first
+ *   would only add to that. A burst of 1000 changes still costs a handful of passes (1.4-2.4 s in all).
+ * - `maxDelayMs` 2000: a steady stream of changes less than the debounce apart holds a pass back no longer.
+ * - `retries` 5: re-reads within one pass when HAProxy changed meanwhile; more have never been needed in
+ *   the two-owner tests (two adapters writing one HAProxy), fewer made a pass give up on a busy API.
+ * - `watchMs` 500: a reload by someone else before persistence is seen by the next poll, and the lost route
+ *   answers again 33-65 ms after it (`docs/RELIABILITY.md`); each poll is one or two cheap requests.
+ */
+export const LOOP = { debounceMs: 0, maxDelayMs: 2000, retries: 5, watchMs: 500 } as const;
+
 export interface ReconcilerOptions {
   store: Pick<DesiredStore, 'list' | 'get'>;
   topology: Topology;

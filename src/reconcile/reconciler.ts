@@ -247,7 +247,7 @@ export class Reconciler implements Loop {
     const last = this.ledger.last;
     const webhooksOnly = [...reasons].every((r) => r === 'webhook');
     if (scope === 'all' || scope.size === 0 || !webhooksOnly || kind.fresh) return undefined;
-    if (this.o.render.routing !== 'map' || !last?.ok) return undefined;
+    if (!last?.ok) return undefined;
     const report = await runScopedPass({
       clusters: scope,
       record: (name) => this.o.store.get(name),

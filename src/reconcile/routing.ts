@@ -10,27 +10,14 @@ export interface RouteBackend {
   servers: string[];
 }
 
-/**
- * Each routed cluster's backend once `p` is applied: with map routing the slot the plan placed its host in,
- * with rules routing its own backend (unless a foreign object holds the name). Pure.
- */
+/** Each routed cluster's backend once `p` is applied: the slot the plan placed its host in. Pure. */
 export function routeBackends(config: DesiredConfig, p: Plan): Map<string, RouteBackend> {
   const out = new Map<string, RouteBackend>();
-  const servers = (list: ReadonlyArray<{ address: string; port: number }>) => list.map((e) => endpointKey(e));
-  if (config.routing) {
-    const slots = p.pool?.assignments;
-    for (const r of config.routing.routes) {
-      const backend = slots?.get(r.host);
-      if (backend !== undefined) out.set(r.cluster, { host: r.host, backend, servers: servers(r.servers) });
-    }
-    return out;
-  }
-  const refused = new Set(p.conflicts.filter((c) => c.kind === 'backend_not_owned').map((c) => c.name));
-  const hostOf = new Map(config.frontend.rules.map((r) => [r.backend, r.host]));
-  for (const b of config.backends) {
-    const host = hostOf.get(b.name);
-    if (host === undefined || refused.has(b.name)) continue;
-    out.set(b.cluster, { host, backend: b.name, servers: servers(b.servers) });
+  const slots = p.pool?.assignments;
+  for (const r of config.routing.routes) {
+    const backend = slots?.get(r.host);
+    if (backend !== undefined)
+      out.set(r.cluster, { host: r.host, backend, servers: r.servers.map((e) => endpointKey(e)) });
   }
   return out;
 }
@@ -67,7 +54,6 @@ const STRUCTURE: ReadonlySet<Operation['kind']> = new Set([
   'update_frontend',
   'delete_frontend',
   'create_backend',
-  'update_backend',
   'delete_backend',
   'set_switching_rules',
 ]);
@@ -81,7 +67,7 @@ export function reloadReason(p: Plan, repair: boolean): ReloadReason {
   const slotsOnly =
     (p.pool?.created ?? 0) > 0 &&
     structure.length > 0 &&
-    structure.every((op) => op.kind === 'create_backend' && op.backend.cluster === undefined);
+    structure.every((op) => op.kind === 'create_backend');
   if (slotsOnly) return 'pool_growth';
   return repair ? 'repair' : 'structure';
 }

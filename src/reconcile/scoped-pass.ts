@@ -1,8 +1,9 @@
-import type { DesiredRoute, DesiredRouting, RawState } from '../haproxy/model.js';
+import type { DesiredRoute } from '../haproxy/model.js';
 import { desiredShape, renderRoute } from '../haproxy/render.js';
 import type { ClusterRecord } from '../model/cluster.js';
 import { errorText } from '../model/errors.js';
 import type { Plan, PoolReport } from '../plan/operations.js';
+import type { Reading } from '../plan/reading.js';
 import type { RoutingIndexCache } from '../plan/routing-index.js';
 import { planScoped } from '../plan/scoped.js';
 import { endpointKey } from '../routes/endpoint.js';
@@ -49,10 +50,10 @@ export async function runScopedPass(i: ScopedPassInputs): Promise<ScopedPassRepo
   const scope = scopeOf(i, memo);
   endRender();
   if ('doubt' in scope) return scope;
-  let raw: RawState;
+  let reading: Reading;
   try {
     const endRead = phase(i.metrics, 'read');
-    raw = await i.provider.readState(i.signal, { fresh: false });
+    reading = await i.provider.read(i.signal, { fresh: false });
     endRead();
   } catch (err) {
     return failed(i, scope, err);
@@ -60,8 +61,8 @@ export async function runScopedPass(i: ScopedPassInputs): Promise<ScopedPassRepo
   const endPlan = phase(i.metrics, 'plan');
   const shape = desiredShape(i.render);
   const planned = planScoped({
-    index: i.indexes.for(raw, i.provider.registry, shape),
-    routing: shape.routing as DesiredRouting,
+    index: i.indexes.for(reading, shape),
+    routing: shape.routing,
     hosts: [...scope.hosts.keys()].sort(compareStrings),
     routeAt: (host) => scope.hosts.get(host),
     totalRoutes: scope.totalRoutes,
@@ -73,7 +74,7 @@ export async function runScopedPass(i: ScopedPassInputs): Promise<ScopedPassRepo
   for (const c of p.conflicts) i.logger.warn({ conflict: c.kind, object: c.name }, c.detail);
   if (p.operations.length > 0) {
     try {
-      await applyPlan(i, p, raw, i.kind);
+      await applyPlan(i, p, reading, i.kind);
     } catch (err) {
       // A full pass reads again and plans everything: what it does is what a conflict needs.
       if (failureKind(err) === 'conflict') return { doubt: `HAProxy changed meanwhile: ${errorText(err)}` };
@@ -169,7 +170,7 @@ function failed(i: ScopedPassInputs, scope: Scope, err: unknown): ScopedPassRepo
 function refresh(r: PassResult, name: string, planned: Planned): void {
   const before = r.routes.get(name);
   if (before && r.holders.get(before.host) === name) r.holders.delete(before.host);
-  for (const map of [r.seen, r.routes, r.rejected, r.problems, r.conflicted]) map.delete(name);
+  for (const map of [r.seen, r.routes, r.rejected, r.problems]) map.delete(name);
   const { record, route, rejected, problem } = planned;
   if (record) r.seen.set(name, record.updatedAt);
   if (route) {

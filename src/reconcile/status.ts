@@ -38,8 +38,6 @@ export interface PassResult {
   rejected: Map<string, RejectedRoute>;
   /** Clusters whose endpoints the topology could not fully resolve, with why. */
   problems: Map<string, TopologyProblem>;
-  /** Backends the plan could not create because a foreign object holds the name. */
-  conflicted: Map<string, string>;
   /** Which backend serves each routed cluster after the pass (what HAProxy still runs, if it failed). */
   backends?: Map<string, RouteBackend>;
 }
@@ -47,7 +45,7 @@ export interface PassResult {
 /** A full pass's result, indexed by cluster. */
 export function passResult(
   desired: DesiredRoutes,
-  fields: Pick<PassResult, 'seen' | 'ok' | 'conflicted' | 'backends' | 'error'>,
+  fields: Pick<PassResult, 'seen' | 'ok' | 'backends' | 'error'>,
 ): PassResult {
   const { backends, error, ...rest } = fields;
   return {
@@ -109,8 +107,6 @@ function verdict(
   if (!last || last.seen.get(record.name) !== record.updatedAt) return { state: 'pending', reason: null };
   const rejection = last.rejected.get(record.name);
   if (rejection) return { state: 'rejected', reason: `${rejection.reason}: ${rejection.detail}` };
-  const conflict = last.conflicted.get(record.name);
-  if (conflict) return { state: 'rejected', reason: `backend_not_owned: ${conflict}` };
   if (!last.ok) return { state: 'error', reason: last.error ?? 'reconcile failed' };
   const route = last.routes.get(record.name);
   const problem = last.problems.get(record.name);

@@ -1,24 +1,32 @@
-import type { RawState } from '../haproxy/model.js';
-import { FencedError, NotOwnedError } from '../model/errors.js';
-import { backendNamed, frontendNamed } from '../plan/lineage.js';
+import { ConcurrentChangeError, FencedError, NotOwnedError } from '../model/errors.js';
 import type { Operation, Plan } from '../plan/plan.js';
-import type {
-  ApplyReport,
-  CloseOptions,
-  Provider,
-  ProviderInfo,
-  ReadOptions,
-} from '../providers/provider.js';
+import { Reading } from '../plan/reading.js';
+import type { ApplyReport, CloseOptions, Provider, ProviderInfo } from '../providers/provider.js';
 import type { Registry } from './registry.js';
 
+/** How fresh a read must be. */
+export interface ReadOptions {
+  /**
+   * Read everything HAProxy runs, so that drift made by hand at runtime is seen: start, resyncs and tries
+   * after a failure ask for it. Without it the last reading is answered while the provider's revision says
+   * nothing but this service changed HAProxy since.
+   */
+  fresh?: boolean;
+}
+
 /**
- * Ownership as a layer around any provider (external-dns's `TXTRegistry` filters a plan before
- * `provider.ApplyChanges`): every plan is checked against the state it was made from, and one that would
- * change, delete or shadow an object this owner does not hold never reaches the provider, which then only
- * does I/O. Reads pass through untouched; the registry interprets them.
+ * Ownership as a layer around any provider, for reads and writes alike (external-dns's `TXTRegistry`): every
+ * read is interpreted here, once, and the loop only ever sees `Reading`s, never a raw tag; every plan is
+ * checked against the reading it was made from, and one that would change, delete or shadow an object this
+ * owner does not hold never reaches the provider. The last reading is kept, moved on by each plan the
+ * provider reports applied (`Reading.derive`), and answered again while the provider's revision stays: a
+ * pass after a change costs one revision request, not a read of every slot.
  */
-export class OwnedProvider implements Provider {
+export class OwnedProvider {
   readonly name: string;
+  private kept: { reading: Reading; revision: string } | undefined;
+  /** The revision each of the last readings handed out is current at, by serial (a few are enough). */
+  private readonly revisions = new Map<number, string>();
 
   /**
    * `fence`, when given, is asked right before each apply: a reason not to write (this replica does not lead)
@@ -32,20 +40,49 @@ export class OwnedProvider implements Provider {
     this.name = inner.name;
   }
 
-  readState(signal: AbortSignal, options?: ReadOptions): Promise<RawState> {
-    return this.inner.readState(signal, options);
+  /** What HAProxy has, interpreted: the reading kept, while nothing but this service changed HAProxy. */
+  async read(signal: AbortSignal, options: ReadOptions = {}): Promise<Reading> {
+    const kept = this.kept;
+    if (!options.fresh && kept && (await this.inner.revision(signal)) === kept.revision) return kept.reading;
+    this.kept = undefined;
+    const { raw, revision } = await this.inner.read(signal);
+    const reading = Reading.of(this.registry.interpret(raw));
+    this.keep(reading, revision);
+    await this.inner.settle?.(reading, signal);
+    return reading;
   }
 
-  /** The inner provider's revision; one that has none never changes (`''`). */
+  /** The provider's revision token (`Provider.revision`). */
   revision(signal: AbortSignal): Promise<string> {
-    return this.inner.revision ? this.inner.revision(signal) : Promise.resolve('');
+    return this.inner.revision(signal);
   }
 
-  async apply(plan: Plan, current: RawState, signal: AbortSignal): Promise<ApplyReport> {
+  /** Whether `revision` is one this service left HAProxy at (its own apply), not someone else's change. */
+  isOwnRevision(revision: string): boolean {
+    return this.kept?.revision === revision;
+  }
+
+  async apply(plan: Plan, from: Reading, signal: AbortSignal): Promise<ApplyReport> {
     const fenced = this.fence?.();
     if (fenced !== undefined) throw new FencedError(fenced);
-    refuseForeign(plan.operations, current, this.registry);
-    return this.inner.apply(plan, current, signal);
+    refuseForeign(plan.operations, from, this.registry);
+    const revision = this.revisions.get(from.serial);
+    if (revision === undefined)
+      throw new ConcurrentChangeError('the plan was made from a reading this provider no longer tracks');
+    const to = from.derive(plan.operations, this.registry);
+    this.kept = undefined;
+    const report = await this.inner.apply(plan, { from, to, revision }, signal);
+    if (report.revision !== undefined) this.keep(to, report.revision);
+    return report;
+  }
+
+  private keep(reading: Reading, revision: string): void {
+    this.kept = { reading, revision };
+    this.revisions.set(reading.serial, revision);
+    for (const serial of this.revisions.keys()) {
+      if (this.revisions.size <= 8) break;
+      this.revisions.delete(serial);
+    }
   }
 
   ping(signal: AbortSignal): Promise<ProviderInfo> {
@@ -58,34 +95,28 @@ export class OwnedProvider implements Provider {
 }
 
 /**
- * Throws `NotOwnedError` when an operation names an object in `current` that `registry` does not own: an
+ * Throws `NotOwnedError` when an operation names an object of `current` that the registry found foreign: an
  * update or deletion of a foreign frontend, backend or server, a server added to a foreign backend, a
- * creation under a name a foreign proxy holds, or an owned rule list for a foreign frontend. Objects missing
- * from `current` are left to the provider (a concurrent change, not an ownership question).
+ * creation under a name a foreign proxy holds, or a rule list for a foreign frontend. Objects missing from
+ * `current` are left to the provider (a concurrent change, not an ownership question).
  */
-export function refuseForeign(operations: readonly Operation[], current: RawState, registry: Registry): void {
-  // One lookup per object an operation names (`lineage.ts` indexes the state once): a plan of a few
-  // operations on a state of thousands of backends costs those few.
-  const backend = (name: string) => backendNamed(current, name);
+export function refuseForeign(operations: readonly Operation[], current: Reading, registry: Registry): void {
   // Maps an owned frontend routes by, now or once this plan has made or changed it (frontends are few).
   const maps = new Set<string>();
-  for (const f of current.frontends) if (f.sniMap && registry.owns(f.tags)) maps.add(f.sniMap);
+  for (const f of current.state.frontends) if (f.sniMap && f.owned) maps.add(f.sniMap);
   for (const op of operations)
-    if ((op.kind === 'create_frontend' || op.kind === 'update_frontend') && op.frontend.sniMap)
-      maps.add(op.frontend.sniMap);
+    if (op.kind === 'create_frontend' || op.kind === 'update_frontend') maps.add(op.frontend.sniMap);
   const refuse = (what: string) => {
     throw new NotOwnedError(`refusing to change ${what}: it is not owned by ${registry.id}`);
   };
   // Frontends and backends share one namespace: a name is checked against both.
   const proxy = (name: string) => {
-    const f = frontendNamed(current, name);
-    if (f && !registry.owns(f.tags)) refuse(`frontend ${name}`);
-    const b = backend(name);
-    if (b && !registry.owns(b.tags)) refuse(`backend ${name}`);
+    if (current.frontend(name)?.owned === false) refuse(`frontend ${name}`);
+    if (current.backend(name)?.owned === false) refuse(`backend ${name}`);
   };
-  const server = (backendName: string, name: string) => {
-    const s = backend(backendName)?.servers.find((x) => x.name === name);
-    if (s && !registry.owns(s.tags)) refuse(`server ${backendName}/${name}`);
+  const server = (backend: string, name: string) => {
+    const s = current.backend(backend)?.servers.find((x) => x.name === name);
+    if (s && !s.owned) refuse(`server ${backend}/${name}`);
   };
   for (const op of operations) {
     switch (op.kind) {
@@ -94,7 +125,6 @@ export function refuseForeign(operations: readonly Operation[], current: RawStat
         proxy(op.frontend.name);
         break;
       case 'create_backend':
-      case 'update_backend':
         proxy(op.backend.name);
         break;
       case 'delete_frontend':

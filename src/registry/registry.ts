@@ -2,11 +2,11 @@ import type {
   BackendState,
   FrontendState,
   HaproxyState,
-  Owner,
   RawBackend,
   RawFrontend,
   RawState,
   ServerState,
+  Tagger,
   Tags,
 } from '../haproxy/model.js';
 
@@ -32,7 +32,7 @@ export class InvalidOwnerIdError extends Error {
   override readonly name = 'InvalidOwnerIdError';
 }
 
-export class Registry implements Owner {
+export class Registry implements Tagger {
   constructor(readonly id: string = DEFAULT_OWNER_ID) {
     if (!OWNER_ID.test(id))
       throw new InvalidOwnerIdError(
@@ -52,45 +52,55 @@ export class Registry implements Owner {
     return tags[OWNER_TAG] === this.id;
   }
 
-  /** Reads ownership off raw objects: what the planner may change, and which cluster each backend serves. */
+  /**
+   * Reads ownership off raw objects, once per read: what the planner may change, and which cluster each
+   * backend serves. A server without tags of its own belongs to its backend's owner (servers added at
+   * runtime carry none until they reach the files); one with another owner's tags is foreign wherever it is.
+   */
   interpret(raw: RawState): HaproxyState {
-    const state: HaproxyState = {
-      frontends: raw.frontends.map((f) => this.frontendState(f)),
-      backends: raw.backends.map((b) => this.backendState(b)),
-    };
+    const frontends = raw.frontends.map((f) => this.frontendState(f));
     // A map is ours with the owned frontend that routes by it; the others' maps are not read.
-    const ours = new Set(raw.frontends.filter((f) => this.owns(f.tags) && f.sniMap).map((f) => f.sniMap));
+    const ours = new Set(frontends.filter((f) => f.owned && f.sniMap).map((f) => f.sniMap));
     const maps = raw.maps?.filter((m) => ours.has(m.name));
-    if (maps !== undefined) state.maps = maps;
-    return state;
+    return {
+      frontends,
+      backends: raw.backends.map((b) => this.backendState(b)),
+      ...(maps !== undefined ? { maps } : {}),
+    };
   }
 
   private frontendState(f: RawFrontend): FrontendState {
-    const { tags, rules, ...rest } = f;
     return {
-      ...rest,
-      owned: this.owns(tags),
-      rules: rules.map((r) => ({ backend: r.backend, host: r.host, owned: this.owns(r.tags) })),
+      ...f,
+      owned: this.owns(f.tags),
+      rules: f.rules.map((r) => ({ ...r, owned: this.owns(r.tags) })),
     };
   }
 
   private backendState(b: RawBackend): BackendState {
     const owned = this.owns(b.tags);
-    // Field by field, not by rest and spread: this runs for every server of every backend on each pass.
+    // Field by field, not by rest and spread: this runs for every server of every backend on each full read.
     const servers: ServerState[] = b.servers.map((s) => ({
       name: s.name,
       address: s.address,
       port: s.port,
       check: s.check,
-      owned: owned && this.owns(s.tags),
+      tags: s.tags,
+      owned: owned && (isUntagged(s.tags) || this.owns(s.tags)),
     }));
     const cluster = owned ? b.tags[CLUSTER_TAG] : undefined;
     return {
       name: b.name,
+      balance: b.balance,
+      tags: b.tags,
+      servers,
       owned,
       ...(cluster !== undefined ? { cluster } : {}),
-      balance: b.balance,
-      servers,
     };
   }
+}
+
+function isUntagged(tags: Tags): boolean {
+  for (const _ in tags) return false;
+  return true;
 }

@@ -60,12 +60,14 @@ export class Debounce {
     this.arm();
   }
 
-  /** Runs now what is scheduled (if anything), and waits until no run is under way or scheduled. */
+  /**
+   * Waits for a run under way, then runs at once what is scheduled (if anything) and waits for it: once, so
+   * that a run that keeps failing and asking again cannot hold the caller.
+   */
   async flush(): Promise<void> {
-    for (let i = 0; i < 1000 && this.pending; i++) {
-      if (this.dirty && !this.running) this.fire();
-      await this.running?.catch(() => {});
-    }
+    await this.running?.catch(() => {});
+    if (this.dirty && !this.running) this.fire();
+    await this.running?.catch(() => {});
   }
 
   /** Drops what is scheduled and waits for a run under way; later schedules are ignored. */

@@ -1,7 +1,8 @@
 /**
  * What a Data Plane API can do for this service, read off the API's own OpenAPI document (a locally built API
  * reports its version as `dev`, so the version number proves nothing). Pure: takes the document, says where
- * ownership tags can be kept and which write paths exist, or names what is missing.
+ * ownership tags can be kept and whether files of its general storage can be read back, or names what is
+ * missing.
  *
  * | document        | frontends, backends | servers            | binds, rules          |
  * | --------------- | ------------------- | ------------------ | --------------------- |
@@ -22,8 +23,6 @@ export interface TagStore {
 export interface Capabilities extends TagStore {
   /** The document's `info.version`, e.g. `3.0`. */
   document: string;
-  /** `POST /configuration/raw` takes `skip_reload` and `X-Runtime-Actions`: large plans as one edited file. */
-  rawFile: boolean;
   /**
    * `GET /storage/general/{name}` answers the file's text (v3.4): the slots files can be read back.
    * v3.0.23 and v3.2.15 answer `{}` whatever the file holds (checked on the test bed).
@@ -43,15 +42,18 @@ const TAGGED: Array<[schema: string, what: string]> = [
   ['tcp_request_rule', 'tcp-request rules'],
 ];
 
+/** What the provider uses: the configuration as text, and HAProxy's runtime (servers, map entries, stats). */
 const ENDPOINTS = [
-  '/services/haproxy/transactions',
-  '/services/haproxy/transactions/{id}',
   '/services/haproxy/configuration/version',
-  '/services/haproxy/configuration/frontends',
-  '/services/haproxy/configuration/backends',
-  '/services/haproxy/configuration/frontends/{parent_name}/backend_switching_rules',
-  '/services/haproxy/configuration/backends/{parent_name}/servers/{name}',
-  '/services/haproxy/reloads/{id}',
+  '/services/haproxy/configuration/raw',
+  '/services/haproxy/runtime/info',
+  '/services/haproxy/runtime/backends/{parent_name}/servers',
+  '/services/haproxy/runtime/backends/{parent_name}/servers/{name}',
+  '/services/haproxy/runtime/maps/{parent_name}/entries',
+  '/services/haproxy/runtime/maps/{parent_name}/entries/{id}',
+  '/services/haproxy/stats/native',
+  '/services/haproxy/storage/maps',
+  '/services/haproxy/storage/maps/{name}',
 ];
 
 type SchemaMap = Record<string, { properties?: Record<string, unknown>; allOf?: unknown[] } | undefined>;
@@ -105,18 +107,16 @@ export function readCapabilities(spec: unknown): CapabilityCheck {
       `a place for ownership tags: \`metadata\` on ${noMetadata.join(', ')} (v3.2 or newer), or \`description\` on frontends and backends (v3.0)`,
     );
   for (const path of ENDPOINTS) if (!doc.paths?.[path]) missing.push(`the endpoint ${path}`);
-  if (missing.length > 0) return { ok: false, missing };
   const raw = parameterNames(doc, '/services/haproxy/configuration/raw', 'post');
+  for (const p of ['version', 'skip_reload', 'force_reload', 'X-Runtime-Actions'])
+    if (!raw.has(p)) missing.push(`the parameter ${p} of POST /services/haproxy/configuration/raw`);
+  if (missing.length > 0) return { ok: false, missing };
   return {
     ok: true,
     capabilities: {
       document: doc.info?.version ?? 'unknown',
       ownership: noMetadata.length === 0 ? 'metadata' : 'description',
       serverTags: hasProperty(schemas, 'server', 'metadata'),
-      rawFile:
-        doc.paths?.['/services/haproxy/configuration/raw']?.get !== undefined &&
-        raw.has('skip_reload') &&
-        raw.has('X-Runtime-Actions'),
       generalFiles: atLeast(doc.info?.version, 3, 4),
     },
   };

@@ -64,6 +64,8 @@ export type RequestInit<O> = ([RequiredKeys<ParamsOf<O>>] extends [never]
     timeoutMs?: number;
     /** Header parameters the operation documents (e.g. `X-Runtime-Actions`). */
     headers?: Record<string, string>;
+    /** The answer's body as text, whatever its content type says (a stored file's content). */
+    text?: boolean;
   };
 
 /** The API answered with a status its operation does not call success. `message` is the API's own. */
@@ -217,6 +219,7 @@ export function createClient(options: ClientOptions): DataplaneClient {
         transformResponse: (body: unknown, headers) => {
           if (typeof body === 'string') options.onBytes?.('received', Buffer.byteLength(body));
           return typeof body === 'string' &&
+            !init?.text &&
             String(headers?.['content-type'] ?? '').includes('json') &&
             body !== ''
             ? JSON.parse(body)

@@ -1,14 +1,11 @@
 import { join } from 'node:path';
+import { errorText } from '../../model/errors.js';
 import type { Provider, ProviderDeps } from '../provider.js';
 import type { DataplaneConfig } from './config.js';
 import { DataplaneProvider, MissingCapabilityError } from './provider.js';
+import { LEDGER_FILE } from './sweep.js';
 
 export { DataplaneProvider, MissingCapabilityError } from './provider.js';
-
-import { errorText } from '../../model/errors.js';
-
-/** The file, beside the state file, that lists the transactions this service has open. */
-export const LEDGER_FILE = 'dataplaneapi-transactions.json';
 
 /**
  * The Data Plane API provider (v3.0 and newer). Refuses to start against an API that lacks what the service
@@ -26,18 +23,13 @@ export async function createDataplaneProvider(
     password: config.password,
     timeoutMs: config.timeoutMs,
     reloadTimeoutMs: config.reloadTimeoutMs,
-    runtimeMaxServers: config.runtimeMaxServers,
-    runtimeMaxRequests: config.runtimeMaxRequests,
     slots: config.slots,
-    rawMinWrites: config.rawMinWrites,
-    commit: config.commit,
     ...(deps.stateDir !== undefined ? { ledgerFile: join(deps.stateDir, LEDGER_FILE) } : {}),
     logger: deps.logger,
     owner: deps.owner,
-    ...(deps.persistDelayMs !== undefined
-      ? { persistDebounceMs: deps.persistDelayMs, persistMaxDelayMs: Math.max(1000, deps.persistDelayMs) }
-      : {}),
+    ...(deps.persistDelayMs !== undefined ? { persistDelayMs: deps.persistDelayMs } : {}),
     ...(deps.traffic ? { traffic: deps.traffic } : {}),
+    ...(deps.clock ? { clock: deps.clock } : {}),
   });
   try {
     await provider.ready(AbortSignal.timeout(config.timeoutMs));

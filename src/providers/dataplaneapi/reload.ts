@@ -1,12 +1,12 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { ReloadFailedError } from '../../model/errors.js';
-import { type DataplaneClient, DataplaneUnreachableError } from './client.js';
-import { reloadFailedError } from './errors.js';
-import type { Counter } from './options.js';
+import { type DataplaneClient, DataplaneUnreachableError, versionOf } from './client.js';
 
 const RELOAD_POLL_MS = 200;
 const PID_SETTLE_MS = 5_000;
+/** A start time read off `uptime` moves by a second or so between reads; more means another process. */
+const START_SLACK_S = 3;
 
 export interface ReloadOptions {
   timeoutMs: number;
@@ -14,15 +14,29 @@ export interface ReloadOptions {
   logger: Logger;
 }
 
+/** The requests one apply has sent so far, for its report. */
+export interface Counter {
+  requests: number;
+}
+
 /**
- * Reloads as HAProxy saw them: following a `Reload-Id`, telling a reload that took effect (new workers) from
- * one that did not, and repairing the API's view after one that failed by loading the file on disk again.
+ * HAProxy's worker as the API's runtime side shows it, and reloads as HAProxy saw them: which process runs
+ * (a reload or restart by anyone starts another), whether it takes servers at runtime, telling a reload
+ * that took effect (new workers) from one that did not, and loading the file on disk again after one that
+ * failed.
  */
-export class Reloads {
+export class Workers {
+  private process: { pid: number; start: number; generation: number } | undefined;
   /**
-   * Why the API's view is not what HAProxy runs, when a reload failed or never took effect: the view (and,
-   * on HAProxy < 2.7, the file) holds a change HAProxy did not load. Until a reload succeeds the state read
-   * is not trusted, so no pass can report the change applied.
+   * Whether the API can drive runtime servers on this HAProxy: seen working on 3.0; on 2.6 the API adds one
+   * (201) but then answers 404 `no data for <backend>/<server>` to every GET, PUT and DELETE of it, so it
+   * could never be enabled. Unknown until the first read of the worker.
+   */
+  runtimeServers: boolean | undefined;
+  /**
+   * Why the file on disk may not be what HAProxy runs, after a reload that failed or never took effect: on
+   * HAProxy < 2.7 the API reloads by a signal and keeps the file HAProxy refused. Until a reload succeeds the
+   * file is not trusted, so no pass can report the change applied.
    */
   private unloaded: string | undefined;
   /** Whether HAProxy's runtime API has ever answered through the API (it has no socket otherwise). */
@@ -33,34 +47,30 @@ export class Reloads {
     private readonly o: ReloadOptions,
   ) {}
 
-  /** Whether the API's view holds a change HAProxy may not run, until `reloadFromDisk` succeeds. */
+  /** HAProxy's worker pid, and a token that changes whenever another process runs (reload or restart). */
+  async current(signal: AbortSignal, counter: Counter): Promise<{ pid: number; generation: string }> {
+    counter.requests++;
+    const res = await this.client.GET('/services/haproxy/runtime/info', { signal });
+    const info = (Array.isArray(res.data) ? res.data[0] : res.data)?.info;
+    const pid = info?.pid ?? 0;
+    const major = /^(\d+)\.\d+/.exec(String(info?.version ?? ''))?.[1];
+    if (major !== undefined) this.runtimeServers = Number(major) >= 3;
+    const start = Math.floor(Date.now() / 1000) - (info?.uptime ?? 0);
+    const p = this.process;
+    // The same pid in a restarted container is another process: its start time tells.
+    if (!p || p.pid !== pid || Math.abs(p.start - start) > START_SLACK_S)
+      this.process = { pid, start, generation: (p?.generation ?? 0) + 1 };
+    const now = this.process as NonNullable<typeof this.process>;
+    return { pid, generation: `${pid}.${now.generation}` };
+  }
+
+  /** Whether the file on disk may hold a change HAProxy does not run, until `reloadFromDisk` succeeds. */
   get untrusted(): boolean {
     return this.unloaded !== undefined;
   }
 
   distrust(why: string): void {
     this.unloaded = why;
-  }
-
-  /** Follows a `Reload-Id` until HAProxy has loaded the change or refused it. */
-  async follow(id: string | undefined, counter: Counter): Promise<void> {
-    if (!id) throw new Error('the Data Plane API asked for a reload without a Reload-Id');
-    const deadline = Date.now() + this.o.reloadTimeoutMs;
-    for (;;) {
-      counter.requests++;
-      const { data } = await this.client.GET('/services/haproxy/reloads/{id}', { params: { path: { id } } });
-      if (data.status === 'succeeded') return;
-      if (data.status === 'failed') {
-        // The API restored the last good file but its view keeps the failed change: distrust it until repaired.
-        this.unloaded = `reload ${id} failed`;
-        throw reloadFailedError(data.response ?? '', id);
-      }
-      if (Date.now() > deadline) {
-        this.unloaded = `reload ${id} did not finish`;
-        throw new Error(`reload ${id} had not finished after ${this.o.reloadTimeoutMs} ms`);
-      }
-      await sleep(RELOAD_POLL_MS);
-    }
   }
 
   /**
@@ -118,19 +128,18 @@ export class Reloads {
 
   /**
    * After a reload that failed or never took effect, asks the API to load the file on disk again (pushed back
-   * unchanged, with `force_reload`): after a failed 3.0 reload that is the last good file, which also puts the
-   * API's view back in line; on 2.6 it is the file with the change, which loads once the cause is gone.
-   * Throws ReloadFailedError while HAProxy still cannot load it. What was read before no longer tells what
-   * is there: the caller forgets it.
+   * unchanged, with `force_reload`): after a failed 3.0 reload that is the last good file; on 2.6 it is the
+   * file with the change, which loads once the cause is gone. Throws ReloadFailedError while HAProxy still
+   * cannot load it. Resolves the configuration version it left.
    */
-  async reloadFromDisk(signal: AbortSignal): Promise<void> {
+  async reloadFromDisk(signal: AbortSignal): Promise<number | undefined> {
     const counter = { requests: 0 };
-    const raw = await this.client.GET('/services/haproxy/configuration/raw', { signal });
-    const { data: version } = await this.client.GET('/services/haproxy/configuration/version', { signal });
+    const raw = await this.client.GET('/services/haproxy/configuration/raw', { signal, text: true });
+    const version = versionOf(raw.headers);
     const pidBefore = await this.settledWorkerPid(signal);
-    await this.client.POST('/services/haproxy/configuration/raw', {
-      params: { query: { version, force_reload: true } },
-      body: raw.data,
+    const pushed = await this.client.POST('/services/haproxy/configuration/raw', {
+      params: { query: { ...(version !== undefined ? { version } : {}), force_reload: true } },
+      body: String(raw.data),
       timeoutMs: this.o.reloadTimeoutMs + this.o.timeoutMs,
     });
     await this.awaitNewWorkers(pidBefore, counter);
@@ -139,5 +148,6 @@ export class Reloads {
       'HAProxy loaded the configuration on disk after a failed reload',
     );
     this.unloaded = undefined;
+    return versionOf(pushed.headers);
   }
 }

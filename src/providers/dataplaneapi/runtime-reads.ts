@@ -1,6 +1,6 @@
 import type { DataplaneClient } from './client.js';
 import { storageName } from './map-names.js';
-import type { Counter } from './options.js';
+import type { Counter } from './reload.js';
 
 /** What HAProxy runs, read through the API's runtime side: servers by backend, and map entries. */
 
@@ -12,18 +12,23 @@ export interface RunningServer {
   maint: boolean;
 }
 
-/** Every server HAProxy runs, by backend, from one stats request (no request per backend). */
+/**
+ * Every backend HAProxy runs, with the servers it runs, from two stats requests (no request per backend): a
+ * backend without servers is listed, empty.
+ */
 export async function readRunningServers(
   client: DataplaneClient,
   signal: AbortSignal,
   counter: Counter,
 ): Promise<Map<string, RunningServer[]>> {
-  counter.requests++;
-  const res = await client.GET('/services/haproxy/stats/native', {
-    params: { query: { type: 'server' } },
-    signal,
-  });
+  counter.requests += 2;
+  const [backends, res] = await Promise.all([
+    client.GET('/services/haproxy/stats/native', { params: { query: { type: 'backend' } }, signal }),
+    client.GET('/services/haproxy/stats/native', { params: { query: { type: 'server' } }, signal }),
+  ]);
   const out = new Map<string, RunningServer[]>();
+  for (const c of Array.isArray(backends.data) ? backends.data : [backends.data])
+    for (const b of c?.stats ?? []) if (b.type === 'backend' && b.name) out.set(b.name, []);
   const collections = Array.isArray(res.data) ? res.data : [res.data];
   for (const c of collections)
     for (const s of c?.stats ?? []) {
@@ -68,6 +73,7 @@ export async function readMapEntries(
   const res = await client.GET('/services/haproxy/storage/maps/{name}', {
     params: { path: { name: storageName(name) } },
     signal,
+    text: true,
   });
   for (const line of String(typeof res.data === 'string' ? res.data : '').split('\n')) {
     const [host, backend] = line.trim().split(/\s+/);

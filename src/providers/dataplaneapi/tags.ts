@@ -1,7 +1,6 @@
 import type { Tags } from '../../haproxy/model.js';
 import { TerminalError } from '../../model/errors.js';
 import { OWNER_TAG, TAG_KEY, TAG_VALUE } from '../../registry/registry.js';
-import type { TagStore } from './capability.js';
 import type { Schemas, SchemasV3_0 } from './client.js';
 
 /**
@@ -76,56 +75,4 @@ export function descriptionToTags(description: unknown): Tags {
     tags[key] = value;
   }
   return tags;
-}
-
-const some = (tags: Tags): boolean => Object.keys(tags).length > 0;
-
-/** A frontend's or backend's tags: its metadata when it has any, else its description. */
-export function sectionTags(o: { metadata?: unknown; description?: unknown }): Tags {
-  const fromMetadata = metadataToTags(o.metadata);
-  return some(fromMetadata) ? fromMetadata : descriptionToTags(o.description);
-}
-
-/** Whether a section's tags are in its description (written for v3.0/v3.1): its children carry none. */
-export function taggedByDescription(o: { metadata?: unknown; description?: unknown }): boolean {
-  return !some(metadataToTags(o.metadata)) && some(descriptionToTags(o.description));
-}
-
-/** A child's own tags (bind, rule, server), when it carries any. */
-export function ownTags(metadata: unknown): Tags | undefined {
-  const tags = metadataToTags(metadata);
-  return some(tags) ? tags : undefined;
-}
-
-/** How tags are written, as the API's version allows. */
-export interface TagWriter {
-  /** Sets `tags` on a frontend or backend body; what another tool stored beside them stays. */
-  section<T extends { metadata?: Metadata; description?: string }>(body: T, tags: Tags): T;
-  /** The tags field of a bind, switching rule or tcp-request content rule (none where the API has none). */
-  child(tags: Tags): { metadata?: Metadata };
-  server(tags: Tags): { metadata?: Metadata };
-}
-
-export function tagWriter(store: TagStore): TagWriter {
-  const metadata = (tags: Tags) => ({ metadata: tagsToMetadata(checkedTags(tags)) });
-  const none = () => ({});
-  if (store.ownership === 'metadata')
-    return {
-      section(body, tags) {
-        // Our keys replace their old values; keys another tool put there stay.
-        const kept = body.metadata && typeof body.metadata === 'object' ? structuredClone(body.metadata) : {};
-        body.metadata = { ...kept, ...tagsToMetadata(checkedTags(tags)) };
-        return body;
-      },
-      child: metadata,
-      server: metadata,
-    };
-  return {
-    section(body, tags) {
-      body.description = tagsToDescription({ ...descriptionToTags(body.description), ...tags });
-      return body;
-    },
-    child: none,
-    server: store.serverTags ? metadata : none,
-  };
 }

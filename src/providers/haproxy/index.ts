@@ -12,6 +12,7 @@ export async function createStockHaproxyProvider(
     owner: deps.owner,
     ...(deps.traffic ? { traffic: deps.traffic } : {}),
     ...(deps.persistDelayMs !== undefined ? { persistDelayMs: deps.persistDelayMs } : {}),
+    ...(deps.clock ? { clock: deps.clock } : {}),
   });
 }
 

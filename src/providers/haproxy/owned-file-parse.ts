@@ -1,5 +1,5 @@
 import { parseAddress } from '../../haproxy/address.js';
-import type { RawBackend, RawFrontend, RawRule, RawState, Tags } from '../../haproxy/model.js';
+import type { RawBackend, RawFrontend, RawRule, RawServer, RawState, Tags } from '../../haproxy/model.js';
 import { isHaproxyName } from '../../naming/names.js';
 import { TAG_KEY, TAG_VALUE } from '../../registry/registry.js';
 import { MAP_USE_BACKEND, mapNameOf } from './map-file.js';
@@ -12,6 +12,11 @@ import { BALANCE, DEFAULTS_BODY, DEFAULTS_NAME, HOST, TAG_MARK } from './owned-f
 export class OwnedFileParseError extends Error {
   override readonly name = 'OwnedFileParseError';
 }
+
+/** What the parser builds, line by line, before handing it out read-only. */
+type Building<T> = { -readonly [K in keyof T]: T[K] };
+type FrontendBuild = Building<RawFrontend> & { rules: RawRule[] };
+type BackendBuild = Building<RawBackend> & { servers: RawServer[] };
 
 export interface ParsedOwnedFile {
   state: RawState;
@@ -37,8 +42,8 @@ function parseTags(comment: string | undefined, lineNo: number): Tags {
 
 type Section =
   | { kind: 'defaults' }
-  | { kind: 'frontend'; f: RawFrontend }
-  | { kind: 'backend'; b: RawBackend }
+  | { kind: 'frontend'; f: FrontendBuild }
+  | { kind: 'backend'; b: BackendBuild }
   | null;
 
 /** One line, split into its directive and its tag comment; `fail` names the line. */
@@ -55,7 +60,7 @@ interface Line {
  * file of `mapDir` (the owned file's folder).
  */
 export function parseOwnedFile(text: string, defaultsName = DEFAULTS_NAME, mapDir?: string): ParsedOwnedFile {
-  const state: RawState = { frontends: [], backends: [] };
+  const state: { frontends: FrontendBuild[]; backends: BackendBuild[] } = { frontends: [], backends: [] };
   let generation: number | null = null;
   let section: Section = null;
   const lines = text.split('\n');
@@ -93,7 +98,11 @@ export function parseOwnedFile(text: string, defaultsName = DEFAULTS_NAME, mapDi
   return { state, generation };
 }
 
-function sectionLine(line: Line, defaultsName: string, state: RawState): Section {
+function sectionLine(
+  line: Line,
+  defaultsName: string,
+  state: { frontends: FrontendBuild[]; backends: BackendBuild[] },
+): Section {
   const [kw, arg] = line.words;
   if (kw === 'defaults') {
     if (arg !== defaultsName || line.words.length !== 2) line.fail('unexpected defaults section');
@@ -104,7 +113,7 @@ function sectionLine(line: Line, defaultsName: string, state: RawState): Section
     line.fail(`unexpected ${kw} line`);
   const tags = parseTags(line.comment, line.lineNo);
   if (kw === 'frontend') {
-    const f: RawFrontend = {
+    const f: FrontendBuild = {
       name: arg as string,
       bind: null,
       inspectDelayMs: null,
@@ -116,13 +125,13 @@ function sectionLine(line: Line, defaultsName: string, state: RawState): Section
     state.frontends.push(f);
     return { kind: 'frontend', f };
   }
-  const b: RawBackend = { name: arg as string, balance: '', servers: [], tags };
+  const b: BackendBuild = { name: arg as string, balance: '', servers: [], tags };
   state.backends.push(b);
   return { kind: 'backend', b };
 }
 
 /** A frontend directive into `f`; the frontend's `id` (the file's generation) is returned. */
-function frontendLine(line: Line, f: RawFrontend, mapDir: string | undefined): number | undefined {
+function frontendLine(line: Line, f: FrontendBuild, mapDir: string | undefined): number | undefined {
   const { body, words, fail } = line;
   const [kw, arg] = words;
   const byMap = MAP_USE_BACKEND.exec(body);
@@ -155,7 +164,7 @@ function frontendLine(line: Line, f: RawFrontend, mapDir: string | undefined): n
   return undefined;
 }
 
-function backendLine(line: Line, b: RawBackend): void {
+function backendLine(line: Line, b: BackendBuild): void {
   const { words, fail } = line;
   const [kw, arg] = words;
   if (kw === 'balance' && words.length === 2 && BALANCE.has(arg ?? '')) {

@@ -129,7 +129,7 @@ function samePieces(a: readonly string[], b: readonly string[]): boolean {
 const generationPieces = new WeakMap<RawBackend, string>();
 const renderedBackends = new WeakMap<
   RawBackend,
-  { defaultsName: string; servers: RawServer[]; text: string }
+  { defaultsName: string; servers: readonly RawServer[]; text: string }
 >();
 
 /** `items` by name: the list itself when it already is (a read or a plan keeps them in order). */

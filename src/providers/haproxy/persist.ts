@@ -5,7 +5,7 @@ import { errorText } from '../../model/errors.js';
 import { writeFileAtomic } from '../../store/atomic-file.js';
 import { mapPath, renderMapFile } from './map-file.js';
 import { renderOwnedFile } from './owned-file.js';
-import type { OwnedFileCache, Reading } from './read.js';
+import type { FileReading, OwnedFileCache } from './read.js';
 import { mapDirOf, OWNED_FILE_MODE, type Session, writeOwnedFile } from './session.js';
 
 /**
@@ -74,7 +74,7 @@ export interface PersistWrite {
 export async function preparePersist(
   s: Session,
   owned: OwnedFileCache,
-  reading: Reading,
+  reading: FileReading,
   defaultsName: string,
 ): Promise<PersistWrite | 'changed' | 'nothing'> {
   if (!reading.consistent) return 'changed';
@@ -93,7 +93,7 @@ export async function preparePersist(
 export async function writePersist(
   s: Session,
   owned: OwnedFileCache,
-  reading: Reading,
+  reading: FileReading,
   w: PersistWrite,
 ): Promise<void> {
   const started = Date.now();

@@ -1,36 +1,38 @@
 import { dirname } from 'node:path';
 import type { Logger } from 'pino';
-import type { Owner, RawState } from '../../haproxy/model.js';
-import { errorText, TerminalError } from '../../model/errors.js';
-import { applyOperations } from '../../plan/apply.js';
+import { PERSIST_DELAY_MS } from '../../config/settings.js';
+import type { RawState, Tagger } from '../../haproxy/model.js';
+import { ConcurrentChangeError, errorText, TerminalError } from '../../model/errors.js';
 import type { Plan } from '../../plan/plan.js';
 import { removeTemporaries } from '../../store/atomic-file.js';
 import { type Clock, systemClock } from '../../timing/clock.js';
 import { Debounce } from '../../timing/debounce.js';
 import type {
   ApplyReport,
+  Change,
   CloseOptions,
   Provider,
   ProviderInfo,
   ProviderTraffic,
-  ReadOptions,
+  RawRead,
 } from '../provider.js';
+import { runtimeSteps } from '../runtime-steps.js';
 import type { StockHaproxyConfig } from './config.js';
 import { MasterCli } from './master-cli.js';
 import { defaultsNameFor, renderOwnedFile, UnsafeValueError } from './owned-file.js';
 import { fileStateOf, preparePersist, writeMapFiles, writePersist } from './persist.js';
-import { OwnedFileCache, type Reading, takeReading, unchangedSince, workerGeneration } from './read.js';
+import { type FileReading, OwnedFileCache, takeReading, workerGeneration } from './read.js';
 import { applyByReload } from './reload.js';
-import { applyAtRuntime, runtimeOnly } from './runtime.js';
+import { applyAtRuntime } from './runtime.js';
 import { readCommand, type Session } from './session.js';
 
 export interface StockHaproxyDeps {
   logger: Logger;
   /** Whose tags the objects written carry; its id also names the owned file's `defaults`. */
-  owner: Owner;
+  owner: Tagger;
   /** Counts every master-CLI command and the owned file's bytes when written (the provider metrics). */
   traffic?: ProviderTraffic;
-  /** How long after a runtime change the files follow (batched); see `ProviderDeps.persistDelayMs`. */
+  /** How long after a runtime change the files follow (batched). */
   persistDelayMs?: number;
   /** The timers of persistence (tests fake it). */
   clock?: Clock;
@@ -38,33 +40,28 @@ export interface StockHaproxyDeps {
 
 /**
  * The provider for a stock HAProxy (`KUBEBYON_PROVIDER=haproxy`): the service owns one configuration file
- * that HAProxy loads as its last `-f`, and talks to HAProxy through the master CLI only.
+ * that HAProxy loads as its last `-f`, and talks to HAProxy through the master CLI only. Two paths:
  *
- * - read (`read.ts`): the owned file gives the structure (frontend, rules, backends, tags); the current
- *   worker's `show stat` and `show servers state` give what runs (servers as the runtime API left them, and
- *   the foreign proxies, untagged). The owned frontend's `id` is a hash of the file's structure, so a file
- *   that HAProxy has not loaded is noticed and reloaded rather than trusted.
- * - apply, servers and SNI map entries only (`runtime.ts`): runtime commands on the current worker; a
- *   command that fails undoes the earlier ones and the apply falls back to a reload. The files follow
- *   (`persist.ts`): batched, ~100 ms later, without a reload; any full read also writes them when they differ
- *   from what runs (a crash before the write).
- * - reads: a full read (`fresh`, or after any reload or file change) reads every server and map entry; else
- *   the last read advanced by the applies made since answers, when `show proc` and the owned file prove that
- *   nothing else changed HAProxy.
- * - apply, anything else (`reload.ts`): render the file, `haproxy -c` it with the operator's files, put it
- *   in place atomically (the map file with the new entries first), `reload` through the master, and confirm that the new worker runs the new
- *   structure; a reload HAProxy refuses puts the previous file back (`ReloadFailedError`, with HAProxy's
- *   words on 3.0).
+ * - runtime (`runtime.ts`): servers and SNI map entries, through runtime commands on the current worker
+ *   first; a command that fails undoes the earlier ones and the apply falls back to a reload. The files
+ *   follow (`persist.ts`): batched on the `Debounce`, without a reload; after any full read too, when they
+ *   differ from what runs (a crash before the write).
+ * - reload (`reload.ts`): anything else. The file rendered from the change's target, `haproxy -c` checked
+ *   with the operator's files, put in place atomically (the map file with the new entries first),
+ *   `reload` through the master, and confirmed by the new worker running the new structure; a reload
+ *   HAProxy refuses puts the previous file back (`ReloadFailedError`, with HAProxy's words on 3.0).
+ *
+ * Reads (`read.ts`): the owned file gives the structure (frontend, backends, tags); the current worker's
+ * `show stat` and `show servers state` what runs. The owned frontend's `id` is a hash of the file's
+ * structure, so a file that HAProxy has not loaded is noticed and reloaded rather than trusted.
  */
 export class StockHaproxyProvider implements Provider {
   readonly name = 'haproxy';
   private readonly cli: MasterCli;
   private readonly session: Session;
   private readonly owned: OwnedFileCache;
-  /** What each read found besides its raw state, for the apply handed that state (`apply(plan, current)`). */
-  private readonly reads = new WeakMap<RawState, Reading>();
-  /** The last read, advanced by every runtime apply since: what HAProxy runs, as far as this provider knows. */
-  private latest: Reading | undefined;
+  /** The last read, moved on by every apply since: what HAProxy runs, as far as this provider knows. */
+  private latest: FileReading | undefined;
   private readonly persistence: Debounce;
   private readonly defaultsName: string;
   private queue: Promise<unknown> = Promise.resolve();
@@ -78,6 +75,9 @@ export class StockHaproxyProvider implements Provider {
   /** Moves whenever an apply writes files for a reload; `reloadWriting` while it does. */
   private fileEpoch = 0;
   private reloadWriting = false;
+  /** The owned file as this provider last read or wrote it, and how often someone else changed it. */
+  private fileSeen: string | undefined;
+  private foreignEdits = 0;
   private swept = false;
 
   constructor(
@@ -85,10 +85,10 @@ export class StockHaproxyProvider implements Provider {
     private readonly deps: StockHaproxyDeps,
   ) {
     this.cli = new MasterCli(config.masterSocket, undefined, deps.traffic);
-    this.session = { config, cli: this.cli, logger: deps.logger, traffic: deps.traffic, owner: deps.owner };
+    this.session = { config, cli: this.cli, logger: deps.logger, traffic: deps.traffic };
     this.defaultsName = defaultsNameFor(deps.owner.id);
     this.owned = new OwnedFileCache(config.ownedFile, this.defaultsName, dirname(config.ownedFile));
-    const delay = deps.persistDelayMs ?? 100;
+    const delay = deps.persistDelayMs ?? PERSIST_DELAY_MS;
     this.persistence = new Debounce(
       deps.clock ?? systemClock,
       { debounceMs: delay, maxDelayMs: Math.max(1_000, delay) },
@@ -103,35 +103,43 @@ export class StockHaproxyProvider implements Provider {
     return { version: `HAProxy ${answer.split('\n')[0]}`, endpoint: this.config.masterSocket };
   }
 
-  /** The master's reload count, the current worker and its start: any reload or restart, by anyone, changes it. */
+  /**
+   * The master's reload count, the current worker and its start (any reload or restart, by anyone, moves
+   * them), and how often someone else changed the owned file.
+   */
   async revision(signal: AbortSignal): Promise<string> {
     const g = await workerGeneration(this.session, signal);
-    return `${g.reloads}:${g.worker ?? 'none'}:${g.startedAt ?? 'unknown'}`;
+    const { text } = await this.owned.read();
+    const ours =
+      text === this.fileSeen ||
+      (this.persisting && (text === this.persisting.from || text === this.persisting.to));
+    if (!ours) {
+      if (this.fileSeen !== undefined) this.foreignEdits++;
+      this.fileSeen = text;
+    }
+    return `${g.reloads}:${g.worker ?? 'none'}:${g.startedAt ?? 'unknown'}:${this.foreignEdits}`;
   }
 
-  async readState(signal: AbortSignal, options: ReadOptions = {}): Promise<RawState> {
-    const last = this.latest;
-    if (!options.fresh && last && (await unchangedSince(this.session, this.owned, last, signal, this.ours))) {
-      // An apply may have advanced it meanwhile: that one is as current.
-      const now = this.latest ?? last;
-      this.reads.set(now.raw, now);
-      return now.raw;
-    }
+  async read(signal: AbortSignal): Promise<RawRead> {
+    const revision = await this.revision(signal);
     const reading = await takeReading(this.session, this.owned, signal);
     this.latest = reading;
-    this.reads.set(reading.raw, reading);
-    // What runs and what the files say may differ (a crash before persistence): the files catch up.
-    if (reading.consistent) {
-      if (this.latest === reading) await this.persist(reading);
-      await this.io;
-    }
-    return reading.raw;
+    this.fileSeen = reading.text;
+    return { raw: reading.raw, revision };
   }
 
-  async apply(plan: Plan, current: RawState, signal: AbortSignal): Promise<ApplyReport> {
+  /** What runs and what the files say may differ (a crash before persistence): the files catch up now. */
+  async settle(): Promise<void> {
+    const reading = this.latest;
+    if (!reading?.consistent) return;
+    await this.persist(reading);
+    await this.io;
+  }
+
+  async apply(plan: Plan, change: Change, signal: AbortSignal): Promise<ApplyReport> {
     signal.throwIfAborted();
     if (plan.operations.length === 0) return { reload: 'none', requests: 0 };
-    return this.serialized(() => this.applyNow(plan, current, signal));
+    return this.serialized(() => this.applyNow(plan, change, signal));
   }
 
   /** Writes now what runtime applies left unpersisted (unless told not to), and stops the timer. */
@@ -142,8 +150,9 @@ export class StockHaproxyProvider implements Provider {
   }
 
   /** Whatever runtime applies have not yet written to the files, written now (tests, shutdown). */
-  flush(): Promise<void> {
-    return this.persistence.flush();
+  async flush(): Promise<void> {
+    await this.persistence.flush();
+    await this.io;
   }
 
   /** One writer at a time: applies and persistence read, render and replace the same files. */
@@ -153,19 +162,23 @@ export class StockHaproxyProvider implements Provider {
     return run;
   }
 
-  private async applyNow(plan: Plan, current: RawState, signal: AbortSignal): Promise<ApplyReport> {
+  private async applyNow(plan: Plan, change: Change, signal: AbortSignal): Promise<ApplyReport> {
     signal.throwIfAborted();
     await this.sweepOnce();
     const sentBefore = this.cli.sent;
     const requests = () => this.cli.sent - sentBefore;
-    const reading = await this.stillCurrent(current, signal);
-    const target = applyOperations(reading.raw, plan.operations, this.deps.owner);
+    const reading = this.latest;
+    if (!reading || (await this.revision(signal)) !== change.revision)
+      throw new ConcurrentChangeError('HAProxy or the owned file changed since the plan was made');
+    const target = change.to.state;
 
-    if (reading.consistent && runtimeOnly(plan.operations, reading.raw)) {
+    const steps = reading.consistent ? runtimeSteps(plan, change.from) : undefined;
+    if (steps) {
       try {
-        await applyAtRuntime(this.session, plan.operations, reading.raw, signal);
-        this.advance(reading, target);
-        return { reload: 'none', requests: requests() };
+        await applyAtRuntime(this.session, steps, change.from, signal);
+        this.latest = { ...reading, raw: target };
+        this.persistence.schedule();
+        return { reload: 'none', requests: requests(), revision: change.revision };
       } catch (err) {
         if (signal.aborted) throw err;
         this.deps.logger.warn(
@@ -188,19 +201,24 @@ export class StockHaproxyProvider implements Provider {
         await restoreMaps();
         throw err;
       }
+      // HAProxy runs the file as rendered: the target, every server and entry in the files.
+      this.fileSeen = text;
+      const parsed = this.owned.remember(text, fileState);
+      this.latest = {
+        text,
+        parsed,
+        raw: target,
+        inFile: new Set(fileState.frontends.map((f) => f.name).concat(fileState.backends.map((b) => b.name))),
+        consistent: true,
+      };
     } finally {
       this.reloadWriting = false;
       this.fileEpoch++;
     }
-    return { reload: 'succeeded', requests: requests() };
-  }
-
-  /** The runtime apply done: the reading now describes what runs; the files follow soon. */
-  private advance(reading: Reading, target: RawState): void {
-    const next: Reading = { ...reading, raw: target };
-    this.latest = next;
-    this.reads.set(target, next);
-    this.persistence.schedule();
+    const revision = await this.revision(AbortSignal.timeout(this.config.reloadTimeoutMs)).catch(
+      () => undefined,
+    );
+    return { reload: 'succeeded', requests: requests(), ...(revision !== undefined ? { revision } : {}) };
   }
 
   private async persistLatest(): Promise<void> {
@@ -209,16 +227,13 @@ export class StockHaproxyProvider implements Provider {
     await this.io;
   }
 
-  private readonly ours = (text: string): boolean =>
-    this.persisting !== undefined && (text === this.persisting.from || text === this.persisting.to);
-
   /**
    * Renders what `reading` says runs, outside the apply queue (a runtime apply writes no file, and need not
    * wait for thousands of sections to render); the writes then go on in `io`, one persistence at a time.
    * A reload's apply writes files itself: a persistence rendered while one was under way is dropped.
    * Resolves once the writes have started.
    */
-  private async persist(reading: Reading): Promise<void> {
+  private async persist(reading: FileReading): Promise<void> {
     await this.io;
     const epoch = this.fileEpoch;
     let w: Awaited<ReturnType<typeof preparePersist>>;
@@ -241,8 +256,9 @@ export class StockHaproxyProvider implements Provider {
     this.io = this.guard(() => writePersist(this.session, this.owned, reading, write))
       .then(
         () => {
-          // Applies since advanced `latest` from the same file: it holds the new text now.
-          if (this.latest && this.latest.text === from) this.latest.text = to;
+          this.fileSeen = to;
+          // Applies since moved `latest` on from the same file: it holds the new text now.
+          if (this.latest && this.latest.text === from) this.latest = { ...this.latest, text: to };
         },
         (err) => this.persistFailed(err),
       )
@@ -269,21 +285,9 @@ export class StockHaproxyProvider implements Provider {
       this.deps.logger.info({ removed }, 'removed temporary files of an interrupted apply');
   }
 
-  /**
-   * The state to apply a plan to: the read the plan was made from when neither the owned file nor HAProxy's
-   * workers have changed since, else a new read. A read serves one apply: the next one starts from what
-   * that apply left.
-   */
-  private async stillCurrent(current: RawState, signal: AbortSignal): Promise<Reading> {
-    const last = this.reads.get(current);
-    this.reads.delete(current);
-    if (last && (await unchangedSince(this.session, this.owned, last, signal, this.ours))) return last;
-    return takeReading(this.session, this.owned, signal);
-  }
-
   /** The owned file for the part of `target` (the plan applied to what was read) that lives in the file. */
-  private render(reading: Reading, plan: Plan, target: RawState): { fileState: RawState; text: string } {
-    const inFile = new Set(reading.inFile);
+  private render(reading: FileReading, plan: Plan, target: RawState): { fileState: RawState; text: string } {
+    const inFile = new Set<string>(reading.inFile);
     for (const op of plan.operations) {
       if (op.kind === 'create_frontend') inFile.add(op.frontend.name);
       if (op.kind === 'create_backend') inFile.add(op.backend.name);

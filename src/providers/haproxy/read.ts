@@ -1,5 +1,5 @@
 import { readFile, stat } from 'node:fs/promises';
-import type { Owner, RawBackend, RawFrontend, RawMap, RawState } from '../../haproxy/model.js';
+import type { RawBackend, RawFrontend, RawMap, RawState } from '../../haproxy/model.js';
 import { TerminalError } from '../../model/errors.js';
 import { mapPath, parseShowMap, showMapCommand } from './map-file.js';
 import { generationCarrier, generationOf } from './owned-file.js';
@@ -14,8 +14,11 @@ import {
 } from './runtime-text.js';
 import { mapDirOf, readCommand, type Session } from './session.js';
 
-/** What one read found: the owned file, what HAProxy runs, and the raw state made of both. */
-export interface Reading {
+/**
+ * What one read found: the owned file, what HAProxy runs, and the raw state made of both; moved on by each
+ * runtime apply (`raw`: what runs now).
+ */
+export interface FileReading {
   text: string;
   parsed: ParsedOwnedFile;
   raw: RawState;
@@ -23,8 +26,6 @@ export interface Reading {
   inFile: Set<string>;
   /** False when HAProxy does not run the structure the owned file describes (an interrupted apply, an edit). */
   consistent: boolean;
-  /** The master's reload count and current worker when it was taken: a reload since makes it stale. */
-  proc: Generation;
 }
 
 interface OwnedFile {
@@ -47,10 +48,11 @@ export class OwnedFileCache {
   ) {}
 
   /** What this service just wrote to the file, so that the next read does not parse it again. */
-  remember(text: string, state: RawState): void {
+  remember(text: string, state: RawState): ParsedOwnedFile {
     const generation = generationOf(state);
     const parsed = { state, generation: generationCarrier(state) === null ? null : generation };
     this.cache = { text, parsed, generation, signature: null };
+    return parsed;
   }
 
   async read(): Promise<OwnedFile> {
@@ -118,13 +120,12 @@ export async function workerGeneration(s: Session, signal: AbortSignal): Promise
   };
 }
 
-export function sameGeneration(a: Generation, b: Generation): boolean {
-  return a.reloads === b.reloads && a.worker === b.worker && a.startedAt === b.startedAt;
-}
-
 /** Reads the owned file and what HAProxy runs, and makes one raw state of both. */
-export async function takeReading(s: Session, owned: OwnedFileCache, signal: AbortSignal): Promise<Reading> {
-  const proc = await workerGeneration(s, signal);
+export async function takeReading(
+  s: Session,
+  owned: OwnedFileCache,
+  signal: AbortSignal,
+): Promise<FileReading> {
   const { text, parsed, generation } = await owned.read();
   const running = await readRunning(s, parsed.state, signal);
   const consistent = runsTheFile(parsed, generation, running);
@@ -133,12 +134,9 @@ export async function takeReading(s: Session, owned: OwnedFileCache, signal: Abo
       { ownedFile: s.config.ownedFile },
       'HAProxy does not run the structure of the owned file; its objects are reported as missing so that the next apply reloads',
     );
-  const { raw, inFile } = stateOf(parsed.state, running, consistent, s.owner);
-  if (consistent) {
-    const maps = await readMaps(s, parsed.state, signal);
-    if (maps.length > 0) raw.maps = maps;
-  }
-  return { text, parsed, consistent, proc, raw, inFile };
+  const { raw, inFile } = stateOf(parsed.state, running, consistent);
+  const maps = consistent ? await readMaps(s, parsed.state, signal) : [];
+  return { text, parsed, consistent, raw: maps.length > 0 ? { ...raw, maps } : raw, inFile };
 }
 
 /** The SNI maps the owned frontends route by, as the current worker runs them. */
@@ -150,23 +148,6 @@ async function readMaps(s: Session, file: RawState, signal: AbortSignal): Promis
     maps.push({ name: f.sniMap, entries: parseShowMap(answer) });
   }
   return maps;
-}
-
-/**
- * Whether `last` still holds: neither the owned file nor HAProxy's workers have changed since (one
- * `show proc` instead of reading every proxy and server again).
- */
-export async function unchangedSince(
-  s: Session,
-  owned: OwnedFileCache,
-  last: Reading,
-  signal: AbortSignal,
-  /** A text that is ours too (a write of ours under way). */
-  ours: (text: string) => boolean = () => false,
-): Promise<boolean> {
-  const proc = await workerGeneration(s, signal);
-  const { text } = await owned.read();
-  return (text === last.text || ours(text)) && sameGeneration(proc, last.proc);
 }
 
 async function readRunning(s: Session, file: RawState, signal: AbortSignal): Promise<Running> {
@@ -215,15 +196,14 @@ function stateOf(
   file: RawState,
   running: Running,
   consistent: boolean,
-  owner: Owner,
 ): { raw: RawState; inFile: Set<string> } {
   const fileNames = new Set([...file.frontends.map((f) => f.name), ...file.backends.map((b) => b.name)]);
   const inFile = new Set(fileNames);
   if (!consistent) for (const f of file.frontends) inFile.delete(f.name);
   for (const b of file.backends) if (!running.backends.has(b.name)) inFile.delete(b.name);
 
-  const withServers = (b: RawBackend) => withRuntimeServers(b, running.serversOf.get(b.name) ?? [], owner);
-  const ownFrontends: RawFrontend[] = consistent ? file.frontends : [];
+  const withServers = (b: RawBackend) => withRuntimeServers(b, running.serversOf.get(b.name) ?? []);
+  const ownFrontends: readonly RawFrontend[] = consistent ? file.frontends : [];
   const ownBackends = file.backends.filter((b) => running.backends.has(b.name)).map(withServers);
   const foreignFrontends: RawFrontend[] = [...running.frontends.values()]
     .filter((p) => !fileNames.has(p.name))
@@ -250,14 +230,13 @@ function stateOf(
 }
 
 /**
- * `b` with the servers the worker runs (runtime drift included), tagged as the owned file tags them. In a
- * backend of ours (a slot, or a cluster's own with rules routing), a server the file does not name yet is
- * ours: added at runtime and not persisted yet (or before a crash), or added by hand (which the planner then
- * removes). Another process reading meanwhile must not take it for someone else's.
+ * `b` with the servers the worker runs (runtime drift included), tagged as the owned file tags them. A server
+ * the file does not name yet (added at runtime and not persisted yet, or before a crash, or by hand) carries
+ * no tags: the registry reads it as its backend's owner's.
  */
-function withRuntimeServers(b: RawBackend, servers: readonly RunningServer[], owner: Owner): RawBackend {
+function withRuntimeServers(b: RawBackend, servers: readonly RunningServer[]): RawBackend {
   const tagsOf = new Map(b.servers.map((srv) => [srv.name, srv.tags]));
-  const untracked = owner.owns(b.tags) ? owner.tags() : {};
+  const untracked = {};
   return {
     ...b,
     servers: servers.map((srv) => ({

@@ -183,6 +183,3 @@ export const runtime = {
     ok: /Server deleted/i,
   }),
 };
-
-/** Algorithms under which `add server` works at runtime; others (`source`, `static-rr`, ...) need a reload. */
-export const DYNAMIC_ALGORITHMS = new Set(['leastconn', 'roundrobin', 'first']);

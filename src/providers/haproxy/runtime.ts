@@ -1,11 +1,10 @@
-import type { RawState } from '../../haproxy/model.js';
 import { errorText } from '../../model/errors.js';
 import { isHaproxyName } from '../../naming/names.js';
-import { backendNamed } from '../../plan/lineage.js';
 import type { Operation } from '../../plan/plan.js';
+import type { Reading } from '../../plan/reading.js';
 import { isMapKey, mapPath, mapRuntime } from './map-file.js';
 import { sleep } from './master-cli.js';
-import { DYNAMIC_ALGORITHMS, runtime } from './runtime-text.js';
+import { runtime } from './runtime-text.js';
 import { mapDirOf, type Session } from './session.js';
 
 /** Runtime commands per master-CLI line: ~100 address changes stay well inside HAProxy's 16 kB buffer. */
@@ -23,29 +22,6 @@ class RuntimeCommandError extends Error {
 }
 
 /**
- * Whether the runtime API can apply these operations without a reload: servers on backends that run (added
- * only under a dynamic algorithm), and entries of SNI maps the worker runs.
- */
-export function runtimeOnly(operations: readonly Operation[], current: RawState): boolean {
-  // One lookup per operation (the state is indexed once, `lineage.ts`), not a map of every backend.
-  const backends = { get: (name: string) => backendNamed(current, name) };
-  const maps = new Set((current.maps ?? []).map((m) => m.name));
-  return operations.every((op) => {
-    if (op.kind === 'set_map_entry') return maps.has(op.map) && backends.get(op.backend) !== undefined;
-    if (op.kind === 'delete_map_entry') return maps.has(op.map);
-    const backend = 'backend' in op && typeof op.backend === 'string' ? backends.get(op.backend) : undefined;
-    if (op.kind === 'delete_server') return backend !== undefined;
-    if (op.kind === 'create_server') return backend !== undefined && DYNAMIC_ALGORITHMS.has(backend.balance);
-    if (op.kind === 'update_server') {
-      const server = backend?.servers.find((s) => s.name === op.server.name);
-      // Turning checks on or off is a reload: a server's check settings are fixed when it is created.
-      return server !== undefined && server.check === op.server.check;
-    }
-    return false;
-  });
-}
-
-/**
  * Servers and map entries, through the runtime API on the current worker, in the plan's order (a new
  * route's servers before its map entry; a deleted route's entry before its servers). The files HAProxy
  * loads are written after, off this path (`persist.ts`): until then a reload by anyone loses the change,
@@ -55,7 +31,7 @@ export function runtimeOnly(operations: readonly Operation[], current: RawState)
 export async function applyAtRuntime(
   s: Session,
   operations: readonly Operation[],
-  current: RawState,
+  current: Reading,
   signal: AbortSignal,
 ): Promise<void> {
   const started = Date.now();
@@ -98,7 +74,7 @@ class RuntimeChange {
 
   constructor(
     private readonly s: Session,
-    private readonly current: RawState,
+    private readonly current: Reading,
     private readonly signal: AbortSignal,
   ) {}
 
@@ -136,7 +112,7 @@ class RuntimeChange {
    * dozen connections to the master instead of one each.
    */
   private async move(op: UpdateServer): Promise<void> {
-    const before = backendNamed(this.current, op.backend)?.servers.find((s) => s.name === op.server.name);
+    const before = this.current.backend(op.backend)?.servers.find((s) => s.name === op.server.name);
     this.moves.push({
       ...runtime.setAddr(op.backend, op.server.name, op.server.address, op.server.port),
       undo: before ? runtime.setAddr(op.backend, op.server.name, before.address, before.port) : undefined,

@@ -1,6 +1,5 @@
 import { dirname } from 'node:path';
 import type { Logger } from 'pino';
-import type { Owner } from '../../haproxy/model.js';
 import { writeFileAtomic } from '../../store/atomic-file.js';
 import type { ProviderTraffic } from '../provider.js';
 import type { StockHaproxyConfig } from './config.js';
@@ -17,8 +16,6 @@ export interface Session {
   readonly logger: Logger;
   /** Counts the owned file's bytes when written (the master CLI counts its own commands). */
   readonly traffic: ProviderTraffic | undefined;
-  /** Whose tags the objects written carry (runtime servers in owned slots are read back as its). */
-  readonly owner: Owner;
 }
 
 /** The folder SNI map files live in: the owned file's. */

@@ -1,12 +1,11 @@
-import { cloneRawState, type Owner, type RawState } from '../../haproxy/model.js';
-import { applyOperations } from '../../plan/apply.js';
+import type { RawState } from '../../haproxy/model.js';
+import { ConcurrentChangeError } from '../../model/errors.js';
 import type { Plan } from '../../plan/plan.js';
-import { Registry } from '../../registry/registry.js';
-import type { ApplyReport, Provider, ProviderInfo, ReadOptions } from '../provider.js';
+import type { ApplyReport, Change, Provider, ProviderInfo, RawRead } from '../provider.js';
 
 /**
- * The reference provider: HAProxy's objects in memory, applied strictly through `applyOperations` (an
- * operation on a missing object throws and leaves the state as it was). Like external-dns's
+ * The reference provider: HAProxy's objects in memory, a change's target (`applyOperations`, which throws on
+ * an operation on a missing object and so leaves the state as it was) kept as it is. Like external-dns's
  * `provider/inmemory`, it pins the contract that the real providers are checked against, and serves unit
  * tests of the reconcile loop; no configuration selects it.
  */
@@ -20,17 +19,27 @@ export class MemoryProvider implements Provider {
   down: Error | undefined;
   /** When set, `apply` waits for it before writing (to hold a pass in flight). */
   gate: Promise<void> | undefined;
-  /** What `revision` answers: a test changes it to play a reload by someone else. */
+  /**
+   * What `revision` answers: a test changes it to play a reload by someone else. Setting `state` by hand
+   * moves it too (someone else changed HAProxy).
+   */
   revisionToken = '';
-  /** The options of every `readState` call, in order. */
-  readOptions: ReadOptions[] = [];
-  /** The state as this provider last made it (a read's copy or an apply's result). */
-  private applied: RawState | undefined;
+  private handSet = 0;
+  private stateNow: RawState;
 
-  constructor(
-    public state: RawState = { frontends: [], backends: [] },
-    private readonly owner: Owner = new Registry(),
-  ) {}
+  constructor(state: RawState = { frontends: [], backends: [] }) {
+    this.stateNow = state;
+  }
+
+  /** What HAProxy has; a test sets it to play a change by someone else. */
+  get state(): RawState {
+    return this.stateNow;
+  }
+
+  set state(state: RawState) {
+    this.stateNow = state;
+    this.handSet++;
+  }
 
   async ping(signal: AbortSignal): Promise<ProviderInfo> {
     signal.throwIfAborted();
@@ -41,44 +50,40 @@ export class MemoryProvider implements Provider {
   async revision(signal: AbortSignal): Promise<string> {
     signal.throwIfAborted();
     if (this.down) throw this.down;
-    return this.revisionToken;
+    return `${this.revisionToken}:${this.handSet}`;
   }
 
-  async readState(signal: AbortSignal, options: ReadOptions = {}): Promise<RawState> {
-    signal.throwIfAborted();
-    if (this.down) throw this.down;
+  async read(signal: AbortSignal): Promise<RawRead> {
+    const revision = await this.revision(signal);
     this.reads++;
-    this.readOptions.push(options);
-    // Like the stock provider's cached read: without `fresh`, what the last apply left, as it is (states are
-    // never changed in place), so that a pass on a large state does not pay for a copy of it. A fresh read,
-    // or one after `state` was set by hand, is a copy the provider goes on from: what was done to the old
-    // object by hand is in it, and nothing kept about the old object applies to it.
-    if (options.fresh || this.state !== this.applied) {
-      this.state = cloneRawState(this.state);
-      this.applied = this.state;
-    }
-    return this.state;
+    return { raw: this.stateNow, revision };
   }
 
-  async apply(plan: Plan, _current: RawState, signal: AbortSignal): Promise<ApplyReport> {
+  async apply(plan: Plan, change: Change, signal: AbortSignal): Promise<ApplyReport> {
     if (this.gate) await untilAborted(this.gate, signal);
     signal.throwIfAborted();
     if (this.down) throw this.down;
     const failure = this.failures.shift();
     if (failure) throw failure;
-    if (plan.operations.length === 0) return { reload: 'none', requests: 0 };
-    // All or nothing: applyOperations works on a copy, kept only when every operation succeeded.
-    this.state = applyOperations(this.state, plan.operations, this.owner);
-    this.applied = this.state;
+    const revision = await this.revision(signal);
+    if (plan.operations.length === 0) return { reload: 'none', requests: 0, revision };
+    // Changed by hand since the reading: the plan was made from another state (read and plan again).
+    if (revision !== change.revision) throw new ConcurrentChangeError('the state was changed meanwhile');
+    this.stateNow = change.to.state;
     this.applies.push(plan);
-    // As the real providers: server moves, and with map routing map entries and slots' servers, are runtime.
-    const runtime = new Set<string>(['update_server']);
-    if (plan.pool)
-      for (const k of ['set_map_entry', 'delete_map_entry', 'create_server', 'delete_server']) runtime.add(k);
-    const runtimeOnly = plan.operations.every((op) => runtime.has(op.kind));
-    return { reload: runtimeOnly ? 'none' : 'succeeded', requests: plan.operations.length };
+    // As the real providers: map entries and slots' servers change at runtime, the rest reloads.
+    const runtimeOnly = plan.operations.every((op) => RUNTIME.has(op.kind));
+    return { reload: runtimeOnly ? 'none' : 'succeeded', requests: plan.operations.length, revision };
   }
 }
+
+const RUNTIME = new Set([
+  'update_server',
+  'set_map_entry',
+  'delete_map_entry',
+  'create_server',
+  'delete_server',
+]);
 
 // A held apply still honours its signal, as a real provider's request would.
 function untilAborted(gate: Promise<void>, signal: AbortSignal): Promise<void> {

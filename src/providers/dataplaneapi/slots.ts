@@ -1,10 +1,8 @@
-import { parseAddress } from '../../haproxy/address.js';
-import type { Owner, RawBackend, RawServer, RawState } from '../../haproxy/model.js';
-import { isHaproxyName } from '../../naming/names.js';
+import type { HaproxyState, RawBackend, RawServer } from '../../haproxy/model.js';
+import { checkedName } from './checked.js';
 import { type DataplaneClient, DataplaneHttpError } from './client.js';
-import { checkedName } from './mapping.js';
-import type { Counter } from './options.js';
-import { backendLines, lineTags, lineTagsFor, parse } from './raw-lines.js';
+import { backendLines, lineTagsFor, readConfigText } from './config-text.js';
+import type { Counter } from './reload.js';
 
 /**
  * Map routing's slot backends in files of the API's general storage (`KUBEBYON_DATAPLANE_SLOTS=storage`)
@@ -19,8 +17,6 @@ import { backendLines, lineTags, lineTagsFor, parse } from './raw-lines.js';
 const LINES = lineTagsFor({ ownership: 'metadata', serverTags: true });
 const HEAD =
   '# Written by kubebyon-haproxy-adapter through the Data Plane API. Do not edit: it is rewritten.';
-const SERVER = /^\s+server\s+(\S+)\s+(\S+)(\s+check)?(?:\s+#\s+\{.*\})?\s*$/;
-const BALANCE = /^\s+balance\s+(\S+)\s*$/;
 
 /**
  * The files' common name for an owner (`<name>_000.cfg`, ...; the storage keeps `[A-Za-z0-9_-]` and the
@@ -36,7 +32,7 @@ export function slotsFileName(ownerId: string): string {
  * Backends of a state are never changed in place, but a read replaces a fresh copy's list before handing
  * the state out: the list's identity is checked too.
  */
-const sections = new WeakMap<RawBackend, { servers: RawServer[]; text: string }>();
+const sections = new WeakMap<RawBackend, { servers: readonly RawServer[]; text: string }>();
 
 function sectionOf(b: RawBackend): string {
   const kept = sections.get(b);
@@ -63,46 +59,21 @@ export function renderSlots(backends: readonly RawBackend[]): string {
   return `${HEAD}\n\n${list.map(sectionOf).join('\n\n')}\n`;
 }
 
-/** The backends of a file `renderSlots` wrote; a section or line of another shape is refused. Pure. */
+/** The backends of a file `renderSlots` wrote (a line of another shape is skipped). Pure. */
 export function parseSlots(text: string): RawBackend[] {
-  const out: RawBackend[] = [];
-  for (const s of parse(text).sections) {
-    const [header, ...body] = s.lines;
-    if (s.kind !== 'backend' || !s.name || !isHaproxyName(s.name))
-      throw new Error(`the slots file holds a ${s.kind} section ${JSON.stringify(s.name ?? '')}`);
-    const b: RawBackend = { name: s.name, balance: '', servers: [], tags: lineTags(header ?? '') };
-    for (const line of body) {
-      if (line.trim() === '' || line.trim().startsWith('#') || line.trim() === 'mode tcp') continue;
-      const balance = BALANCE.exec(line);
-      if (balance) {
-        b.balance = balance[1] as string;
-        continue;
-      }
-      const m = SERVER.exec(line);
-      if (!m)
-        throw new Error(`the slots file has a line it cannot read in backend ${s.name}: ${line.trim()}`);
-      const at = parseAddress(m[2] as string);
-      if (!at || at.address === '*')
-        throw new Error(
-          `the slots file has a server without an address in backend ${s.name}: ${line.trim()}`,
-        );
-      b.servers.push({ name: m[1] as string, ...at, check: m[3] !== undefined, tags: lineTags(line) });
-    }
-    out.push(b);
-  }
-  return out;
+  return [...readConfigText(text, (file) => file).backends];
 }
 
 /**
- * The backends of `state` that belong in the file: ours, and named by no frontend's rule or default (the
+ * The backends of `state` that belong in the files: ours, and named by no frontend's rule or default (the
  * map alone routes to them). Pure.
  */
-export function fileBackendNames(state: RawState, owner: Owner): Set<string> {
+export function fileBackendNames(state: HaproxyState): Set<string> {
   const named = new Set(
     state.frontends.flatMap((f) => [...f.rules.map((r) => r.backend), f.defaultBackend ?? '']),
   );
   const out = new Set<string>();
-  for (const b of state.backends) if (owner.owns(b.tags) && !named.has(b.name)) out.add(b.name);
+  for (const b of state.backends) if (b.owned && !named.has(b.name)) out.add(b.name);
   return out;
 }
 
@@ -255,7 +226,7 @@ export class SlotsFile {
    * only those files rendered: persistence at 20000 slots touches a few of 28 files, not every backend.
    */
   async writeServers(
-    servers: ReadonlyMap<string, RawServer[]>,
+    servers: ReadonlyMap<string, readonly RawServer[]>,
     signal: AbortSignal,
     counter: Counter,
   ): Promise<void> {

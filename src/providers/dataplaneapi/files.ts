@@ -1,0 +1,189 @@
+import type { Logger } from 'pino';
+import type { BackendState, HaproxyState } from '../../haproxy/model.js';
+import { checkedName, checkedPort, checkedServerAddress } from './checked.js';
+import type { Move } from './choose.js';
+import { type DataplaneClient, versionOf } from './client.js';
+import { backendLines, frontendLines, type LineTags, sectionKey, spliceSections } from './config-text.js';
+import { type MapFiles, mapText } from './maps.js';
+import type { ConfigReads } from './read.js';
+import type { Counter, Workers } from './reload.js';
+import { fileBackendNames, type SlotsFile } from './slots.js';
+
+/** What a write of the files brings in line with `target`. */
+export interface FileWrite {
+  /** What HAProxy is to run. */
+  target: HaproxyState;
+  /** Our frontends and backends whose sections are written from `target` (one not in it is removed). */
+  frontends: ReadonlySet<string>;
+  backends: ReadonlySet<string>;
+  /** SNI maps whose files are written with `target`'s entries. */
+  maps: ReadonlySet<string>;
+  /** Servers (`backend/server`) left draining at runtime: they stay out of the files. */
+  draining: ReadonlySet<string>;
+  /** Load what is written with one reload (else the next reload, by anyone, loads it). */
+  reload: boolean;
+  /** Endpoint moves HAProxy makes in place as the file is taken (`X-Runtime-Actions`), without a reload. */
+  moves?: readonly Move[];
+  /**
+   * Slot backends the configuration holds that belong in the storage's files (an install from before the
+   * `storage` layout) move there in this write (with a reload, verified by the caller).
+   */
+  relocate?: boolean;
+  /** Every backend goes into the configuration (the storage's files not loaded: `putBack`). */
+  noSlots?: boolean;
+}
+
+export interface FilesDeps {
+  client: DataplaneClient;
+  reads: ConfigReads;
+  maps: MapFiles;
+  workers: Workers;
+  /** The slot backends' files, when they live in the API's general storage (`KUBEBYON_DATAPLANE_SLOTS`). */
+  slots: SlotsFile | undefined;
+  /** How tags are written, as the API version keeps them. */
+  lines: () => LineTags;
+  timeoutMs: number;
+  reloadTimeoutMs: number;
+  logger: Logger;
+}
+
+/** `X-Runtime-Actions` of one push stay well under the API's header limit. */
+const ACTIONS_MAX_BYTES = 256 * 1024;
+
+/**
+ * The files HAProxy loads, written through the API: the map files, the slot backends' files (when they live
+ * in the general storage), and the configuration file as text (`POST /configuration/raw?version=V`, the
+ * sections of ours named replaced in the text read, every other line kept), with `force_reload` when what is
+ * written must run now, else `skip_reload`. One request carries the whole configuration change, checked by
+ * the API against the version read: no transaction to open, commit, or leave behind.
+ */
+export class Files {
+  constructor(private readonly d: FilesDeps) {}
+
+  /** Writes `w`; resolves whether HAProxy was reloaded. */
+  async write(w: FileWrite, signal: AbortSignal, counter: Counter): Promise<boolean> {
+    const { target } = w;
+    // Map files first: a configuration that routes by a map names its file, which must hold the entries.
+    const mapFile = new Map<string, string>();
+    for (const f of target.frontends)
+      if (f.owned && f.sniMap && w.frontends.has(f.name))
+        mapFile.set(f.sniMap, await this.d.maps.write(f.sniMap, undefined, signal, counter));
+    for (const name of w.maps) {
+      const entries = target.maps?.find((m) => m.name === name)?.entries ?? new Map<string, string>();
+      mapFile.set(name, await this.d.maps.write(name, mapText(entries), signal, counter));
+    }
+    const config = await this.d.reads.read(signal, counter);
+    const inConfig = new Set(config.state().backends.map((b) => b.name));
+    const belongs = this.d.slots && !w.noSlots ? fileBackendNames(target) : new Set<string>();
+    // A slot the configuration holds stays there until it is moved with a verified reload (`relocate`).
+    const inFiles = new Set([...belongs].filter((n) => w.relocate || !inConfig.has(n)));
+    const edits = new Map<string, readonly string[] | null>();
+    await this.slotFiles(w, inFiles, inConfig, edits, signal, counter);
+    const lines = this.d.lines();
+    for (const name of w.frontends) {
+      const f = target.frontends.find((x) => x.name === name);
+      if (f && !f.owned) continue;
+      const file = f?.sniMap
+        ? (mapFile.get(f.sniMap) ?? (await this.d.maps.find(f.sniMap, signal, counter)))
+        : undefined;
+      edits.set(sectionKey('frontend', name), f ? frontendLines(f, file, lines) : null);
+    }
+    for (const name of w.backends) {
+      if (inFiles.has(name)) continue;
+      const b = target.backends.find((x) => x.name === name);
+      if (b && !b.owned) continue;
+      edits.set(sectionKey('backend', name), b ? backendLines(withoutDraining(b, w.draining), lines) : null);
+    }
+    const text = spliceSections(config.text, edits);
+    const moves = w.moves ?? [];
+    // A reload loads what the map and slot files hold even when the configuration's text stays as it is.
+    if (text === config.text && moves.length === 0 && !w.reload) return false;
+    const before = w.reload ? await this.d.workers.settledWorkerPid(signal) : undefined;
+    counter.requests++;
+    const pushed = await this.d.client.POST('/services/haproxy/configuration/raw', {
+      params: {
+        query: { version: config.version, ...(w.reload ? { force_reload: true } : { skip_reload: true }) },
+      },
+      body: text,
+      ...(moves.length > 0 ? { headers: { 'X-Runtime-Actions': runtimeActions(moves) } } : {}),
+      ...(w.reload ? { timeoutMs: this.d.reloadTimeoutMs + this.d.timeoutMs } : {}),
+      signal,
+    });
+    this.d.reads.wrote(versionOf(pushed.headers), text);
+    if (w.reload) await this.d.workers.awaitNewWorkers(before, counter);
+    return w.reload;
+  }
+
+  /**
+   * The slot backends' files (general storage): the backends of `target` that live there, written when any
+   * of them is named; those the configuration still holds (an install from before, or `config` set back)
+   * are taken out of it in the same write. Resolves whether a file changed.
+   */
+  private async slotFiles(
+    w: FileWrite,
+    inFiles: ReadonlySet<string>,
+    inConfig: ReadonlySet<string>,
+    edits: Map<string, readonly string[] | null>,
+    signal: AbortSignal,
+    counter: Counter,
+  ): Promise<boolean> {
+    const slots = this.d.slots;
+    if (!slots || w.noSlots) return false;
+    const moving = [...inConfig].filter((n) => inFiles.has(n));
+    for (const name of moving) edits.set(sectionKey('backend', name), null);
+    if (moving.length === 0 && ![...w.backends].some((n) => inFiles.has(n) || slots.has(n))) return false;
+    const backends = w.target.backends
+      .filter((b) => inFiles.has(b.name))
+      .map((b) => withoutDraining(b, w.draining));
+    return slots.write(backends, 'skip', signal, counter);
+  }
+}
+
+/** `b` without the servers left draining: they stay out of the files. */
+function withoutDraining(b: BackendState, draining: ReadonlySet<string>): BackendState {
+  if (draining.size === 0 || !b.servers.some((s) => draining.has(`${b.name}/${s.name}`))) return b;
+  return { ...b, servers: b.servers.filter((s) => !draining.has(`${b.name}/${s.name}`)) };
+}
+
+/** `SetServerAddr <backend> <server> <address> <port>;…`: what HAProxy runs at once as the file is taken. */
+function runtimeActions(moves: readonly Move[]): string {
+  const actions = moves.map(
+    (m) =>
+      `SetServerAddr ${checkedName(m.backend, 'backend')} ${checkedName(m.server.name, 'server')} ${checkedServerAddress(m.server.address)} ${checkedPort(m.server.port, 'server')}`,
+  );
+  const header = actions.join(';');
+  if (Buffer.byteLength(header) > ACTIONS_MAX_BYTES)
+    throw new RangeError(`${moves.length} moves in place are more than one push carries`);
+  return header;
+}
+
+/**
+ * Slot backends moved to the storage's files that HAProxy then did not load (it is not started with a second
+ * `-f` naming the storage directory): out of the files first (written without a reload, so that a later
+ * `-f` finds no name twice), then back into the configuration, reloaded.
+ */
+export async function putBack(
+  files: Files,
+  slots: SlotsFile,
+  target: HaproxyState,
+  names: ReadonlySet<string>,
+  signal: AbortSignal,
+  counter: Counter,
+): Promise<void> {
+  const rest = [...(slots.current?.values() ?? [])].filter((b) => !names.has(b.name));
+  await slots.write(rest, 'skip', signal, counter);
+  slots.forget();
+  await files.write(
+    {
+      target,
+      frontends: new Set(),
+      backends: new Set(names),
+      maps: new Set(),
+      draining: new Set(),
+      reload: true,
+      noSlots: true,
+    },
+    signal,
+    counter,
+  );
+}

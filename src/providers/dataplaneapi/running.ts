@@ -1,0 +1,94 @@
+import type { HaproxyState, RawBackend, RawMap, RawServer, RawState } from '../../haproxy/model.js';
+import type { DataplaneClient } from './client.js';
+import type { Counter } from './reload.js';
+import { type RunningServer, readMapEntries, readRunningServers } from './runtime-reads.js';
+
+/** What HAProxy runs beside the files, and where the files are behind it. */
+export interface Running {
+  /** The configuration as read, with servers and map entries as HAProxy runs them. */
+  raw: RawState;
+  /** Backends whose servers, and maps whose entries, run otherwise than the files say (to be written). */
+  drift: { backends: Set<string>; maps: Set<string> };
+  /** Servers (`backend/server`) in maintenance: left draining by a delete that waits for their streams. */
+  draining: Set<string>;
+}
+
+/**
+ * `raw` (the files as read) completed with what HAProxy runs: every backend's servers and the SNI maps'
+ * entries, through the API's runtime side (servers added at runtime are in the files only once persisted).
+ * A server the files do not name (yet) carries no tags, and the check setting the service last gave it
+ * (`known`, the state it last knew running). On HAProxy 2.6 the API's runtime reads answer nothing usable
+ * (stats empty, map entries parsed from the master's help text), and every change was written and reloaded:
+ * the files are what runs.
+ */
+export async function withRunning(
+  client: DataplaneClient,
+  raw: RawState,
+  runtimeServers: boolean,
+  known: HaproxyState | undefined,
+  signal: AbortSignal,
+  counter: Counter,
+): Promise<Running> {
+  const names = [...new Set(raw.frontends.flatMap((f) => (f.sniMap ? [f.sniMap] : [])))];
+  const none: Running['drift'] = { backends: new Set(), maps: new Set() };
+  if (names.length === 0) return { raw, drift: none, draining: new Set() };
+  if (!runtimeServers) {
+    const stored = await Promise.all(names.map((m) => readMapEntries(client, m, 'storage', signal, counter)));
+    const maps: RawMap[] = names.map((name, i) => ({ name, entries: stored[i] as Map<string, string> }));
+    return { raw: { ...raw, maps }, drift: none, draining: new Set() };
+  }
+  const [running, entries, stored] = await Promise.all([
+    readRunningServers(client, signal, counter),
+    Promise.all(names.map((m) => readMapEntries(client, m, 'runtime', signal, counter))),
+    Promise.all(names.map((m) => readMapEntries(client, m, 'storage', signal, counter))),
+  ]);
+  const drift: Running['drift'] = { backends: new Set(), maps: new Set() };
+  const maps: RawMap[] = names.map((name, i) => {
+    const runs = entries[i] as Map<string, string>;
+    if (!sameEntries(runs, stored[i] as Map<string, string>)) drift.maps.add(name);
+    return { name, entries: runs };
+  });
+  const knownServers = new Map(
+    (known?.backends ?? []).flatMap((b) => b.servers.map((s) => [`${b.name}/${s.name}`, s])),
+  );
+  const draining = new Set<string>();
+  const backends = raw.backends.map((b): RawBackend => {
+    const list = running.get(b.name);
+    // A backend HAProxy does not run (a file not loaded yet): as the files say.
+    if (!list) return b;
+    for (const s of list) if (s.maint) draining.add(`${b.name}/${s.name}`);
+    const inFile = new Map(b.servers.map((s) => [s.name, s]));
+    const servers = list.map((s): RawServer => {
+      const was = inFile.get(s.name) ?? knownServers.get(`${b.name}/${s.name}`);
+      return {
+        name: s.name,
+        address: s.address,
+        port: s.port,
+        check: was?.check ?? false,
+        tags: inFile.get(s.name)?.tags ?? {},
+      };
+    });
+    // A server in maintenance is draining: it stays out of the files.
+    if (key(list.filter((s) => !s.maint)) !== key(b.servers.filter((s) => !isDraining(list, s.name))))
+      drift.backends.add(b.name);
+    return { ...b, servers };
+  });
+  return { raw: { ...raw, backends, maps }, drift, draining };
+}
+
+function isDraining(list: readonly RunningServer[], name: string): boolean {
+  return list.some((s) => s.name === name && s.maint);
+}
+
+function key(servers: ReadonlyArray<{ name: string; address: string; port: number }>): string {
+  return servers
+    .map((s) => `${s.name}|${s.address}|${s.port}`)
+    .sort()
+    .join(',');
+}
+
+function sameEntries(a: ReadonlyMap<string, string>, b: ReadonlyMap<string, string>): boolean {
+  if (a.size !== b.size) return false;
+  for (const [k, v] of a) if (b.get(k) !== v) return false;
+  return true;
+}
