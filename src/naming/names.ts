@@ -1,5 +1,3 @@
-import { createHash } from 'node:crypto';
-
 /**
  * HAProxy object names: the charset HAProxy allows in proxy and server names, the longest name the service
  * writes or accepts, and the names it gives clusters. Every check of a name (configuration, rendering, the
@@ -21,34 +19,15 @@ export function isHaproxyName(name: string): boolean {
   return NAME.test(name);
 }
 
-/**
- * Backend names for clusters: `<prefix><slug>_<hash>` where
- *   - prefix is the configured owner prefix (default `kubebyon_`, at most PREFIX_MAX characters),
- *   - slug is the cluster id lower-cased, every character outside [a-z0-9] replaced by `-`, cut to 32 characters,
- *   - hash is the first 12 hex digits of SHA-256 over the exact cluster id.
- * The slug keeps names readable; the hash makes the mapping injective in practice (two ids that slug alike
- * differ in 48 hash bits). Every character is in NAME_CHARS and the name is at most prefix + 45 characters
- * long, within NAME_MAX.
- */
+/** The prefix of every proxy the service names (the SNI frontend's slots): `kubebyon_` unless set. */
 export const DEFAULT_PREFIX = 'kubebyon_';
 export const PREFIX_MAX = 24;
-const SLUG_LENGTH = 32;
-const HASH_LENGTH = 12;
 const PREFIX = new RegExp(`^[a-z][a-z0-9_]{0,${PREFIX_MAX - 1}}$`);
 /** What a valid prefix is, for error messages. */
 export const PREFIX_RULE = `a lower-case letter then up to ${PREFIX_MAX - 1} of a-z 0-9 _`;
 
 export function validatePrefix(prefix: string): boolean {
   return PREFIX.test(prefix);
-}
-
-export function backendNameFor(cluster: string, prefix = DEFAULT_PREFIX): string {
-  const slug = cluster
-    .toLowerCase()
-    .replace(/[^a-z0-9]/g, '-')
-    .slice(0, SLUG_LENGTH);
-  const hash = createHash('sha256').update(cluster, 'utf8').digest('hex').slice(0, HASH_LENGTH);
-  return `${prefix}${slug}_${hash}`;
 }
 
 /** Server names inside one backend are slots (`srv1`, `srv2`, ...) so that an address change is an update. */

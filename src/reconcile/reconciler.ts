@@ -84,6 +84,7 @@ export class Reconciler implements Loop {
       revision: (signal) => o.provider.revision(signal),
       signal: this.abort.signal,
       changed: () => void this.request('haproxy_reloaded'),
+      ours: (token) => o.provider.isOwnRevision(token),
       logger: o.logger,
     });
   }

@@ -10,8 +10,10 @@ export interface RevisionWatchOptions {
   revision(signal: AbortSignal): Promise<string>;
   /** Aborts a read in flight when the service stops. */
   signal: AbortSignal;
-  /** Called when the token differs from the one read before. */
+  /** Called when the token differs from the one read before, and is not one this service left (`ours`). */
   changed(): void;
+  /** Whether a token is the one this service's own apply left HAProxy at (its own reload): nothing to read again. */
+  ours?(token: string): boolean;
   logger: Logger;
   /** Longest one read may take before it counts as failed (default: 10 s, at least twice the interval). */
   timeoutMs?: number;
@@ -44,7 +46,7 @@ export class RevisionWatch {
   private async poll(): Promise<void> {
     try {
       const token = await this.read();
-      if (this.last !== undefined && token !== this.last) {
+      if (this.last !== undefined && token !== this.last && !this.o.ours?.(token)) {
         this.o.logger.info({ from: this.last, to: token }, 'HAProxy reloaded or restarted; reading it again');
         this.o.changed();
       }

@@ -3,28 +3,34 @@ import type { Operation } from '../../src/plan/plan.js';
 
 /**
  * The contract suite's oracle: what HAProxy's configuration becomes once `operations` are applied to `state`,
- * written over the planner's view (owned flags, no tags) and kept apart from `src/plan/apply.ts` on purpose,
+ * in the planner's view (owned flags; tags are not compared) and kept apart from `src/plan/apply.ts` on purpose,
  * so that the providers (which use that module) are checked against an independent statement of each
  * operation's meaning.
  */
+type Mutable<T> = { -readonly [K in keyof T]: T[K] };
+type Frontend = Mutable<FrontendState> & { rules: FrontendState['rules'][number][] };
+type Backend = Mutable<BackendState> & { servers: BackendState['servers'][number][] };
+
 export function applyToState(state: HaproxyState, operations: readonly Operation[]): HaproxyState {
-  const frontends = new Map(state.frontends.map((f) => [f.name, structuredClone(f)]));
-  const backends = new Map(state.backends.map((b) => [b.name, structuredClone(b)]));
+  const frontends = new Map<string, Frontend>(
+    state.frontends.map((f) => [f.name, { ...f, rules: [...f.rules] }]),
+  );
+  const backends = new Map<string, Backend>(
+    state.backends.map((b) => [b.name, { ...b, servers: b.servers.map((s) => ({ ...s })) }]),
+  );
   // Map routing: a frontend routing by a map brings it (empty); entries are set and deleted by host.
   const maps = new Map((state.maps ?? []).map((m) => [m.name, new Map(m.entries)]));
   const mapOf = (name: string) => maps.get(name) ?? maps.set(name, new Map()).get(name) ?? new Map();
-  const routeBy = (f: FrontendState, sniMap: string | null | undefined) => {
-    if (sniMap) {
-      f.sniMap = sniMap;
-      mapOf(sniMap);
-    } else delete f.sniMap;
+  const routeBy = (f: Frontend, sniMap: string) => {
+    f.sniMap = sniMap;
+    mapOf(sniMap);
   };
-  const backend = (name: string): BackendState => {
+  const backend = (name: string): Backend => {
     const b = backends.get(name);
     if (!b) throw new Error(`operation on missing backend ${name}`);
     return b;
   };
-  const frontend = (name: string): FrontendState => {
+  const frontend = (name: string): Frontend => {
     const f = frontends.get(name);
     if (!f) throw new Error(`operation on missing frontend ${name}`);
     return f;
@@ -42,6 +48,7 @@ export function applyToState(state: HaproxyState, operations: readonly Operation
           acceptsTlsHello: true,
           defaultBackend: op.frontend.defaultBackend,
           rules: [],
+          tags: {},
         });
         routeBy(frontend(op.frontend.name), op.frontend.sniMap);
         break;
@@ -60,10 +67,7 @@ export function applyToState(state: HaproxyState, operations: readonly Operation
         break;
       case 'create_backend':
         if (backends.has(op.backend.name)) throw new Error(`backend ${op.backend.name} exists`);
-        backends.set(op.backend.name, { ...op.backend, owned: true, servers: [] });
-        break;
-      case 'update_backend':
-        Object.assign(backend(op.backend.name), { balance: op.backend.balance, cluster: op.backend.cluster });
+        backends.set(op.backend.name, { ...op.backend, owned: true, servers: [], tags: {} });
         break;
       case 'delete_backend':
         backend(op.name);
@@ -73,14 +77,14 @@ export function applyToState(state: HaproxyState, operations: readonly Operation
         const b = backend(op.backend);
         if (b.servers.some((s) => s.name === op.server.name))
           throw new Error(`server ${op.server.name} exists`);
-        b.servers.push({ ...op.server });
+        b.servers.push({ ...op.server, owned: true, tags: {} });
         break;
       }
       case 'update_server': {
         const b = backend(op.backend);
         const i = b.servers.findIndex((s) => s.name === op.server.name);
         if (i < 0) throw new Error(`update of missing server ${op.server.name}`);
-        b.servers[i] = { ...op.server };
+        b.servers[i] = { ...(b.servers[i] as BackendState['servers'][number]), ...op.server };
         break;
       }
       case 'delete_server': {
@@ -91,7 +95,7 @@ export function applyToState(state: HaproxyState, operations: readonly Operation
         break;
       }
       case 'set_switching_rules':
-        frontend(op.frontend).rules = op.rules.map((r) => ({ ...r }));
+        frontend(op.frontend).rules = op.rules.map((r) => ({ ...r, tags: {} }));
         break;
       case 'set_map_entry':
         if ((mapOf(op.map).get(op.host) ?? null) !== op.previous)
@@ -104,7 +108,9 @@ export function applyToState(state: HaproxyState, operations: readonly Operation
         break;
     }
   }
-  const result: HaproxyState = { frontends: [...frontends.values()], backends: [...backends.values()] };
-  if (maps.size > 0) result.maps = [...maps].map(([name, entries]) => ({ name, entries }));
-  return result;
+  return {
+    frontends: [...frontends.values()],
+    backends: [...backends.values()],
+    ...(maps.size > 0 ? { maps: [...maps].map(([name, entries]) => ({ name, entries })) } : {}),
+  };
 }

@@ -3,6 +3,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { HaproxyState, RawState } from '../../src/haproxy/model.js';
 import { type RenderOptions, renderDesired } from '../../src/haproxy/render.js';
 import { type Plan, plan } from '../../src/plan/plan.js';
+import type { Reading } from '../../src/plan/reading.js';
 import type { Provider } from '../../src/providers/provider.js';
 import { OwnedProvider } from '../../src/registry/owned-provider.js';
 import { compareStrings, resolveRoutes } from '../../src/routes/route.js';
@@ -40,12 +41,28 @@ export interface ContractOptions {
 
 const signal = () => AbortSignal.timeout(60_000);
 
-/** Sorted by name, so that two reads of the same configuration compare equal whatever the listing order. */
-export function canonical(state: HaproxyState): HaproxyState {
+/** The planner's view of a state: no tags (how each provider stores them is its own), sorted by name. */
+export interface Canonical {
+  frontends: unknown[];
+  backends: unknown[];
+  maps?: Array<{ name: string; entries: Map<string, string> }>;
+}
+
+/** Sorted by name and without tags, so that two reads of one configuration compare equal however listed. */
+export function canonical(state: HaproxyState): Canonical {
   const byName = <T extends { name: string }>(a: T, b: T) => compareStrings(a.name, b.name);
-  const out: HaproxyState = {
-    frontends: [...state.frontends].sort(byName),
-    backends: [...state.backends].map((b) => ({ ...b, servers: [...b.servers].sort(byName) })).sort(byName),
+  const out: Canonical = {
+    frontends: [...state.frontends].sort(byName).map(({ tags: _, rules, sniMap, ...f }) => ({
+      ...f,
+      ...(sniMap ? { sniMap } : {}),
+      rules: rules.map(({ backend, host, owned }) => ({ backend, host, owned })),
+    })),
+    backends: [...state.backends].sort(byName).map(({ tags: _, servers, ...b }) => ({
+      ...b,
+      servers: [...servers]
+        .sort(byName)
+        .map(({ name, address, port, check, owned }) => ({ name, address, port, check, owned })),
+    })),
   };
   // Map routing: the maps of owned frontends, entries by host (an empty list of maps is no map).
   if (state.maps && state.maps.length > 0)
@@ -58,11 +75,13 @@ export function canonical(state: HaproxyState): HaproxyState {
   return out;
 }
 
-function foreignOf(raw: RawState): RawState {
-  return canonical({
-    frontends: raw.frontends.filter((f) => !isOwned(f.tags)),
-    backends: raw.backends.filter((b) => !isOwned(b.tags)),
-  } as unknown as HaproxyState) as unknown as RawState;
+function foreignOf(raw: RawState): Canonical {
+  return canonical(
+    interpret({
+      frontends: raw.frontends.filter((f) => !isOwned(f.tags)),
+      backends: raw.backends.filter((b) => !isOwned(b.tags)),
+    }),
+  );
 }
 
 const stepsArb = fc.array(claimsArb, { minLength: 1, maxLength: 3 });
@@ -82,13 +101,14 @@ export function describeProvider(
     let t: ProviderUnderTest;
     let owned: OwnedProvider;
     const timeout = options.timeoutMs ?? 5_000;
-    const read = async () => canonical(interpret(await owned.readState(signal())));
-    /** A plan and the raw state it was made from, as a pass hands both to `apply`. */
+    const read = async () => canonical((await owned.read(signal())).state);
+    const rawRead = async () => (await t.provider.read(signal())).raw;
+    /** A plan and the reading it was made from, as a pass hands both to `apply`. */
     const planFor = async (
       claims: Parameters<typeof resolveRoutes>[0],
-    ): Promise<{ p: Plan; current: RawState }> => {
-      const current = await owned.readState(signal());
-      return { p: plan(renderDesired(resolveRoutes(claims).routes, t.render), interpret(current)), current };
+    ): Promise<{ p: Plan; current: Reading }> => {
+      const current = await owned.read(signal());
+      return { p: plan(renderDesired(resolveRoutes(claims).routes, t.render), current.state), current };
     };
 
     beforeAll(async () => {
@@ -108,18 +128,19 @@ export function describeProvider(
         await fc.assert(
           fc.asyncProperty(stepsArb, async (steps) => {
             await t.reset();
-            const foreign = foreignOf(await t.provider.readState(signal()));
+            const foreign = foreignOf(await rawRead());
             for (const claims of steps) {
-              const before = await read();
+              const before = (await owned.read(signal(), { fresh: true })).state;
               const { p, current } = await planFor(claims);
               await owned.apply(p, current, signal());
               const expected = canonical(applyToState(before, p.operations));
               expect(await read()).toEqual(expected);
               if (t.fresh) {
                 await t.persisted?.();
-                expect(canonical(interpret(await t.fresh().readState(signal())))).toEqual(expected);
+                const fresh = new OwnedProvider(t.fresh(), registry);
+                expect(canonical((await fresh.read(signal())).state)).toEqual(expected);
               }
-              expect(foreignOf(await t.provider.readState(signal()))).toEqual(foreign);
+              expect(foreignOf(await rawRead())).toEqual(foreign);
               // Applied means converged: planning again finds nothing to do.
               expect((await planFor(claims)).p.operations).toEqual([]);
             }
@@ -134,10 +155,12 @@ export function describeProvider(
       'writes nothing for an empty plan',
       async () => {
         await t.reset();
-        const before = await t.provider.readState(signal());
+        const before = await owned.read(signal(), { fresh: true });
         const report = await owned.apply({ operations: [], conflicts: [] }, before, signal());
-        expect(report).toEqual({ reload: 'none', requests: 0 });
-        expect(await t.provider.readState(signal())).toEqual(before);
+        expect(report).toMatchObject({ reload: 'none', requests: 0 });
+        expect(canonical((await owned.read(signal(), { fresh: true })).state)).toEqual(
+          canonical(before.state),
+        );
       },
       timeout,
     );
@@ -146,14 +169,14 @@ export function describeProvider(
       'leaves HAProxy as it was when the apply is aborted before it starts',
       async () => {
         await t.reset();
-        const before = await read();
+        const before = canonical((await owned.read(signal(), { fresh: true })).state);
         const { p, current } = await planFor([
           { cluster: 'aborted', host: 'aborted.example.com', endpoints: [], claimedAt: 0 },
         ]);
         const controller = new AbortController();
         controller.abort(new Error('shutting down'));
         await expect(owned.apply(p, current, controller.signal)).rejects.toThrow();
-        expect(await read()).toEqual(before);
+        expect(canonical((await owned.read(signal(), { fresh: true })).state)).toEqual(before);
       },
       timeout,
     );
@@ -162,18 +185,18 @@ export function describeProvider(
       'refuses an operation on an object it does not own, and changes nothing',
       async () => {
         await t.reset();
-        const raw = await owned.readState(signal());
-        const foreign = raw.backends.find((b) => !isOwned(b.tags));
+        const current = await owned.read(signal(), { fresh: true });
+        const foreign = current.state.backends.find((b) => !b.owned);
         expect(foreign, 'the fixture has a foreign backend').toBeDefined();
-        const before = await read();
+        const before = canonical(current.state);
         await expect(
           owned.apply(
             { operations: [{ kind: 'delete_backend', name: foreign?.name ?? '' }], conflicts: [] },
-            raw,
+            current,
             signal(),
           ),
         ).rejects.toThrow();
-        expect(await read()).toEqual(before);
+        expect(canonical((await owned.read(signal(), { fresh: true })).state)).toEqual(before);
       },
       timeout,
     );

@@ -18,3 +18,6 @@ export const ownFrontend = (over: Partial<RawFrontend> = {}): RawFrontend => ({
   tags: ownerTags(),
   ...over,
 });
+
+/** The hosts a state routes by its SNI map, sorted. */
+export const routedHosts = (state: RawState): string[] => [...(state.maps?.[0]?.entries.keys() ?? [])].sort();

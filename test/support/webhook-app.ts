@@ -78,7 +78,7 @@ export async function startWebhookApp(o: WebhookAppOptions = {}): Promise<Webhoo
     store,
     topology: o.topology ?? new StaticTopology(['10.0.0.1']),
     provider: new OwnedProvider(provider, registry),
-    render: { ...DEFAULT_RENDER_OPTIONS, routing: 'rules' as const },
+    render: DEFAULT_RENDER_OPTIONS,
     metrics,
     logger,
     debounceMs: 10,

@@ -1,9 +1,9 @@
 import { describe, expect, it } from 'vitest';
-import type { RawBackend, RawState } from '../../src/haproxy/model.js';
+import type { HaproxyState, RawBackend, RawState } from '../../src/haproxy/model.js';
 import { ConcurrentChangeError } from '../../src/model/errors.js';
 import { applyOperations } from '../../src/plan/apply.js';
 import { Registry } from '../../src/registry/registry.js';
-import { ownFrontend as frontend, ownerTags, registry } from '../support/owner.js';
+import { ownFrontend as frontend, interpret, ownerTags, registry } from '../support/owner.js';
 
 const backend: RawBackend = {
   name: 'kubebyon_a_0123456789ab',
@@ -12,30 +12,35 @@ const backend: RawBackend = {
   tags: ownerTags('a'),
 };
 const foreign: RawBackend = { name: 'console', balance: 'roundrobin', servers: [], tags: {} };
-const state = (f = frontend()): RawState => ({ frontends: [f], backends: [backend, foreign] });
+const state = (f = frontend()): HaproxyState => interpret({ frontends: [f], backends: [backend, foreign] });
+const apply = (
+  s: HaproxyState,
+  ops: Parameters<typeof applyOperations>[1],
+  tagger: Parameters<typeof applyOperations>[2] = registry,
+): HaproxyState => applyOperations(s, ops, tagger).state;
 
 describe('applyOperations: the one meaning of each operation', () => {
   it('asks for a new plan when an object is missing, or a creation finds its name taken', () => {
     const s = state();
-    expect(() => applyOperations(s, [{ kind: 'delete_backend', name: 'gone' }], registry)).toThrow(
+    expect(() => apply(s, [{ kind: 'delete_backend', name: 'gone' }], registry)).toThrow(
       ConcurrentChangeError,
     );
     // Frontends and backends share one namespace.
     expect(() =>
-      applyOperations(
+      apply(
         s,
-        [{ kind: 'create_backend', backend: { name: 'kubebyon_sni', cluster: 'x', balance: 'leastconn' } }],
+        [{ kind: 'create_backend', backend: { name: 'kubebyon_sni', balance: 'leastconn' } }],
         registry,
       ),
     ).toThrow(ConcurrentChangeError);
     expect(() =>
-      applyOperations(
+      apply(
         s,
         [
           {
             kind: 'update_server',
             backend: backend.name,
-            server: { name: 'srv9', address: '127.0.0.2', port: 1, check: true, owned: true },
+            server: { name: 'srv9', address: '127.0.0.2', port: 1, check: true },
             changes: [],
           },
         ],
@@ -54,17 +59,17 @@ describe('applyOperations: the one meaning of each operation', () => {
         ],
       }),
     );
-    const next = applyOperations(
+    const next = apply(
       withForeignRule,
       [
         {
           kind: 'create_backend',
-          backend: { name: 'kubebyon_b_0123456789ab', cluster: 'b', balance: 'leastconn' },
+          backend: { name: 'kubebyon_b_0123456789ab', balance: 'leastconn' },
         },
         {
           kind: 'create_server',
           backend: 'kubebyon_b_0123456789ab',
-          server: { name: 'srv1', address: '127.0.0.1', port: 30002, check: false, owned: true },
+          server: { name: 'srv1', address: '127.0.0.1', port: 30002, check: false },
         },
         {
           kind: 'set_switching_rules',
@@ -80,11 +85,12 @@ describe('applyOperations: the one meaning of each operation', () => {
       staging,
     );
     const created = next.backends.find((b) => b.name === 'kubebyon_b_0123456789ab');
-    expect(created?.tags).toEqual({ owner: 'staging', cluster: 'b' });
+    expect(created?.tags).toEqual({ owner: 'staging' });
+    expect(created?.owned).toBe(true);
     expect(created?.servers[0]?.tags).toEqual({ owner: 'staging' });
     expect(next.frontends[0]?.rules).toEqual([
-      { backend: 'kubebyon_b_0123456789ab', host: 'b.example.com', tags: { owner: 'staging' } },
-      { backend: 'console', host: 'console.example.com', tags: { owner: 'production' } },
+      { backend: 'kubebyon_b_0123456789ab', host: 'b.example.com', tags: { owner: 'staging' }, owned: true },
+      { backend: 'console', host: 'console.example.com', tags: { owner: 'production' }, owned: false },
     ]);
     // The input is left as it was: a failed apply can keep the state it started from.
     expect(withForeignRule.backends).toHaveLength(2);
@@ -92,7 +98,7 @@ describe('applyOperations: the one meaning of each operation', () => {
 
   it('refuses to keep a foreign rule that is not there (the plan was made from another state)', () => {
     expect(() =>
-      applyOperations(
+      apply(
         state(),
         [
           {
@@ -109,13 +115,14 @@ describe('applyOperations: the one meaning of each operation', () => {
   });
 
   it('never changes the state it is given, and copies only what an operation touches', () => {
-    const s: RawState = {
-      ...state(frontend({ sniMap: 'm.map' })),
+    const s: HaproxyState = interpret({
+      frontends: [frontend({ sniMap: 'm.map' })],
+      backends: [backend, foreign],
       maps: [{ name: 'm.map', entries: new Map([['a.example.com', backend.name]]) }],
-    };
+    });
     const snapshot = structuredClone(s);
-    const server = { name: 'srv1', address: '127.0.0.9', port: 30009, check: true, owned: true };
-    const next = applyOperations(
+    const server = { name: 'srv1', address: '127.0.0.9', port: 30009, check: true };
+    const next = apply(
       s,
       [
         { kind: 'update_server', backend: backend.name, server, changes: [] },
@@ -145,21 +152,22 @@ describe('applyOperations: the one meaning of each operation', () => {
 });
 
 describe('applyOperations: copy-on-write', () => {
-  const many = (n: number): RawState => ({
-    frontends: [frontend()],
-    backends: Array.from({ length: n }, (_, i) => ({
-      ...backend,
-      name: `b${i}`,
-      servers: [{ ...(backend.servers[0] as RawBackend['servers'][number]) }],
-    })),
-    maps: [{ name: 'sni', entries: new Map([['a.example.com', 'b0']]) }],
-  });
+  const many = (n: number): HaproxyState =>
+    interpret({
+      frontends: [frontend()],
+      backends: Array.from({ length: n }, (_, i) => ({
+        ...backend,
+        name: `b${i}`,
+        servers: [{ ...(backend.servers[0] as RawBackend['servers'][number]) }],
+      })),
+      maps: [{ name: 'sni', entries: new Map([['a.example.com', 'b0']]) }],
+    } satisfies RawState);
 
   it('leaves its input as it was and shares only the objects no operation touched', () => {
     const before = many(50);
     const snapshot = structuredClone(before);
-    const server = { name: 'srv1', address: '127.0.0.9', port: 30009, check: false, owned: true };
-    const after = applyOperations(
+    const server = { name: 'srv1', address: '127.0.0.9', port: 30009, check: false };
+    const after = apply(
       before,
       [
         { kind: 'update_server', backend: 'b3', server, changes: [] },
@@ -187,9 +195,9 @@ describe('applyOperations: copy-on-write', () => {
   it('changes nothing it was given when an operation fails midway', () => {
     const before = many(3);
     const snapshot = structuredClone(before);
-    const server = { name: 'srv1', address: '127.0.0.9', port: 1, check: true, owned: true };
+    const server = { name: 'srv1', address: '127.0.0.9', port: 1, check: true };
     expect(() =>
-      applyOperations(
+      apply(
         before,
         [
           { kind: 'update_server', backend: 'b1', server, changes: [] },

@@ -7,6 +7,7 @@ import { EXIT_USAGE, main } from '../../src/cli/main.js';
 import type { CliDeps } from '../../src/cli/pass.js';
 import { MemoryProvider } from '../../src/providers/memory/memory-provider.js';
 import { ClusterStore } from '../../src/store/cluster-store.js';
+import { routedHosts } from '../support/owner.js';
 
 // The command line as a user meets it: exit codes, what goes to stdout and stderr, and that a refused input
 // changes nothing. HAProxy is the strict in-memory provider; the built CLI is run in test/e2e.
@@ -46,7 +47,6 @@ const passEnv = () => ({
   KUBEBYON_STATE_FILE: join(dir, 'state', 'clusters.json'),
   KUBEBYON_STATIC_NODE_ADDRESSES: '127.0.0.1,127.0.0.2',
   KUBEBYON_RECONCILE_RETRIES: '0',
-  KUBEBYON_HAPROXY_ROUTING: 'rules',
 });
 
 describe('command line: usage', () => {
@@ -112,23 +112,17 @@ describe('command line: render', () => {
     const r = await run(['render', claims()], {
       KUBEBYON_HAPROXY_BIND_ADDR: '127.0.0.1:8443',
       KUBEBYON_PUBLIC_PORT: '8443',
-      KUBEBYON_HAPROXY_BALANCE: 'roundrobin',
-      KUBEBYON_HAPROXY_ROUTING: 'rules',
     });
     expect(r.code).toBe(0);
     expect(r.out).toMatch(/^cluster demo: accepted -> https:\/\/api\.demo\.example\.com:8443$/m);
     expect(r.out).toMatch(/^cluster by-ip: rejected: host_is_ip_literal/m);
     expect(r.out).toMatch(/^\+ frontend kubebyon_sni bind 127\.0\.0\.1:8443 /m);
-    expect(r.out).toMatch(/^\+ backend kubebyon_demo_\w+ \(cluster demo\) balance roundrobin$/m);
+    expect(r.out).toMatch(/^\+ backend kubebyon_slot_00001 \(slot\) balance leastconn$/m);
     expect(r.err).toBe('');
   });
 
   it('shows host -> backend -> servers after the plan: with map routing, the slot each host takes', async () => {
-    const rules = await run(['render', claims()], { KUBEBYON_HAPROXY_ROUTING: 'rules' });
-    expect(rules.out).toMatch(
-      /\n\nHOST\s+BACKEND\s+SERVERS\napi\.demo\.example\.com\s+kubebyon_demo_\w{12}\s+127\.0\.0\.1:30443$/,
-    );
-    const map = await run(['render', claims()], { KUBEBYON_HAPROXY_ROUTING: 'map' });
+    const map = await run(['render', claims()]);
     expect(map.code).toBe(0);
     expect(map.out).toMatch(/^\+ map \S+: api\.demo\.example\.com -> kubebyon_slot_00001 \(cluster demo\)$/m);
     expect(map.out).toMatch(
@@ -172,7 +166,7 @@ describe('command line: plan and apply', () => {
     const before = await run(['plan', clusters], passEnv(), { provider });
     expect(before.code).toBe(2);
     expect(before.out).toMatch(/^memory at memory \(provider memory\); clusters from .*clusters\.json$/m);
-    expect(before.out).toMatch(/^\+ server kubebyon_demo_\w+\/srv2 127\.0\.0\.2:30443 check$/m);
+    expect(before.out).toMatch(/^\+ server kubebyon_slot_\d+\/srv2 127\.0\.0\.2:30443 check$/m);
     expect(before.out).toMatch(/^\d+ changes$/m);
     expect(before.out).toMatch(
       /^demo\s+api\.demo\.example\.com\s+applied\s+https:\/\/api\.demo\.example\.com:443$/m,
@@ -185,7 +179,7 @@ describe('command line: plan and apply', () => {
     expect(applied.out).toMatch(
       /^other\s+api\.other\.example\.com\s+applied\s+https:\/\/api\.other\.example\.com:443\s+\d{4}-/m,
     );
-    expect(provider.state.backends.map((b) => b.tags.cluster).sort()).toEqual(['demo', 'other']);
+    expect(routedHosts(provider.state)).toEqual(['api.demo.example.com', 'api.other.example.com']);
 
     const after = await run(['plan', clusters], passEnv(), { provider });
     expect(after.code).toBe(0);
@@ -205,7 +199,7 @@ describe('command line: plan and apply', () => {
     expect(plan.code).toBe(2);
     expect(plan.out).toMatch(/^HOST\s+BACKEND\s+SERVERS$/m);
     expect(plan.out).toMatch(routed);
-    expect(provider.readOptions).toEqual([{ fresh: true }]);
+    expect(provider.reads).toBe(1);
     const json = JSON.parse((await run(['plan', clusters, '--json'], env, { provider })).out);
     expect(json.clusters).toEqual([
       expect.objectContaining({
@@ -219,7 +213,7 @@ describe('command line: plan and apply', () => {
     expect(applied.out).toMatch(routed);
     expect(provider.state.maps?.[0]?.entries.get('api.demo.example.com')).toBe('kubebyon_slot_00001');
     // A pass run by hand knows nothing of HAProxy beforehand: it reads everything.
-    expect(provider.readOptions.at(-1)).toEqual({ fresh: true });
+    expect(provider.reads).toBeGreaterThan(2);
   });
 
   it('plan --json gives the operations and each cluster, and nothing else on stdout', async () => {
@@ -294,9 +288,9 @@ describe('command line: plan and apply', () => {
     const r = await run(['plan'], env, { provider });
     expect(r.code).toBe(2);
     expect(r.out).toMatch(/clusters from the state file .*clusters\.json/);
-    expect(r.out).toMatch(/^\+ server kubebyon_kept_\w+\/srv1 127\.0\.0\.1:32000 check$/m);
+    expect(r.out).toMatch(/^\+ server kubebyon_slot_\d+\/srv1 127\.0\.0\.1:32000 check$/m);
     expect((await run(['apply'], env, { provider })).code).toBe(0);
-    expect(provider.state.backends.map((b) => b.tags.cluster)).toEqual(['kept']);
+    expect(routedHosts(provider.state)).toEqual(['kept.example.com']);
   });
 
   it('exits 1 with the reason when HAProxy cannot be reached or the pass fails, changing nothing', async () => {

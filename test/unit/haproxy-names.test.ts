@@ -1,8 +1,8 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config/env.js';
-import { backendNameFor, isHaproxyName, PREFIX_MAX } from '../../src/naming/names.js';
-import { checkedName } from '../../src/providers/dataplaneapi/mapping.js';
+import { isHaproxyName, PREFIX_MAX, slotName, slotPrefixFor } from '../../src/naming/names.js';
+import { checkedName } from '../../src/providers/dataplaneapi/checked.js';
 import { renderOwnedFile } from '../../src/providers/haproxy/owned-file.js';
 import { ownerTags } from '../support/owner.js';
 import { PROPERTY_TIMEOUT_MS } from '../support/property.js';
@@ -54,14 +54,14 @@ describe('HAProxy names', () => {
     expect(verdicts('x'.repeat(128)).config).toBe(false);
   });
 
-  it('given to backends fit every writer, with the longest prefix allowed', {
+  it('given to slots fit every writer, with the longest prefix allowed', {
     timeout: PROPERTY_TIMEOUT_MS,
   }, () => {
     const prefix = `p${'_'.repeat(PREFIX_MAX - 1)}`;
     expect(loadConfig({ ...secret, KUBEBYON_HAPROXY_NAME_PREFIX: prefix }).haproxy.namePrefix).toBe(prefix);
     fc.assert(
-      fc.property(fc.string({ unit: 'grapheme', maxLength: 300 }), (id) => {
-        const name = backendNameFor(id, prefix);
+      fc.property(fc.integer({ min: 1, max: 10_000_000 }), (n) => {
+        const name = slotName(slotPrefixFor(prefix), n);
         expect(isHaproxyName(name)).toBe(true);
         expect(checkedName(name, 'backend')).toBe(name);
       }),

@@ -1,12 +1,10 @@
 import { join } from 'node:path';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { RawState } from '../../src/haproxy/model.js';
-import { backendNameFor } from '../../src/naming/names.js';
 import type { Plan } from '../../src/plan/plan.js';
 import { renderOwnedFile } from '../../src/providers/haproxy/owned-file.js';
 import { MemoryProvider } from '../../src/providers/memory/memory-provider.js';
-import type { ApplyReport } from '../../src/providers/provider.js';
+import type { ApplyReport, Change } from '../../src/providers/provider.js';
 import { validateEndpoint } from '../../src/routes/endpoint.js';
 import { validateHost } from '../../src/routes/host.js';
 import { validateClusterName } from '../../src/routes/route.js';
@@ -21,7 +19,7 @@ import { startWebhookApp, TEST_SECRET, type WebhookApp } from '../support/webhoo
 
 const NODES = ['127.0.0.1', '::1'];
 const FRONTEND = 'kubebyon_sni';
-const BACKEND_NAME = /^kubebyon_[a-z0-9-]{1,32}_[0-9a-f]{12}$/;
+const BACKEND_NAME = /^kubebyon_slot_[0-9]{5,}$/;
 const SERVER_NAME = /^srv[1-9][0-9]{0,5}$/;
 const RUNS = 50;
 const PER_RUN = 210;
@@ -37,7 +35,7 @@ class CheckingProvider extends MemoryProvider {
     const v = validateHost(host);
     if (!v.ok || v.host !== host) this.flag('host', host);
   }
-  override async apply(plan: Plan, current: RawState, signal: AbortSignal): Promise<ApplyReport> {
+  override async apply(plan: Plan, change: Change, signal: AbortSignal): Promise<ApplyReport> {
     for (const op of plan.operations) {
       switch (op.kind) {
         case 'create_frontend':
@@ -48,11 +46,7 @@ class CheckingProvider extends MemoryProvider {
           this.flag('frontend deleted', op.name);
           break;
         case 'create_backend':
-        case 'update_backend':
           if (!BACKEND_NAME.test(op.backend.name)) this.flag('backend', op.backend.name);
-          if (op.backend.cluster === undefined) break; // a slot backend (map routing): no cluster in it
-          if (!validateClusterName(op.backend.cluster).ok) this.flag('cluster tag', op.backend.cluster);
-          if (backendNameFor(op.backend.cluster) !== op.backend.name) this.flag('backend of', op.backend);
           break;
         case 'delete_backend':
           if (!BACKEND_NAME.test(op.name)) this.flag('backend', op.name);
@@ -68,18 +62,22 @@ class CheckingProvider extends MemoryProvider {
           break;
         }
         case 'set_switching_rules':
-          if (op.frontend !== FRONTEND) this.flag('rules of', op.frontend);
-          for (const r of op.rules) {
-            this.checkHost(r.host);
-            if (!BACKEND_NAME.test(r.backend)) this.flag('rule backend', r.backend);
-          }
+          this.flag('rules of', op.frontend);
+          break;
+        case 'set_map_entry':
+          this.checkHost(op.host);
+          if (!BACKEND_NAME.test(op.backend)) this.flag('map entry backend', op.backend);
+          if (!validateClusterName(op.cluster).ok) this.flag('map entry cluster', op.cluster);
+          break;
+        case 'delete_map_entry':
+          this.checkHost(op.host);
           break;
       }
     }
-    const report = await super.apply(plan, current, signal);
+    const report = await super.apply(plan, change, signal);
     // What the stock provider would write for this state: it refuses any value that could inject syntax.
     try {
-      renderOwnedFile(this.state as RawState);
+      renderOwnedFile(this.state, undefined, '/etc/haproxy');
     } catch (err) {
       this.flag('owned file', String(err));
     }
@@ -652,8 +650,9 @@ describe('hostile input to the webhook', () => {
         // HAProxy (the provider) holds exactly the hosts of the accepted clusters.
         const pass = await app.reconciler.request('check');
         expect(pass.ok).toBe(true);
-        const rules = provider.state.frontends.find((f) => f.name === FRONTEND)?.rules ?? [];
-        expect(new Set(rules.map((r) => r.host))).toEqual(new Set([...model.values()].map((e) => e.host)));
+        const sniMap = provider.state.frontends.find((f) => f.name === FRONTEND)?.sniMap;
+        const entries = provider.state.maps?.find((m) => m.name === sniMap)?.entries ?? new Map();
+        expect(new Set(entries.keys())).toEqual(new Set([...model.values()].map((e) => e.host)));
         expect(provider.violations).toEqual([]);
       }),
       { numRuns: RUNS, seed: Number(process.env.KUBEBYON_TEST_SEED ?? 20260112), endOnFailure: true },

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import type { HaproxyState, RawState } from '../../src/haproxy/model.js';
+import type { HaproxyState } from '../../src/haproxy/model.js';
 import { DEFAULT_RENDER_OPTIONS, renderDesired } from '../../src/haproxy/render.js';
 import { applyOperations } from '../../src/plan/apply.js';
 import { plan } from '../../src/plan/plan.js';
@@ -8,7 +8,8 @@ import { Registry } from '../../src/registry/registry.js';
 import type { Route } from '../../src/routes/route.js';
 
 const registry = new Registry();
-const options = { ...DEFAULT_RENDER_OPTIONS, routing: 'map' as const, minSlots: 4, healthChecks: false };
+const options = { ...DEFAULT_RENDER_OPTIONS, minSlots: 4, healthChecks: false };
+const none: HaproxyState = { frontends: [], backends: [] };
 const route = (n: number, port = 30000 + n): Route => ({
   cluster: `c${n}`,
   host: `api.c${n}.example.com`,
@@ -16,17 +17,17 @@ const route = (n: number, port = 30000 + n): Route => ({
 });
 
 /** Plans `routes` against `raw`, applies the plan the one way operations mean, and returns both. */
-function step(raw: RawState, routes: Route[], grow: 'ahead' | 'when_needed' = 'ahead') {
-  const p = plan(renderDesired(routes, options), registry.interpret(raw), { grow });
-  return { p, raw: applyOperations(raw, p.operations, registry) };
+function step(raw: HaproxyState, routes: Route[], grow: 'ahead' | 'when_needed' = 'ahead') {
+  const p = plan(renderDesired(routes, options), raw, { grow });
+  return { p, raw: applyOperations(raw, p.operations, registry).state };
 }
 
-const mapOf = (raw: RawState) => raw.maps?.find((m) => m.name === options.sniMap)?.entries;
+const mapOf = (raw: HaproxyState) => raw.maps?.find((m) => m.name === options.sniMap)?.entries;
 const kinds = (p: ReturnType<typeof plan>) => p.operations.map((o) => o.kind);
 
 describe('map routing plan', () => {
   it('from nothing: a frontend routing by the map, a pool of empty slots, then each route in a slot', () => {
-    const { p, raw } = step({ frontends: [], backends: [] }, [route(1), route(2)]);
+    const { p, raw } = step(none, [route(1), route(2)]);
     expect(p.pool).toMatchObject({ size: 4, free: 2, created: 4 });
     expect(raw.frontends[0]?.sniMap).toBe(options.sniMap);
     expect([...(mapOf(raw) ?? [])]).toEqual([
@@ -39,13 +40,13 @@ describe('map routing plan', () => {
   });
 
   it('a new route in a pool with room is servers then a map entry, no structure', () => {
-    const start = step({ frontends: [], backends: [] }, [route(1)]).raw;
+    const start = step(none, [route(1)]).raw;
     const { p } = step(start, [route(1), route(2)], 'when_needed');
     expect(kinds(p)).toEqual(['create_server', 'set_map_entry']);
   });
 
   it('a deleted route: map entry first, then its servers; the slot is reused only by a later plan', () => {
-    const start = step({ frontends: [], backends: [] }, [route(1), route(2)]).raw;
+    const start = step(none, [route(1), route(2)]).raw;
     const { p, raw } = step(start, [route(2), route(3)], 'when_needed');
     expect(kinds(p)).toEqual(['create_server', 'delete_map_entry', 'set_map_entry', 'delete_server']);
     const entry = p.operations.find((o) => o.kind === 'set_map_entry');
@@ -57,14 +58,14 @@ describe('map routing plan', () => {
   });
 
   it('an endpoint move is a server update in the same slot', () => {
-    const start = step({ frontends: [], backends: [] }, [route(1)]).raw;
+    const start = step(none, [route(1)]).raw;
     const { p } = step(start, [route(1, 31999)], 'when_needed');
     expect(kinds(p)).toEqual(['update_server']);
   });
 
   it('grows only when allowed or needed, geometrically', () => {
     expect([poolSize(0, 0, 64), poolSize(64, 56, 64), poolSize(96, 5000, 64)]).toEqual([64, 96, 8310]);
-    const start = step({ frontends: [], backends: [] }, [route(1), route(2), route(3)]).raw;
+    const start = step(none, [route(1), route(2), route(3)]).raw;
     const deferred = step(
       start,
       [1, 2, 3, 4].map((n) => route(n)),
@@ -80,23 +81,11 @@ describe('map routing plan', () => {
     expect(needed.p.pool).toMatchObject({ size: 6, created: 2, growthDeferred: false });
   });
 
-  it('moves an install with one backend and rule per cluster to the map in one plan', () => {
-    const rules = { ...options, routing: 'rules' as const };
-    const old = plan(renderDesired([route(1)], rules), registry.interpret({ frontends: [], backends: [] }));
-    const before = applyOperations({ frontends: [], backends: [] }, old.operations, registry);
-    const { p, raw } = step(before, [route(1)], 'when_needed');
-    expect(kinds(p)).toContain('update_frontend');
-    expect(kinds(p)).toContain('delete_backend');
-    expect(raw.frontends[0]?.rules).toEqual([]);
-    expect(mapOf(raw)?.get('api.c1.example.com')).toBe('kubebyon_slot_00001');
-    expect(step(raw, [route(1)]).p.operations).toEqual([]);
-  });
-
   it('repairs a map entry deleted by hand and never names a foreign slot-named backend', () => {
-    const start = step({ frontends: [], backends: [] }, [route(1)]).raw;
+    const start = step(none, [route(1)]).raw;
     const entries = new Map(mapOf(start));
     entries.delete('api.c1.example.com');
-    const drifted: RawState = { ...start, maps: [{ name: options.sniMap, entries }] };
+    const drifted: HaproxyState = { ...start, maps: [{ name: options.sniMap, entries }] };
     expect(kinds(step(drifted, [route(1)]).p)).toEqual(['set_map_entry']);
     const foreign: HaproxyState = registry.interpret({
       frontends: [],
@@ -109,7 +98,7 @@ describe('map routing plan', () => {
 
   it('grows past slots draining in the same plan, so every route is placed by the one plan that reloads', () => {
     // Hosts of two routes change at once while a third arrives: both old entries drain, two slots are free.
-    const start = step({ frontends: [], backends: [] }, [route(1), route(2)]).raw;
+    const start = step(none, [route(1), route(2)]).raw;
     const moved = (n: number, host: string): Route => ({ ...route(n), host });
     const next = [moved(1, 'api.e.example.com'), moved(2, 'api.a.example.com'), route(3)];
     const { p, raw } = step(start, next, 'when_needed');

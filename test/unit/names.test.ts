@@ -1,9 +1,10 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { backendNameFor, serverSlotName, serverSlotNumber } from '../../src/naming/names.js';
+import { serverSlotName, serverSlotNumber } from '../../src/naming/names.js';
+import { legacyBackendName as backendNameFor } from '../support/legacy-rules.js';
 import { PROPERTY_TIMEOUT_MS } from '../support/property.js';
 
-describe('backendNameFor', () => {
+describe('the per-cluster backend names of installs before map routing (upgrade fixtures)', () => {
   it('is readable, prefixed and stable', () => {
     expect(backendNameFor('demo')).toMatch(/^kubebyon_demo_[0-9a-f]{12}$/);
     expect(backendNameFor('demo')).toBe(backendNameFor('demo'));

@@ -5,6 +5,7 @@ import { renderDesired } from '../../src/haproxy/render.js';
 import { NotOwnedError } from '../../src/model/errors.js';
 import type { Plan } from '../../src/plan/plan.js';
 import { plan } from '../../src/plan/plan.js';
+import { Reading } from '../../src/plan/reading.js';
 import { MemoryProvider } from '../../src/providers/memory/memory-provider.js';
 import { OwnedProvider, refuseForeign } from '../../src/registry/owned-provider.js';
 import { DEFAULT_OWNER_ID, InvalidOwnerIdError, Registry } from '../../src/registry/registry.js';
@@ -54,8 +55,12 @@ describe('the registry', () => {
     }
   });
 
-  it('does not own a hand-added server inside an owned backend', () => {
-    expect(registry.interpret(raw(registry.tags(), {})).backends[0]?.servers[0]?.owned).toBe(false);
+  it('owns a server without tags inside an owned backend (added at runtime, not yet in the files), not one another owner tagged', () => {
+    expect(registry.interpret(raw(registry.tags(), {})).backends[0]?.servers[0]?.owned).toBe(true);
+    const theirs = registry.interpret(raw(registry.tags(), { owner: 'someone-else' }));
+    expect(theirs.backends[0]?.servers[0]?.owned).toBe(false);
+    // In a foreign backend, even our tag does not make a server ours.
+    expect(registry.interpret(raw({}, registry.tags())).backends[0]?.servers[0]?.owned).toBe(false);
   });
 
   it('keeps the tag value every earlier install wrote as the default owner id', () => {
@@ -85,15 +90,19 @@ describe('the registry', () => {
       inspectDelayMs: 5000,
       balance: 'leastconn',
       healthChecks: false,
-      routing: 'rules',
       sniMap: 'x.sni.map',
       minSlots: 64,
     });
     const p = plan(desired, staging.interpret(both));
-    const named = p.operations.map((op) => ('name' in op ? op.name : undefined)).filter(Boolean);
-    expect(named).toEqual(['stg_demo']);
-    expect(() => refuseForeign(p.operations, both, staging)).not.toThrow();
-    expect(() => refuseForeign(p.operations, both, production)).toThrow(NotOwnedError);
+    // Staging's own leftovers go (its frontend of another name, its per-cluster backend); production's stay.
+    const deleted = p.operations.flatMap((op) =>
+      op.kind === 'delete_backend' || op.kind === 'delete_frontend' ? [op.name] : [],
+    );
+    expect(deleted).toEqual(['stg_demo']);
+    expect(() => refuseForeign(p.operations, Reading.of(staging.interpret(both)), staging)).not.toThrow();
+    expect(() => refuseForeign(p.operations, Reading.of(production.interpret(both)), production)).toThrow(
+      NotOwnedError,
+    );
   });
 
   it('refuses an owner id that could not be written safely into haproxy.cfg', () => {
@@ -121,7 +130,7 @@ describe('OwnedProvider: ownership enforced before any provider', () => {
       [
         {
           kind: 'create_backend',
-          backend: { name: 'kubebyon_demo_0123456789ab', cluster: 'x', balance: 'leastconn' },
+          backend: { name: 'kubebyon_demo_0123456789ab', balance: 'leastconn' },
         },
       ],
     ],
@@ -131,7 +140,7 @@ describe('OwnedProvider: ownership enforced before any provider', () => {
         {
           kind: 'create_server',
           backend: 'kubebyon_demo_0123456789ab',
-          server: { name: 'srv2', address: '127.0.0.1', port: 2, check: false, owned: true },
+          server: { name: 'srv2', address: '127.0.0.1', port: 2, check: false },
         },
       ],
     ],
@@ -144,7 +153,7 @@ describe('OwnedProvider: ownership enforced before any provider', () => {
     it(`refuses to ${what}, and the provider sees nothing`, async () => {
       const inner = new MemoryProvider(structuredClone(foreign));
       const provider = new OwnedProvider(inner, registry);
-      const current = await provider.readState(AbortSignal.timeout(1000));
+      const current = await provider.read(AbortSignal.timeout(1000));
       await expect(
         provider.apply({ operations, conflicts: [] }, current, AbortSignal.timeout(1000)),
       ).rejects.toThrow(NotOwnedError);
@@ -153,15 +162,15 @@ describe('OwnedProvider: ownership enforced before any provider', () => {
     });
   }
 
-  it('refuses a change to a hand-added server inside an owned backend', () => {
-    const state = raw(registry.tags(), {});
+  it("refuses a change to another owner's server inside an owned backend", () => {
+    const state = Reading.of(registry.interpret(raw(registry.tags(), { owner: 'someone-else' })));
     expect(() =>
       refuseForeign(
         [
           {
             kind: 'delete_server',
             backend: 'kubebyon_demo_0123456789ab',
-            server: { name: 'srv1', address: '127.0.0.1', port: 1, check: true, owned: false },
+            server: { name: 'srv1', address: '127.0.0.1', port: 1, check: true },
           },
         ],
         state,

@@ -66,36 +66,3 @@ describe('reloadReason', () => {
     expect(reloadReason({ operations: [frontend], conflicts: [] }, false)).toBe('structure');
   });
 });
-
-describe('routeBackends with rules routing', () => {
-  it('gives each cluster its own backend and servers, except one whose name a foreign backend holds', () => {
-    const config: DesiredConfig = {
-      frontend: {
-        name: 'f',
-        bind: { address: '*', port: 443 },
-        inspectDelayMs: 5000,
-        defaultBackend: null,
-        rules: [
-          { backend: 'b_a', host: 'a.example.com' },
-          { backend: 'b_b', host: 'b.example.com' },
-        ],
-      },
-      backends: [
-        {
-          name: 'b_a',
-          cluster: 'a',
-          balance: 'leastconn',
-          servers: [{ address: 'fd00::1', port: 30443, check: true }],
-        },
-        { name: 'b_b', cluster: 'b', balance: 'leastconn', servers: [] },
-      ],
-    };
-    const p: Plan = {
-      operations: [],
-      conflicts: [{ kind: 'backend_not_owned', name: 'b_b', detail: 'taken' }],
-    };
-    expect(routeBackends(config, p)).toEqual(
-      new Map([['a', { host: 'a.example.com', backend: 'b_a', servers: ['[fd00::1]:30443'] }]]),
-    );
-  });
-});

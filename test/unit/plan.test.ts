@@ -1,33 +1,40 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import type { BackendState, DesiredConfig, FrontendState, HaproxyState } from '../../src/haproxy/model.js';
+import type { DesiredConfig, HaproxyState } from '../../src/haproxy/model.js';
 import { DEFAULT_RENDER_OPTIONS, type RenderOptions, renderDesired } from '../../src/haproxy/render.js';
 import { formatPlan } from '../../src/plan/format.js';
-import { plan } from '../../src/plan/plan.js';
+import { type Plan, plan } from '../../src/plan/plan.js';
 import { type Route, resolveRoutes } from '../../src/routes/route.js';
 import { applyToState } from '../contract/oracle.js';
 import { claimsArb, hostArb } from '../support/arbitraries.js';
+import { legacyBackendName, legacyRulesState } from '../support/legacy-rules.js';
+import { interpret, registry } from '../support/owner.js';
 import { PROPERTY_TIMEOUT_MS } from '../support/property.js';
 
-const options = { ...DEFAULT_RENDER_OPTIONS, routing: 'rules' as const };
-
+const options: RenderOptions = { ...DEFAULT_RENDER_OPTIONS, minSlots: 4 };
 const empty: HaproxyState = { frontends: [], backends: [] };
 
-const foreignFrontend: FrontendState = {
-  name: 'console_https',
-  owned: false,
-  bind: { address: '*', port: 8443 },
-  inspectDelayMs: null,
-  acceptsTlsHello: false,
-  defaultBackend: 'console',
-  rules: [{ backend: 'console', host: 'console.example.com', owned: false }],
-};
-const foreignBackend: BackendState = {
-  name: 'console',
-  owned: false,
-  balance: 'roundrobin',
-  servers: [{ name: 'web1', address: '10.9.9.9', port: 8443, check: false, owned: false }],
-};
+const foreign = interpret({
+  frontends: [
+    {
+      name: 'console_https',
+      bind: { address: '*', port: 8443 },
+      inspectDelayMs: null,
+      acceptsTlsHello: false,
+      defaultBackend: 'console',
+      rules: [{ backend: 'console', host: 'console.example.com', tags: {} }],
+      tags: {},
+    },
+  ],
+  backends: [
+    {
+      name: 'console',
+      balance: 'roundrobin',
+      servers: [{ name: 'web1', address: '10.9.9.9', port: 8443, check: false, tags: {} }],
+      tags: {},
+    },
+  ],
+});
 
 function desiredFor(routes: Route[], opts: Partial<RenderOptions> = {}): DesiredConfig {
   return renderDesired(routes, { ...options, ...opts });
@@ -37,247 +44,172 @@ function route(cluster: string, host: string, ...endpoints: Array<[string, numbe
   return { cluster, host, endpoints: endpoints.map(([address, port]) => ({ address, port })) };
 }
 
+const kinds = (p: Plan) => p.operations.map((o) => o.kind);
+const mapOf = (s: HaproxyState) => s.maps?.find((m) => m.name === options.sniMap)?.entries ?? new Map();
+
 describe('plan', () => {
-  it('creates frontend, backends and servers before the rules that use them', () => {
-    const desired = desiredFor([route('demo', 'api.demo.example.com', ['10.0.0.1', 30443])]);
-    const p = plan(desired, empty);
+  it('makes the frontend and the slots, then the servers, then the map entries that name them', () => {
+    const p = plan(desiredFor([route('demo', 'api.demo.example.com', ['10.0.0.1', 30443])]), empty);
     expect(p.conflicts).toEqual([]);
-    expect(p.operations.map((o) => o.kind)).toEqual([
+    expect(kinds(p)).toEqual([
       'create_frontend',
-      'create_backend',
+      ...Array(4).fill('create_backend'),
       'create_server',
-      'set_switching_rules',
+      'set_map_entry',
     ]);
     expect(formatPlan(p).split('\n')).toEqual([
-      '+ frontend kubebyon_sni bind *:443 inspect-delay 5000ms default_backend none',
-      expect.stringMatching(/^\+ backend kubebyon_demo_[0-9a-f]{12} \(cluster demo\) balance leastconn$/),
-      expect.stringMatching(/^\+ server kubebyon_demo_[0-9a-f]{12}\/srv1 10\.0\.0\.1:30443 check$/),
-      expect.stringMatching(
-        /^\+ rule kubebyon_sni: use_backend kubebyon_demo_[0-9a-f]{12} if \{ req\.ssl_sni -i api\.demo\.example\.com \}$/,
-      ),
+      `+ frontend kubebyon_sni bind *:443 inspect-delay 5000ms default_backend none sni_map ${options.sniMap}`,
+      ...[1, 2, 3, 4].map((n) => `+ backend kubebyon_slot_0000${n} (slot) balance leastconn`),
+      '+ server kubebyon_slot_00001/srv1 10.0.0.1:30443 check',
+      `+ map ${options.sniMap}: api.demo.example.com -> kubebyon_slot_00001 (cluster demo)`,
     ]);
   });
 
-  it('is empty when HAProxy already matches', () => {
-    const desired = desiredFor([route('demo', 'api.demo.example.com', ['10.0.0.1', 30443])]);
-    const applied = applyToState(empty, plan(desired, empty).operations);
-    expect(plan(desired, applied)).toEqual({ operations: [], conflicts: [] });
-    expect(formatPlan(plan(desired, applied))).toBe('no changes');
-  });
-
-  it('turns a moved endpoint into one server update, not a delete and a create', () => {
-    const before = desiredFor([
-      route('demo', 'api.demo.example.com', ['10.0.0.1', 30443], ['10.0.0.2', 30443]),
-    ]);
-    const state = applyToState(empty, plan(before, empty).operations);
-    const after = desiredFor([
-      route('demo', 'api.demo.example.com', ['10.0.0.1', 30443], ['10.0.0.3', 30443]),
-    ]);
-    const p = plan(after, state);
-    expect(p.operations.map((o) => o.kind)).toEqual(['update_server']);
-    expect(formatPlan(p)).toMatch(
-      /^~ server kubebyon_demo_[0-9a-f]{12}\/srv2: address 10\.0\.0\.2 -> 10\.0\.0\.3$/,
-    );
-  });
-
-  it('removes a route: its rule goes before its backend', () => {
-    const both = desiredFor([
-      route('a', 'a.example.com', ['10.0.0.1', 1]),
-      route('b', 'b.example.com', ['10.0.0.1', 2]),
-    ]);
-    const state = applyToState(empty, plan(both, empty).operations);
-    const p = plan(desiredFor([route('a', 'a.example.com', ['10.0.0.1', 1])]), state);
-    expect(p.operations.map((o) => o.kind)).toEqual(['set_switching_rules', 'delete_backend']);
-    expect(formatPlan(p).split('\n')).toEqual([
-      expect.stringMatching(
-        /^- rule kubebyon_sni: use_backend kubebyon_b_\w+ if \{ req\.ssl_sni -i b\.example\.com \}$/,
-      ),
-      expect.stringMatching(/^- backend kubebyon_b_\w+$/),
-    ]);
-  });
-
-  it('keeps a route without endpoints as a backend with no servers', () => {
-    const p = plan(desiredFor([route('empty', 'e.example.com')]), empty);
-    expect(p.operations.map((o) => o.kind)).toEqual([
-      'create_frontend',
-      'create_backend',
-      'set_switching_rules',
-    ]);
-  });
-
-  it('never plans a change to foreign objects, and keeps foreign rules in its own frontend after its own', () => {
-    const ownFrontendWithForeignRule: FrontendState = {
-      name: 'kubebyon_sni',
-      owned: true,
-      bind: { address: '*', port: 443 },
-      inspectDelayMs: 5000,
-      acceptsTlsHello: true,
-      defaultBackend: null,
-      rules: [{ backend: 'console', host: 'hand.example.com', owned: false }],
-    };
-    const state: HaproxyState = {
-      frontends: [foreignFrontend, ownFrontendWithForeignRule],
-      backends: [foreignBackend],
-    };
-    const p = plan(desiredFor([route('x', 'x.example.com', ['10.0.0.1', 1])]), state);
-    const after = applyToState(state, p.operations);
-    expect(after.frontends.find((f) => f.name === 'console_https')).toEqual(foreignFrontend);
-    expect(after.backends.find((b) => b.name === 'console')).toEqual(foreignBackend);
-    expect(after.frontends.find((f) => f.name === 'kubebyon_sni')?.rules.map((r) => r.host)).toEqual([
-      'x.example.com',
-      'hand.example.com',
-    ]);
-  });
-
-  it('reports a name taken by a foreign object as a conflict instead of touching it', () => {
-    const takenFrontend = { ...foreignFrontend, name: 'kubebyon_sni' };
-    expect(
-      plan(desiredFor([route('x', 'x.example.com')]), { frontends: [takenFrontend], backends: [] }),
-    ).toEqual({
-      operations: [],
-      conflicts: [expect.objectContaining({ kind: 'frontend_not_owned', name: 'kubebyon_sni' })],
+  it('moves an install from before map routing to the map in one plan: every host routed by its slot, the old rules and backends gone', () => {
+    const routes = [
+      route('a', 'a.example.com', ['10.0.0.1', 30001]),
+      route('b', 'b.example.com', ['10.0.0.1', 30002], ['10.0.0.2', 30002]),
+    ];
+    const old = legacyRulesState(routes, registry, {
+      // A rule another tool added to our frontend stays, after the map rule's place.
+      rules: [
+        ...legacyRulesState(routes, registry).frontends[0]!.rules,
+        { backend: 'console', host: 'console.example.com', tags: {} },
+      ],
     });
-    const desired = desiredFor([route('x', 'x.example.com'), route('y', 'y.example.com')]);
-    const squatted = { ...foreignBackend, name: desired.backends[0]?.name ?? '' };
-    const p = plan(desired, { frontends: [], backends: [squatted] });
-    expect(p.conflicts).toEqual([
-      expect.objectContaining({ kind: 'backend_not_owned', name: squatted.name }),
-    ]);
-    expect(p.operations.some((o) => 'backend' in o && o.backend === squatted.name)).toBe(false);
-    expect(applyToState({ frontends: [], backends: [squatted] }, p.operations).backends[0]).toEqual(squatted);
+    const current = interpret({ ...old, backends: [...old.backends, ...foreign.backends] });
+    const p = plan(desiredFor(routes), current);
+    expect(kinds(p)[0]).toBe('update_frontend');
+    const after = applyToState(current, p.operations);
+    expect(after.frontends[0]?.sniMap).toBe(options.sniMap);
+    expect(after.frontends[0]?.rules.map((r) => [r.backend, r.owned])).toEqual([['console', false]]);
+    const names = after.backends.map((b) => b.name);
+    for (const r of routes) expect(names).not.toContain(legacyBackendName(r.cluster));
+    expect(names).toContain('console');
+    for (const r of routes) {
+      const slot = after.backends.find((b) => b.name === mapOf(after).get(r.host));
+      expect(slot?.servers.map((s) => `${s.address}:${s.port}`)).toEqual(
+        r.endpoints.map((e) => `${e.address}:${e.port}`),
+      );
+    }
+    // Creations come before the removals, so one reload moves every host from its rule to its map entry.
+    const at = (k: string) => kinds(p).indexOf(k as Plan['operations'][number]['kind']);
+    expect(at('set_map_entry')).toBeLessThan(at('set_switching_rules'));
+    expect(at('set_switching_rules')).toBeLessThan(at('delete_backend'));
+    expect(plan(desiredFor(routes), after).operations).toEqual([]);
   });
 
-  it('uses a configured foreign default backend, and refuses one that does not exist', () => {
-    const withConsole = { frontends: [], backends: [foreignBackend] };
-    const ok = plan(desiredFor([], { defaultBackend: 'console' }), withConsole);
-    expect(ok.conflicts).toEqual([]);
-    expect(applyToState(withConsole, ok.operations).frontends[0]?.defaultBackend).toBe('console');
-    const missing = plan(desiredFor([], { defaultBackend: 'nope' }), empty);
-    expect(missing.conflicts).toEqual([
-      expect.objectContaining({ kind: 'default_backend_missing', name: 'nope' }),
+  it('applies nothing while a foreign frontend holds its name, and says so', () => {
+    const taken = interpret({
+      frontends: [{ ...foreign.frontends[0]!, name: 'kubebyon_sni', tags: { owner: 'someone-else' } }],
+      backends: [],
+    });
+    const p = plan(desiredFor([route('x', 'x.example.com', ['10.0.0.1', 1])]), taken);
+    expect(p.operations).toEqual([]);
+    expect(p.conflicts.map((c) => c.kind)).toEqual(['frontend_not_owned']);
+  });
+
+  it('routes unknown SNI to a default backend only when it is an existing backend of another owner', () => {
+    const withConsole = plan(desiredFor([], { defaultBackend: 'console' }), foreign);
+    expect(withConsole.conflicts).toEqual([]);
+    expect(withConsole.operations[0]).toMatchObject({
+      kind: 'create_frontend',
+      frontend: { defaultBackend: 'console' },
+    });
+    const missing = plan(desiredFor([], { defaultBackend: 'nope' }), foreign);
+    expect(missing.conflicts.map((c) => c.kind)).toEqual(['default_backend_missing']);
+    expect(missing.operations[0]).toMatchObject({
+      kind: 'create_frontend',
+      frontend: { defaultBackend: null },
+    });
+  });
+
+  it('deletes an owned frontend of another name and keeps every foreign object', () => {
+    const stale = interpret({
+      frontends: [
+        { ...foreign.frontends[0]!, name: 'kubebyon_old', tags: registry.tags() },
+        ...foreign.frontends,
+      ],
+      backends: foreign.backends,
+    });
+    const p = plan(desiredFor([]), stale);
+    expect(p.operations.filter((o) => o.kind === 'delete_frontend')).toEqual([
+      { kind: 'delete_frontend', name: 'kubebyon_old' },
     ]);
-    expect(applyToState(empty, missing.operations).frontends[0]?.defaultBackend).toBeNull();
+    expect(p.operations.some((o) => o.kind === 'delete_backend')).toBe(false);
   });
 });
 
-// ---- properties over random current/desired pairs ----
+// ---- properties ----------------------------------------------------------------------------------------
 
-const desiredArb = fc
-  .tuple(claimsArb, fc.boolean(), fc.constantFrom(443, 8443), fc.boolean())
-  .map(([claims, checks, port, withDefault]) => {
-    return desiredFor(resolveRoutes(claims).routes, {
-      healthChecks: checks,
-      bind: { address: '*', port },
-      defaultBackend: withDefault ? 'console' : null,
-    });
-  });
+const desiredArb = fc.record({
+  claims: claimsArb,
+  defaultBackend: fc.constantFrom(null, 'console', 'nope'),
+  inspectDelayMs: fc.constantFrom(5000, 3000),
+});
 
-const serverArb = (owned: fc.Arbitrary<boolean>) =>
-  fc.record({
-    name: fc.constantFrom('srv1', 'srv2', 'srv3', 'web1', 'srv9'),
-    address: fc.constantFrom('10.0.0.1', '10.0.0.2', 'fd00::1'),
-    port: fc.constantFrom(30000, 30001),
-    check: fc.boolean(),
-    owned,
-  });
-const uniqueServers = (owned: fc.Arbitrary<boolean>) =>
-  fc.uniqueArray(serverArb(owned), { selector: (s) => s.name, maxLength: 4 });
-
-/** A messy current state: leftovers of earlier desired states, hand-made drift, foreign objects everywhere. */
+/** HAProxy after some earlier plans (a history), with foreign objects beside ours and drift made by hand. */
 const currentArb = fc
   .tuple(
-    fc.array(desiredArb, { maxLength: 2 }),
-    fc.uniqueArray(
-      fc.record({
-        name: fc.constantFrom('console', 'legacy', 'kubebyon_a_fake'),
-        owned: fc.constant(false),
-        balance: fc.constantFrom('roundrobin', 'source'),
-        servers: uniqueServers(fc.constant(false)),
-      }),
-      { selector: (b) => b.name, maxLength: 3 },
-    ),
+    fc.array(desiredArb, { maxLength: 3 }),
     fc.boolean(),
-    uniqueServers(fc.boolean()),
-    fc.array(
-      fc.record({ backend: fc.constantFrom('console', 'legacy'), host: hostArb, owned: fc.constant(false) }),
-      {
-        maxLength: 2,
-      },
-    ),
+    fc.array(fc.record({ host: hostArb, slot: fc.integer({ min: 1, max: 6 }) }), { maxLength: 2 }),
+    fc.boolean(),
   )
-  .map(([history, foreignBackends, withForeignFrontend, drift, foreignRules]) => {
-    let state: HaproxyState = { frontends: [], backends: foreignBackends };
-    for (const d of history) state = applyToState(state, plan(d, state).operations);
-    // Hand-made drift: servers (ours and foreign) dropped into the first owned backend, foreign rules in ours.
-    const own = state.backends.find((b) => b.owned);
-    if (own) {
-      const names = new Set(own.servers.map((s) => s.name));
-      own.servers.push(...drift.filter((s) => !names.has(s.name)));
-    }
-    const ownFrontend = state.frontends.find((f) => f.owned);
-    if (ownFrontend) ownFrontend.rules.push(...foreignRules);
-    if (withForeignFrontend) state.frontends.push(structuredClone(foreignFrontend));
-    return state;
+  .map(([history, legacy, strayEntries, foreignRule]) => {
+    let state: HaproxyState = legacy
+      ? interpret({
+          ...legacyRulesState([route('old', 'old.example.com', ['10.0.0.1', 30999])], registry),
+          backends: [
+            ...legacyRulesState([route('old', 'old.example.com', ['10.0.0.1', 30999])], registry).backends,
+            ...foreign.backends,
+          ],
+        })
+      : foreign;
+    for (const d of history) state = applyToState(state, plan(configOf(d), state).operations);
+    // Map entries added by hand (naming slots that may or may not exist), and a foreign rule in our frontend.
+    const maps = state.maps?.map((m) => {
+      const entries = new Map(m.entries);
+      for (const e of strayEntries) entries.set(e.host, `kubebyon_slot_0000${e.slot}`);
+      return { name: m.name, entries };
+    });
+    const frontends = state.frontends.map((f) =>
+      f.owned && foreignRule
+        ? {
+            ...f,
+            rules: [...f.rules, { backend: 'console', host: 'hand.example.com', tags: {}, owned: false }],
+          }
+        : f,
+    );
+    return { ...state, frontends, ...(maps ? { maps } : {}) };
   });
 
-function ownedView(state: HaproxyState) {
-  return {
-    frontends: state.frontends
-      .filter((f) => f.owned)
-      .map((f) => ({
-        ...f,
-        rules: f.rules.filter((r) => r.owned).map(({ backend, host }) => ({ backend, host })),
-      })),
-    backends: state.backends
-      .filter((b) => b.owned)
-      .map((b) => ({
-        name: b.name,
-        cluster: b.cluster,
-        balance: b.balance,
-        endpoints: b.servers
-          .filter((s) => s.owned)
-          .map((s) => `${s.address}|${s.port}|${s.check}`)
-          .sort(),
-      }))
-      .sort((x, y) => (x.name < y.name ? -1 : 1)),
-  };
+function configOf(d: {
+  claims: Parameters<typeof resolveRoutes>[0];
+  defaultBackend: string | null;
+  inspectDelayMs: number;
+}) {
+  return desiredFor(resolveRoutes(d.claims).routes, {
+    defaultBackend: d.defaultBackend,
+    inspectDelayMs: d.inspectDelayMs,
+  });
 }
 
-function expectedView(desired: DesiredConfig, current: HaproxyState) {
-  const foreignNames = new Set(current.backends.filter((b) => !b.owned).map((b) => b.name));
-  const defaultOk =
-    desired.frontend.defaultBackend !== null && foreignNames.has(desired.frontend.defaultBackend);
-  return {
-    frontends: [
-      {
-        name: desired.frontend.name,
-        owned: true,
-        bind: desired.frontend.bind,
-        inspectDelayMs: desired.frontend.inspectDelayMs,
-        acceptsTlsHello: true,
-        defaultBackend: defaultOk ? desired.frontend.defaultBackend : null,
-        rules: desired.frontend.rules.filter((r) => !foreignNames.has(r.backend)),
-      },
-    ],
-    backends: desired.backends
-      .filter((b) => !foreignNames.has(b.name))
-      .map((b) => ({
-        name: b.name,
-        cluster: b.cluster,
-        balance: b.balance,
-        endpoints: b.servers.map((s) => `${s.address}|${s.port}|${s.check}`).sort(),
-      }))
-      .sort((x, y) => (x.name < y.name ? -1 : 1)),
-  };
+/** Each desired host, its slot's servers once the plan is applied: what routing by SNI would reach. */
+function routedView(state: HaproxyState) {
+  const entries = mapOf(state);
+  const out: Record<string, string[]> = {};
+  for (const [host, backend] of entries) {
+    const slot = state.backends.find((b) => b.name === backend && b.owned);
+    out[host] = (slot?.servers ?? []).map((s) => `${s.address}:${s.port}:${s.check}`).sort();
+  }
+  return out;
 }
 
 function foreignView(state: HaproxyState) {
   return {
     frontends: state.frontends.filter((f) => !f.owned),
-    backends: state.backends.filter((b) => !b.owned).sort((x, y) => (x.name < y.name ? -1 : 1)),
-    serversInOwnBackends: state.backends
-      .filter((b) => b.owned)
-      .flatMap((b) => b.servers.filter((s) => !s.owned).map((s) => ({ backend: b.name, ...s }))),
+    backends: state.backends.filter((b) => !b.owned),
     rulesInOwnFrontends: state.frontends
       .filter((f) => f.owned)
       .flatMap((f) => f.rules.filter((r) => !r.owned)),
@@ -285,52 +217,51 @@ function foreignView(state: HaproxyState) {
 }
 
 describe('plan properties', () => {
-  it('applying the plan yields the desired owned objects, leaves foreign ones equal, and converges', {
+  it('routes exactly the desired hosts to their servers, leaves foreign objects as they were, and converges', {
     timeout: PROPERTY_TIMEOUT_MS,
   }, () => {
     fc.assert(
-      fc.property(desiredArb, currentArb, (desired, current) => {
+      fc.property(desiredArb, currentArb, (d, current) => {
+        const desired = configOf(d);
         const p = plan(desired, current);
         const after = applyToState(current, p.operations);
-        expect(ownedView(after)).toEqual(expectedView(desired, current));
-        const foreignBefore = foreignView(current);
-        const foreignAfter = foreignView(after);
-        expect(foreignAfter.frontends).toEqual(foreignBefore.frontends);
-        expect(foreignAfter.rulesInOwnFrontends).toEqual(foreignBefore.rulesInOwnFrontends);
-        expect(foreignAfter.backends).toEqual(foreignBefore.backends);
-        // Foreign servers inside owned backends stay as they were (they go only with a deleted backend).
-        for (const s of foreignAfter.serversInOwnBackends)
-          expect(foreignBefore.serversInOwnBackends).toContainEqual(s);
+        const want = Object.fromEntries(
+          desired.routing.routes.map((r) => [
+            r.host,
+            r.servers.map((s) => `${s.address}:${s.port}:${s.check}`).sort(),
+          ]),
+        );
+        expect(routedView(after)).toEqual(want);
+        const own = after.frontends.filter((f) => f.owned);
+        expect(own.map((f) => [f.name, f.sniMap, f.inspectDelayMs])).toEqual([
+          [desired.frontend.name, desired.routing.map, desired.frontend.inspectDelayMs],
+        ]);
+        expect(own[0]?.defaultBackend).toBe(d.defaultBackend === 'console' ? 'console' : null);
+        // No owned backend but the pool's slots, and no rule of ours.
+        expect(after.backends.filter((b) => b.owned && !b.name.startsWith('kubebyon_slot_'))).toEqual([]);
+        expect(own.flatMap((f) => f.rules.filter((r) => r.owned))).toEqual([]);
+        expect(foreignView(after)).toEqual(foreignView(current));
         expect(plan(desired, after).operations).toEqual([]);
       }),
-      { numRuns: 500 },
+      { numRuns: 300 },
     );
   });
 
   it('never emits an operation that touches a foreign object', { timeout: PROPERTY_TIMEOUT_MS }, () => {
     fc.assert(
-      fc.property(desiredArb, currentArb, (desired, current) => {
+      fc.property(desiredArb, currentArb, (d, current) => {
         const foreignBackends = new Set(current.backends.filter((b) => !b.owned).map((b) => b.name));
         const foreignFrontends = new Set(current.frontends.filter((f) => !f.owned).map((f) => f.name));
-        const foreignServers = new Set(
-          current.backends.flatMap((b) =>
-            b.servers.filter((s) => !s.owned).map((s) => `${b.name}/${s.name}`),
-          ),
-        );
-        for (const op of plan(desired, current).operations) {
+        for (const op of plan(configOf(d), current).operations) {
           if (op.kind === 'delete_backend') expect(foreignBackends.has(op.name)).toBe(false);
-          if (op.kind === 'update_backend') expect(foreignBackends.has(op.backend.name)).toBe(false);
-          if (op.kind === 'create_server' || op.kind === 'update_server' || op.kind === 'delete_server') {
+          if (op.kind === 'create_server' || op.kind === 'update_server' || op.kind === 'delete_server')
             expect(foreignBackends.has(op.backend)).toBe(false);
-            if (op.kind !== 'create_server')
-              expect(foreignServers.has(`${op.backend}/${op.server.name}`)).toBe(false);
-          }
-          if (op.kind === 'delete_frontend' || op.kind === 'set_switching_rules') {
-            expect(foreignFrontends.has(op.kind === 'delete_frontend' ? op.name : op.frontend)).toBe(false);
-          }
+          if (op.kind === 'set_map_entry') expect(foreignBackends.has(op.backend)).toBe(false);
+          if (op.kind === 'delete_frontend') expect(foreignFrontends.has(op.name)).toBe(false);
+          if (op.kind === 'set_switching_rules') expect(foreignFrontends.has(op.frontend)).toBe(false);
         }
       }),
-      { numRuns: 500 },
+      { numRuns: 300 },
     );
   });
 });

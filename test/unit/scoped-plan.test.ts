@@ -1,10 +1,10 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import type { DesiredConfig, DesiredRoute, RawState } from '../../src/haproxy/model.js';
+import type { DesiredConfig, DesiredRoute, HaproxyState } from '../../src/haproxy/model.js';
 import { DEFAULT_RENDER_OPTIONS, type RenderOptions, renderDesired } from '../../src/haproxy/render.js';
-import { applyOperations } from '../../src/plan/apply.js';
 import type { Plan } from '../../src/plan/plan.js';
 import { plan } from '../../src/plan/plan.js';
+import { Reading } from '../../src/plan/reading.js';
 import { RoutingIndex, RoutingIndexCache } from '../../src/plan/routing-index.js';
 import { planScoped, type ScopedPlan } from '../../src/plan/scoped.js';
 import { Registry } from '../../src/registry/registry.js';
@@ -40,28 +40,36 @@ function configOf(wanted: Wanted, options: RenderOptions): DesiredConfig {
 }
 
 /** Full passes until nothing is left to do (growth ahead of need takes a second pass at most). */
-function converge(raw: RawState, config: DesiredConfig, grow: 'ahead' | 'when_needed'): RawState {
+function converge(raw: Reading, config: DesiredConfig, grow: 'ahead' | 'when_needed'): Reading {
   let state = raw;
   for (let i = 0; i < 4; i++) {
-    const p = plan(config, registry.interpret(state), { grow });
+    const p = plan(config, state.state, { grow });
     if (p.operations.length === 0) return state;
-    state = applyOperations(state, p.operations, registry);
+    state = state.derive(p.operations, registry);
   }
   throw new Error('no convergence');
 }
 
 /** A foreign server in the lowest free slot: a stray that only a route with exactly its servers takes. */
-function withForeignStray(raw: RawState, port: number): RawState {
+function withForeignStray(reading: Reading, port: number): Reading {
+  const raw = reading.state;
   const named = new Set(raw.maps?.flatMap((m) => [...m.entries.values()]) ?? []);
   const i = raw.backends.findIndex(
     (b) => b.name.includes('_slot_') && !named.has(b.name) && b.servers.length === 0,
   );
-  if (i < 0) return raw;
+  if (i < 0) return reading;
   const backends = raw.backends.slice();
-  const b = backends[i] as RawState['backends'][number];
-  const server = { name: 'theirs', address: '10.0.0.1', port, check: false, tags: {} };
+  const b = backends[i] as HaproxyState['backends'][number];
+  const server = {
+    name: 'theirs',
+    address: '10.0.0.1',
+    port,
+    check: false,
+    tags: { owner: 'x' },
+    owned: false,
+  };
   backends[i] = { ...b, servers: [...b.servers, server] };
-  return { ...raw, backends };
+  return Reading.of({ ...raw, backends });
 }
 
 function scopedFor(
@@ -70,7 +78,7 @@ function scopedFor(
   hosts: string[],
   grow: 'ahead' | 'when_needed',
 ): ScopedPlan {
-  const routing = config.routing as NonNullable<DesiredConfig['routing']>;
+  const routing = config.routing;
   const byHost = new Map<string, DesiredRoute>(routing.routes.map((r) => [r.host, r]));
   return planScoped({
     index,
@@ -101,8 +109,8 @@ const scenario = fc.record({
 type Scenario = typeof scenario extends fc.Arbitrary<infer T> ? T : never;
 
 /** A state a history of full passes left (slots reused out of order, entries in any order), converged on `base`. */
-function start(s: Scenario, options: RenderOptions): RawState {
-  let raw: RawState = { frontends: [], backends: [] };
+function start(s: Scenario, options: RenderOptions): Reading {
+  let raw = Reading.of({ frontends: [], backends: [] });
   for (const [wanted, ahead] of s.history)
     raw = converge(raw, configOf(wanted, options), ahead ? 'ahead' : 'when_needed');
   raw = converge(raw, configOf(s.base, options), 'when_needed');
@@ -118,7 +126,6 @@ describe('scoped map-routing plan', () => {
       fc.property(scenario, (s) => {
         const options = {
           ...DEFAULT_RENDER_OPTIONS,
-          routing: 'map' as const,
           minSlots: s.minSlots,
           healthChecks: s.checks,
         };
@@ -129,13 +136,13 @@ describe('scoped map-routing plan', () => {
           const grow = ahead ? 'ahead' : 'when_needed';
           const before = configOf(wanted, options);
           // The precondition: the state is as the desired state wants it, apart from the change.
-          if (plan(before, registry.interpret(raw), { grow }).operations.length > 0) return;
+          if (plan(before, raw.state, { grow }).operations.length > 0) return;
           wanted = withChanges(wanted, changes);
           const config = configOf(wanted, options);
           const hosts = changes.map(([h]) => hostOf(h));
-          const full = plan(config, registry.interpret(raw), { grow });
-          const index = cache.for(raw, registry, config);
-          const fresh = new RoutingIndex(raw, registry, config);
+          const full = plan(config, raw.state, { grow });
+          const index = cache.for(raw, config);
+          const fresh = new RoutingIndex(raw, config);
           expect(summary(index)).toEqual(summary(fresh));
           const scoped = scopedFor(index, config, hosts, grow);
           // It declines exactly when the pool must grow in this plan.
@@ -148,7 +155,7 @@ describe('scoped map-routing plan', () => {
             expect(pool).toEqual(fullPool);
             expect(assignments).toEqual(restricted(all ?? new Map(), hosts));
           }
-          raw = applyOperations(raw, full.operations, registry);
+          raw = raw.derive(full.operations, registry);
         }
       }),
       { numRuns: 300, seed: 20261203 },
@@ -179,7 +186,7 @@ describe('scoped passes against full passes', () => {
   }, () => {
     fc.assert(
       fc.property(scenario, (s) => {
-        const options = { ...DEFAULT_RENDER_OPTIONS, routing: 'map' as const, minSlots: s.minSlots };
+        const options = { ...DEFAULT_RENDER_OPTIONS, minSlots: s.minSlots };
         let scopedRaw = start(s, options);
         let fullRaw = scopedRaw;
         let wanted: Wanted = new Map(s.base);
@@ -189,16 +196,14 @@ describe('scoped passes against full passes', () => {
           wanted = withChanges(wanted, changes);
           const config = configOf(wanted, options);
           const hosts = changes.map(([h]) => hostOf(h));
-          const index = cache.for(scopedRaw, registry, config);
+          const index = cache.for(scopedRaw, config);
           // Where the scoped planner declines, the pass falls back to a full one.
-          const p =
-            scopedFor(index, config, hosts, grow).plan ??
-            plan(config, registry.interpret(scopedRaw), { grow });
-          scopedRaw = applyOperations(scopedRaw, p.operations, registry);
-          const full = plan(config, registry.interpret(fullRaw), { grow });
-          fullRaw = applyOperations(fullRaw, full.operations, registry);
+          const p = scopedFor(index, config, hosts, grow).plan ?? plan(config, scopedRaw.state, { grow });
+          scopedRaw = scopedRaw.derive(p.operations, registry);
+          const full = plan(config, fullRaw.state, { grow });
+          fullRaw = fullRaw.derive(full.operations, registry);
         }
-        expect(scopedRaw).toEqual(fullRaw);
+        expect(scopedRaw.state).toEqual(fullRaw.state);
       }),
       { numRuns: 200, seed: 31 },
     );
@@ -206,15 +211,15 @@ describe('scoped passes against full passes', () => {
 });
 
 describe('scoped plan: when it declines', () => {
-  const options = { ...DEFAULT_RENDER_OPTIONS, routing: 'map' as const, minSlots: 4 };
+  const options = { ...DEFAULT_RENDER_OPTIONS, minSlots: 4 };
   const two: Wanted = new Map([
     [1, [30001]],
     [2, [30002]],
   ]);
-  const base = () => converge({ frontends: [], backends: [] }, configOf(two, options), 'ahead');
+  const base = () => converge(Reading.of({ frontends: [], backends: [] }), configOf(two, options), 'ahead');
   const add3 = configOf(new Map([...two, [3, [30003]]]), options);
-  const declines = (raw: RawState) =>
-    scopedFor(new RoutingIndex(raw, registry, add3), add3, [hostOf(3)], 'when_needed').doubt;
+  const declines = (raw: Reading) =>
+    scopedFor(new RoutingIndex(raw, add3), add3, [hostOf(3)], 'when_needed').doubt;
 
   it('plans a new host in a clean state', () => {
     expect(declines(base())).toBeUndefined();
@@ -222,13 +227,12 @@ describe('scoped plan: when it declines', () => {
 
   it('declines when a slot no entry names holds our servers (an add cut short): a full pass takes or clears it', () => {
     const raw = base();
-    const cut = applyOperations(
-      raw,
+    const cut = raw.derive(
       [
         {
           kind: 'create_server',
           backend: 'kubebyon_slot_00004',
-          server: { name: 'srv1', address: '10.0.0.9', port: 30009, check: true, owned: true },
+          server: { name: 'srv1', address: '10.0.0.9', port: 30009, check: true },
         },
       ],
       registry,
@@ -237,22 +241,22 @@ describe('scoped plan: when it declines', () => {
   });
 
   it('declines when an entry names no slot of ours, or the frontend differs from the desired one', () => {
-    const raw = base();
+    const raw = base().state;
     const entries = new Map(raw.maps?.[0]?.entries);
     entries.set('api.hand.example.com', 'their_backend');
-    expect(declines({ ...raw, maps: [{ name: options.sniMap, entries }] })).toMatch(/entry/);
+    expect(declines(Reading.of({ ...raw, maps: [{ name: options.sniMap, entries }] }))).toMatch(/entry/);
     const frontends = raw.frontends.map((f) => ({ ...f, inspectDelayMs: 1 }));
-    expect(declines({ ...raw, frontends })).toMatch(/structure/);
+    expect(declines(Reading.of({ ...raw, frontends }))).toMatch(/structure/);
   });
 
   it('declines when the new host finds no free slot (a reload first)', () => {
     const three = new Map([...two, [4, [30004]]]);
     const four = new Map([...three, [5, [30005]]]);
     // Four slots for three routes; the fourth takes the last free one and defers growth.
-    let raw = converge({ frontends: [], backends: [] }, configOf(three, options), 'ahead');
+    let raw = converge(Reading.of({ frontends: [], backends: [] }), configOf(three, options), 'ahead');
     raw = converge(raw, configOf(four, options), 'when_needed');
     const config = configOf(new Map([...four, [3, [30003]]]), options);
-    const i = new RoutingIndex(raw, registry, config);
+    const i = new RoutingIndex(raw, config);
     expect([i.slots.size, i.free.length]).toEqual([4, 0]);
     expect(scopedFor(i, config, [hostOf(3)], 'when_needed').doubt).toMatch(/no free slot/);
   });
@@ -266,7 +270,7 @@ function summary(index: RoutingIndex) {
     named: index.named,
     slots: [...index.slots.values()]
       .sort((a, b) => compareStrings(a.name, b.name))
-      .map((s) => [s.name, s.refs, s.raw]),
+      .map((s) => [s.name, s.refs, s.backend]),
     entries: [...index.entries],
   };
 }

@@ -15,7 +15,7 @@ describe('Reconciler: scoped passes (map routing)', () => {
   let logs: Array<{ level: number; msg: string; doubt?: string }>;
 
   const make = (minSlots: number) => {
-    const render: RenderOptions = { ...DEFAULT_RENDER_OPTIONS, routing: 'map', minSlots };
+    const render: RenderOptions = { ...DEFAULT_RENDER_OPTIONS, minSlots };
     metrics = createMetrics();
     logs = [];
     reconciler = reconcilerOn({ store, provider }, { render, metrics, logs });

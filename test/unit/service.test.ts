@@ -9,6 +9,7 @@ import { loadConfig } from '../../src/config/env.js';
 import { MemoryProvider } from '../../src/providers/memory/memory-provider.js';
 import { type Service, startService } from '../../src/service.js';
 import { sign } from '../../src/webhook/auth.js';
+import { routedHosts } from '../support/owner.js';
 import { freeLoopbackPort } from '../support/ports.js';
 import { waitFor } from '../support/wait.js';
 import { signedClient } from '../support/webhook-client.js';
@@ -93,7 +94,7 @@ describe('startService (composition root)', () => {
     await waitFor(() => fresh.applies.length > 0, 5000, 'the new service to apply the stored clusters', {
       everyMs: 20,
     });
-    expect(fresh.state.backends.map((x) => x.tags.cluster).sort()).toEqual(['one', 'two']);
+    expect(routedHosts(fresh.state)).toEqual(['one.example.com', 'two.example.com']);
     expect(
       fresh.state.backends.flatMap((x) => x.servers.map((s) => `${s.address}:${s.port}`)).sort(),
     ).toEqual(['10.0.0.1:31001', '10.0.0.1:31002', '10.0.0.2:31001', '10.0.0.2:31002']);
@@ -211,14 +212,14 @@ describe('startService (composition root)', () => {
       '',
       expect.stringMatching(/^HOST\s+BACKEND\s+SERVERS$/),
       expect.stringMatching(
-        /^api\.example\.com\s+kubebyon_first_[0-9a-f]{12}\s+10\.0\.0\.1:31001,10\.0\.0\.2:31001$/,
+        /^api\.example\.com\s+kubebyon_slot_00001\s+10\.0\.0\.1:31001,10\.0\.0\.2:31001$/,
       ),
     ]);
     const json = await run(['status', '--json'], env);
     expect(JSON.parse(json.out.join('\n'))).toEqual([
       expect.objectContaining({
         state: 'applied',
-        backend: expect.stringMatching(/^kubebyon_first_/),
+        backend: 'kubebyon_slot_00001',
         servers: ['10.0.0.1:31001', '10.0.0.2:31001'],
       }),
       expect.objectContaining({ state: 'rejected', backend: null, servers: [] }),
@@ -266,7 +267,6 @@ describe('startService (composition root)', () => {
     await waitFor(() => entries().get('api.example.com') === put.body.backend, 2_000, 'the map entry back', {
       everyMs: 10,
     });
-    expect(provider.readOptions.at(-1)).toEqual({ fresh: true });
   });
 
   it('on stop, finishes the change in flight, then refuses new calls', async () => {
@@ -287,7 +287,7 @@ describe('startService (composition root)', () => {
     release();
     await stopped;
     expect((await inFlight).status).toBe(200);
-    expect(provider.state.backends.map((b) => b.tags.cluster)).toEqual(['late']);
+    expect(routedHosts(provider.state)).toEqual(['late.example.com']);
     await expect(fetch(`${service.url}/healthz`)).rejects.toThrow();
   });
 
@@ -302,6 +302,6 @@ describe('startService (composition root)', () => {
     });
     await service.stop();
     expect((await inFlight).status).toBe(200);
-    expect(provider.state.backends.map((b) => b.tags.cluster)).toEqual(['late']);
+    expect(routedHosts(provider.state)).toEqual(['late.example.com']);
   });
 });

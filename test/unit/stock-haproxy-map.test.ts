@@ -15,7 +15,6 @@ import {
   UnsafeValueError,
 } from '../../src/providers/haproxy/owned-file.js';
 import { OwnedFileParseError, parseOwnedFile } from '../../src/providers/haproxy/owned-file-parse.js';
-import { runtimeOnly } from '../../src/providers/haproxy/runtime.js';
 import { RuntimeAnswerError } from '../../src/providers/haproxy/runtime-text.js';
 import { ownerTags, ownFrontend } from '../support/owner.js';
 import { PROPERTY_TIMEOUT_MS } from '../support/property.js';
@@ -144,32 +143,5 @@ describe('show map', () => {
       '0x1 a.example.com\n\n3.0.11\n',
     ])
       expect(() => parseShowMap(answer), JSON.stringify(answer)).toThrow(RuntimeAnswerError);
-  });
-});
-
-describe('runtime-only plans with map routing', () => {
-  const state: RawState = { ...mapState(), maps: [{ name: MAP, entries: new Map() }] };
-  const server = { name: 'srv1', address: '10.0.0.1', port: 6443, check: false, owned: true };
-  it('accepts servers on dynamic slots and entries of a map that runs; nothing else', () => {
-    const add = [
-      { kind: 'create_server' as const, backend: 'kubebyon_slot_00001', server },
-      {
-        kind: 'set_map_entry' as const,
-        map: MAP,
-        host: 'a.example.com',
-        backend: 'kubebyon_slot_00001',
-        previous: null,
-        cluster: 'a',
-      },
-    ];
-    expect(runtimeOnly(add, state)).toBe(true);
-    expect(runtimeOnly(add, { ...state, maps: [] })).toBe(false);
-    const toMissing = [{ ...add[1], backend: 'kubebyon_slot_00009' }] as typeof add;
-    expect(runtimeOnly(toMissing, state)).toBe(false);
-    const del = [{ kind: 'delete_map_entry' as const, map: MAP, host: 'a.example.com', backend: 'x' }];
-    expect(runtimeOnly(del, state)).toBe(true);
-    expect(
-      runtimeOnly([{ kind: 'create_backend', backend: { name: 'x', balance: 'leastconn' } }], state),
-    ).toBe(false);
   });
 });

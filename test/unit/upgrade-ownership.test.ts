@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { DEFAULT_RENDER_OPTIONS } from '../../src/haproxy/render.js';
+import { applyOperations } from '../../src/plan/apply.js';
 import { plan } from '../../src/plan/plan.js';
-import { readState } from '../../src/providers/dataplaneapi/mapping.js';
+import { readConfigText } from '../../src/providers/dataplaneapi/config-text.js';
 import { defaultsNameFor, renderOwnedFile } from '../../src/providers/haproxy/owned-file.js';
 import { parseOwnedFile } from '../../src/providers/haproxy/owned-file-parse.js';
 import { desiredConfig } from '../../src/reconcile/pass.js';
@@ -45,75 +46,94 @@ const demo = {
   updatedAt: 1,
 };
 
-describe('an install upgraded from before owner ids', () => {
+// The same cluster in the Data Plane API's file as the previous release wrote it through transactions: tags
+// in a JSON comment on each line (v3.2+), or in a description (v3.0).
+const META = (extra = '') => `# {${extra}"owner":{"value":"kubebyon-haproxy-adapter"}}`;
+const API_WRITTEN = {
+  metadata: `# _version=7
+global
+  stats socket /run/haproxy.sock level admin
+
+frontend kubebyon_sni ${META()}
+  mode tcp
+  bind *:443 name kubebyon ${META()}
+  tcp-request inspect-delay 5000
+  tcp-request content accept if { req.ssl_hello_type 1 } ${META()}
+  use_backend kubebyon_demo_2a97516c354b if { req.ssl_sni -i api.demo.example.com } ${META()}
+
+backend kubebyon_demo_2a97516c354b ${META('"cluster":{"value":"demo"},')}
+  mode tcp
+  balance leastconn
+  server srv1 127.0.0.1:30443 ${META()}
+`,
+  description: `# _version=7
+frontend kubebyon_sni
+  description kubebyon owner=kubebyon-haproxy-adapter
+  mode tcp
+  bind *:443 name kubebyon
+  tcp-request inspect-delay 5s
+  tcp-request content accept if { req_ssl_hello_type 1 }
+  use_backend kubebyon_demo_2a97516c354b if { req.ssl_sni -i api.demo.example.com }
+
+backend kubebyon_demo_2a97516c354b
+  description kubebyon owner=kubebyon-haproxy-adapter cluster=demo
+  mode tcp
+  balance leastconn
+  server srv1 127.0.0.1:30443 ${META()}
+`,
+};
+
+describe('an install upgraded from before owner ids and map routing', () => {
   const registry = new Registry(DEFAULT_OWNER_ID);
   const { config } = desiredConfig([demo], new StaticTopology(['127.0.0.1']), {
-    ...{ ...DEFAULT_RENDER_OPTIONS, routing: 'rules' as const },
+    ...DEFAULT_RENDER_OPTIONS,
     healthChecks: false,
   });
 
-  it('stock HAProxy: reads its old file as its own, plans nothing, and writes it back byte for byte', () => {
+  it('stock HAProxy: reads its old file as its own, and moves it to the map in one plan, written back as the new layout', () => {
     const { state } = parseOwnedFile(WRITTEN_BEFORE_OWNER_IDS, defaultsNameFor(registry.id));
     const view = registry.interpret(state);
     expect(view.frontends.every((f) => f.owned)).toBe(true);
     expect(view.backends).toEqual([expect.objectContaining({ owned: true, cluster: 'demo' })]);
-    expect(plan(config, view).operations).toEqual([]);
-    expect(renderOwnedFile(state, defaultsNameFor(registry.id))).toBe(WRITTEN_BEFORE_OWNER_IDS);
+    const p = plan(config, view);
+    const after = applyOperations(view, p.operations, registry).state;
+    expect(after.maps?.[0]?.entries.get('api.demo.example.com')).toBe('kubebyon_slot_00001');
+    expect(after.backends.some((b) => b.name === 'kubebyon_demo_2a97516c354b')).toBe(false);
+    // The file the stock provider writes for it reads back as the same objects, all ours, nothing more to do.
+    const text = renderOwnedFile(after, defaultsNameFor(registry.id), '/etc/haproxy');
+    const again = registry.interpret(
+      parseOwnedFile(text, defaultsNameFor(registry.id), '/etc/haproxy').state,
+    );
+    expect(again.frontends[0]?.rules).toEqual([]);
+    expect(plan(config, { ...again, maps: after.maps ?? [] }).operations).toEqual([]);
   });
 
-  it('Data Plane API: reads the metadata the old release wrote as its own, and plans nothing', () => {
-    const meta = (extra: Record<string, { value: string }> = {}) => ({
-      owner: { value: 'kubebyon-haproxy-adapter' },
-      ...extra,
+  for (const [form, text] of Object.entries(API_WRITTEN))
+    it(`Data Plane API (${form}): reads what the old release wrote as its own, and plans the move to the map`, () => {
+      const raw = readConfigText(text, (file) => file);
+      const view = registry.interpret(raw);
+      expect(view.frontends).toEqual([
+        expect.objectContaining({
+          owned: true,
+          bind: { address: '*', port: 443 },
+          inspectDelayMs: 5000,
+          acceptsTlsHello: true,
+        }),
+      ]);
+      expect(view.frontends[0]?.rules).toEqual([
+        expect.objectContaining({
+          backend: 'kubebyon_demo_2a97516c354b',
+          host: 'api.demo.example.com',
+          owned: true,
+        }),
+      ]);
+      expect(view.backends).toEqual([expect.objectContaining({ owned: true, cluster: 'demo' })]);
+      const p = plan(config, view);
+      expect(p.conflicts).toEqual([]);
+      expect(p.operations.map((o) => o.kind)).toContain('delete_backend');
+      // Another owner id sees the same objects as foreign: a conflict, never a change.
+      const other = plan(config, new Registry('staging').interpret(raw));
+      expect(other.operations).toEqual([]);
+      expect(other.conflicts.map((c) => c.kind)).toEqual(['frontend_not_owned']);
     });
-    const raw = readState(
-      {
-        version: 7,
-        frontends: [
-          {
-            name: 'kubebyon_sni',
-            mode: 'tcp',
-            metadata: meta(),
-            binds: { kubebyon: { name: 'kubebyon', address: '*', port: 443, metadata: meta() } },
-            tcp_request_rule_list: [
-              { type: 'inspect-delay', timeout: 5000, metadata: meta() },
-              {
-                type: 'content',
-                action: 'accept',
-                cond: 'if',
-                cond_test: '{ req.ssl_hello_type 1 }',
-                metadata: meta(),
-              },
-            ],
-            backend_switching_rule_list: [
-              {
-                name: 'kubebyon_demo_2a97516c354b',
-                cond: 'if',
-                cond_test: '{ req.ssl_sni -i api.demo.example.com }',
-                metadata: meta(),
-              },
-            ],
-          },
-        ],
-        backends: [
-          {
-            name: 'kubebyon_demo_2a97516c354b',
-            mode: 'tcp',
-            balance: { algorithm: 'leastconn' },
-            metadata: meta({ cluster: { value: 'demo' } }),
-            servers: { srv1: { name: 'srv1', address: '127.0.0.1', port: 30443, metadata: meta() } },
-          },
-        ],
-      },
-      registry,
-      { ownership: 'metadata', serverTags: true },
-    );
-    const view = registry.interpret(raw);
-    expect(view.backends).toEqual([expect.objectContaining({ owned: true, cluster: 'demo' })]);
-    expect(plan(config, view).operations).toEqual([]);
-    // Another owner id sees the same objects as foreign: a conflict, never a change.
-    const other = plan(config, new Registry('staging').interpret(raw));
-    expect(other.operations).toEqual([]);
-    expect(other.conflicts.map((c) => c.kind)).toEqual(['frontend_not_owned']);
-  });
 });
