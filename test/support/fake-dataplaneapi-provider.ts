@@ -9,10 +9,7 @@ import type { RouteClaim } from '../../src/routes/route.js';
 import type { FakeDataplaneApi } from './fake-dataplaneapi.js';
 import { registry } from './owner.js';
 
-/**
- * A provider against the fake API: short timeouts, the file path off, no transaction opened ahead (so the
- * fake's requests are only those a change makes), the test owner; `extra` overrides any of them.
- */
+/** A provider against the fake API: short timeouts, the test owner; `extra` overrides any of them. */
 export function providerOn(
   fake: FakeDataplaneApi,
   extra: Partial<DataplaneProviderOptions> = {},
@@ -23,11 +20,7 @@ export function providerOn(
     password: fake.password,
     timeoutMs: 5_000,
     reloadTimeoutMs: 2_000,
-    runtimeMaxServers: 10,
-    runtimeMaxRequests: 600,
     slots: 'config',
-    rawMinWrites: 0,
-    prepareTransactions: false,
     owner: registry,
     logger: pino({ level: 'silent' }),
     ...extra,
@@ -41,11 +34,7 @@ export const startConfigFor = (fake: FakeDataplaneApi): DataplaneConfig => ({
   password: fake.password,
   timeoutMs: 5000,
   reloadTimeoutMs: 2000,
-  runtimeMaxServers: 10,
-  runtimeMaxRequests: 600,
   slots: 'config',
-  rawMinWrites: 0,
-  commit: 'force_reload',
 });
 
 /** Cluster `cluster` at `<cluster>.example.com`, one endpoint, claimed at time 0. */
@@ -64,7 +53,6 @@ export function mapRender(minSlots: number): RenderOptions {
   return {
     ...DEFAULT_RENDER_OPTIONS,
     bind: { address: '127.0.0.1', port: 18443 },
-    routing: 'map',
     sniMap: SNI_MAP,
     minSlots,
     healthChecks: false,

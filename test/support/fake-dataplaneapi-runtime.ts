@@ -7,6 +7,10 @@
 type Obj = Record<string, unknown>;
 
 export interface FakeRuntime {
+  /** The configuration's backends as HAProxy loaded them at its last (re)load, with their servers. */
+  config: Map<string, Record<string, Obj>>;
+  /** Servers whose address HAProxy changed as it took a file (`X-Runtime-Actions: SetServerAddr`). */
+  moved: Map<string, { address: string; port: number }>;
   /** Map files by stored name (the storage renames `a.b.map` to `a_b.map`). */
   storage: Map<string, string>;
   entries: Map<string, Map<string, string>>;
@@ -25,6 +29,8 @@ export interface FakeRuntime {
 
 export function newFakeRuntime(): FakeRuntime {
   return {
+    config: new Map(),
+    moved: new Map(),
     storage: new Map(),
     entries: new Map(),
     added: new Map(),
@@ -40,6 +46,7 @@ export function newFakeRuntime(): FakeRuntime {
 export function reloadRuntime(rt: FakeRuntime): void {
   rt.added.clear();
   rt.removed.clear();
+  rt.moved.clear();
   rt.entries.clear();
   for (const [name, text] of rt.storage) rt.entries.set(name, parseMap(text));
   rt.loaded.clear();
@@ -50,6 +57,14 @@ export function reloadRuntime(rt: FakeRuntime): void {
 /** The backends of a `-f` file, as HAProxy loads it. */
 function loadBackends(text: string, into: Map<string, Obj & { name: string }>): void {
   for (const [name, servers] of backendsOfText(text)) into.set(name, { name, servers });
+}
+
+/** Every backend HAProxy runs: the configuration's, and those it loaded from the general storage's files. */
+function runningBackends(rt: FakeRuntime): Map<string, Obj> {
+  const out = new Map<string, Obj>();
+  for (const [name, servers] of rt.config) out.set(name, { name, servers });
+  for (const [name, b] of rt.loaded) out.set(name, b);
+  return out;
 }
 
 /**
@@ -100,7 +115,6 @@ export type Answer = { status: number; body: unknown; reload?: boolean } | undef
 /** The answer to a runtime/storage/stats request, or undefined when the path is not one of them. */
 export function runtimeRoute(
   rt: FakeRuntime,
-  backends: Map<string, Obj>,
   method: string,
   path: string,
   body: unknown,
@@ -108,6 +122,7 @@ export function runtimeRoute(
   query: URLSearchParams = new URLSearchParams(),
 ): Answer {
   let m: RegExpExecArray | null;
+  const backends = runningBackends(rt);
   const general = generalRoute(rt, method, path, rawBody, query);
   if (general) return general;
   if (path === '/services/haproxy/storage/maps') {
@@ -167,6 +182,10 @@ export function runtimeRoute(
   // biome-ignore lint/suspicious/noAssignInExpressions: a small regex router, one match per branch
   if ((m = /^\/services\/haproxy\/runtime\/backends\/([^/]+)\/servers(?:\/([^/]+))?$/.exec(path)))
     return runtimeServer(rt, backends, method, m[1] as string, m[2], body as Obj);
+  if (method === 'GET' && path === '/services/haproxy/stats/native' && query.get('type') === 'backend') {
+    const stats = [...backends.keys()].map((name) => ({ type: 'backend', name, stats: {} }));
+    return { status: 200, body: [{ runtimeAPI: '/run/haproxy.sock', stats }] };
+  }
   if (method === 'GET' && path === '/services/haproxy/stats/native') {
     const parent = query.get('parent');
     const stats = [...running(rt, backends)]
@@ -241,6 +260,7 @@ function running(rt: FakeRuntime, backends: Map<string, Obj>) {
             address: String(s.address),
             port: Number(s.port),
             maint: false,
+            ...rt.moved.get(`${name}/${String(s.name)}`),
           },
       );
     const extra = [...(rt.added.get(name)?.values() ?? [])].filter(

@@ -2,8 +2,6 @@ import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { LEDGER_FILE } from '../../src/providers/dataplaneapi/index.js';
-import { TransactionLedger } from '../../src/providers/dataplaneapi/ledger.js';
 import { writeFileAtomic } from '../../src/store/atomic-file.js';
 import { ClusterStore } from '../../src/store/cluster-store.js';
 import { SeenSignatures } from '../../src/webhook/seen-signatures.js';
@@ -42,15 +40,6 @@ describe('temporary files of a killed write', () => {
         'state.json.replay',
       ].sort(),
     );
-  });
-
-  it('of the Data Plane API ledger are removed when it is first read, before its first write', async () => {
-    const stale = [`.${LEDGER_FILE}.4242.1796234595391.tmp`, `.${LEDGER_FILE}.1.1796234598158.tmp`];
-    for (const f of stale) writeFileSync(join(dir, f), '{"open":[');
-    writeFileSync(join(dir, LEDGER_FILE), '{"api":"http://127.0.0.1:5555/v3","open":["tx-1"]}\n');
-    const ledger = new TransactionLedger(join(dir, LEDGER_FILE), 'http://127.0.0.1:5555/v3');
-    expect(await ledger.leftovers()).toEqual(['tx-1']);
-    expect(readdirSync(dir)).toEqual([LEDGER_FILE]);
   });
 
   it('of a file nothing opened are removed before the first write to it, and only then', async () => {

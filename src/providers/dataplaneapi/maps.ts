@@ -1,5 +1,5 @@
 import { checkedHost, checkedName } from './checked.js';
-import type { DataplaneClient } from './client.js';
+import { type DataplaneClient, DataplaneHttpError } from './client.js';
 import { storageName } from './map-names.js';
 import type { Counter } from './reload.js';
 
@@ -57,13 +57,19 @@ export class MapFiles {
     if (file !== undefined) {
       if (content === undefined) return file;
       counter.requests++;
-      await this.client.PUT('/services/haproxy/storage/maps/{name}', {
-        params: { path: { name: stored }, query: { skip_reload: true } },
-        // The API refuses an empty body (400 "value is required"): an empty map is a comment line.
-        body: content === '' ? EMPTY_MAP : content,
-        signal,
-      });
-      return file;
+      try {
+        await this.client.PUT('/services/haproxy/storage/maps/{name}', {
+          params: { path: { name: stored }, query: { skip_reload: true } },
+          // The API refuses an empty body (400 "value is required"): an empty map is a comment line.
+          body: content === '' ? EMPTY_MAP : content,
+          signal,
+        });
+        return file;
+      } catch (err) {
+        // Deleted by someone since it was found: created again below.
+        if (!(err instanceof DataplaneHttpError && err.status === 404)) throw err;
+        this.files.delete(stored);
+      }
     }
     counter.requests++;
     const res = await this.client.upload(
