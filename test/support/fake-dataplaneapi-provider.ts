@@ -58,3 +58,23 @@ export function mapRender(minSlots: number): RenderOptions {
     healthChecks: false,
   };
 }
+
+/** Another tool's objects in the file: they must come back byte for byte after every write of ours. */
+export const FOREIGN_TEXT = `global
+  stats socket /run/haproxy.sock level admin
+  master-worker
+
+defaults unnamed_defaults_1
+  mode http
+  timeout connect 5s
+
+frontend console_https
+  mode http
+  bind :8443
+  default_backend console
+
+backend console
+  mode http
+  balance roundrobin
+  server web1 10.9.9.9:8443 check
+`;

@@ -253,16 +253,15 @@ function running(rt: FakeRuntime, backends: Map<string, Obj>) {
   for (const [name, b] of backends) {
     const inFile = Object.values((b.servers ?? {}) as Record<string, Obj>)
       .filter((s) => !rt.removed.has(`${name}/${s.name}`))
-      .map(
-        (s) =>
-          rt.added.get(name)?.get(String(s.name)) ?? {
-            name: String(s.name),
-            address: String(s.address),
-            port: Number(s.port),
-            maint: false,
-            ...rt.moved.get(`${name}/${String(s.name)}`),
-          },
-      );
+      .map((s) => ({
+        ...(rt.added.get(name)?.get(String(s.name)) ?? {
+          name: String(s.name),
+          address: String(s.address),
+          port: Number(s.port),
+          maint: false,
+        }),
+        ...rt.moved.get(`${name}/${String(s.name)}`),
+      }));
     const extra = [...(rt.added.get(name)?.values() ?? [])].filter(
       (s) => !inFile.some((x) => x.name === s.name),
     );

@@ -1,27 +1,7 @@
 import { expect } from 'vitest';
 import { describeProvider } from '../contract/provider-contract.js';
 import { FAKE_VERSIONS, type FakeDataplaneApi, startFakeDataplaneApi } from '../support/fake-dataplaneapi.js';
-import { mapRender, providerOn } from '../support/fake-dataplaneapi-provider.js';
-
-/** Another tool's objects in the file: they must come back byte for byte after every write of ours. */
-export const FOREIGN_TEXT = `global
-  stats socket /run/haproxy.sock level admin
-  master-worker
-
-defaults unnamed_defaults_1
-  mode http
-  timeout connect 5s
-
-frontend console_https
-  mode http
-  bind :8443
-  default_backend console
-
-backend console
-  mode http
-  balance roundrobin
-  server web1 10.9.9.9:8443 check
-`;
+import { FOREIGN_TEXT, mapRender, providerOn } from '../support/fake-dataplaneapi-provider.js';
 
 // The contract against a fake of each supported version: where each keeps ownership tags (metadata on
 // v3.2+, descriptions on v3.0) is read off its own document, and a tag written where that version has no

@@ -18,7 +18,6 @@ describe('loadConfig', () => {
       inspectDelayMs: 5000,
       balance: 'leastconn',
       healthChecks: true,
-      routing: 'map',
       sniMap: 'kubebyon-haproxy-adapter.sni.map',
       minSlots: 64,
       nodeAddressType: 'internal',
@@ -39,15 +38,18 @@ describe('loadConfig', () => {
     });
   });
 
-  it('chooses how the Data Plane API commits: force_reload by default, follow on request, nothing else', () => {
-    const env = { ...secret, KUBEBYON_DATAPLANE_PASSWORD: 'pw' };
-    expect(loadConfig(env).provider).toMatchObject({ kind: 'dataplaneapi', commit: 'force_reload' });
-    expect(loadConfig({ ...env, KUBEBYON_DATAPLANE_COMMIT: 'follow' }).provider).toMatchObject({
-      commit: 'follow',
-    });
-    expect(() => loadConfig({ ...env, KUBEBYON_DATAPLANE_COMMIT: 'later' })).toThrow(
-      /KUBEBYON_DATAPLANE_COMMIT/,
-    );
+  it('starts an install that still sets a retired setting as before, with one warning naming it, whatever its value', () => {
+    const retired = {
+      KUBEBYON_HAPROXY_ROUTING: 'rules',
+      KUBEBYON_DATAPLANE_COMMIT: 'follow',
+      KUBEBYON_RECONCILE_DEBOUNCE_MS: 'not-a-number',
+      KUBEBYON_HAPROXY_WATCH_MS: '10',
+    };
+    const c = loadConfig({ ...secret, ...retired });
+    expect(c.warnings.map((w) => w.split(' ')[0]).sort()).toEqual(Object.keys(retired).sort());
+    expect(c.warnings[0]).toMatch(/is no longer read and is ignored: /);
+    expect(c.reconcile).toEqual(loadConfig(secret).reconcile);
+    expect(loadConfig(secret).warnings).toEqual([]);
   });
 
   it('reads the runbook variables and a secret from a file', () => {
@@ -103,17 +105,6 @@ describe('loadConfig', () => {
   });
 });
 
-describe('KUBEBYON_HAPROXY_WATCH_MS', () => {
-  it('reads how often HAProxy is watched for reloads: 0 turns it off, faster than 50 ms is refused', () => {
-    expect(loadConfig({ ...secret, KUBEBYON_HAPROXY_WATCH_MS: '0' }).reconcile.watchMs).toBe(0);
-    expect(loadConfig({ ...secret, KUBEBYON_HAPROXY_WATCH_MS: '250' }).reconcile.watchMs).toBe(250);
-    for (const bad of ['10', '-1', 'often', '1.5', '600001'])
-      expect(() => loadConfig({ ...secret, KUBEBYON_HAPROXY_WATCH_MS: bad }), bad).toThrow(
-        /KUBEBYON_HAPROXY_WATCH_MS/,
-      );
-  });
-});
-
 describe('haproxy provider settings', () => {
   const haproxy = { ...secret, KUBEBYON_PROVIDER: 'haproxy' };
 
@@ -129,7 +120,7 @@ describe('haproxy provider settings', () => {
       checkFiles: ['/etc/haproxy/haproxy.cfg', '/etc/haproxy/extra.cfg'],
       masterSocket: '/run/haproxy-master.sock',
       haproxyBin: 'haproxy',
-      reloadTimeoutMs: 30000,
+      reloadTimeoutMs: 60000,
     });
   });
 

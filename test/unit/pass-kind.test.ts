@@ -1,8 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import type { DesiredConfig } from '../../src/haproxy/model.js';
 import type { PoolReport } from '../../src/plan/operations.js';
-import type { Operation, Plan } from '../../src/plan/plan.js';
-import { passKind, reloadReason, routeBackends } from '../../src/reconcile/routing.js';
+import type { Operation } from '../../src/plan/plan.js';
+import { passKind, reloadReason } from '../../src/reconcile/routing.js';
 
 const kinds = (...reasons: string[]) => passKind(new Set(reasons));
 const slot = (n: number): Operation => ({

@@ -73,7 +73,7 @@ describe('plan', () => {
     const old = legacyRulesState(routes, registry, {
       // A rule another tool added to our frontend stays, after the map rule's place.
       rules: [
-        ...legacyRulesState(routes, registry).frontends[0]!.rules,
+        ...(legacyRulesState(routes, registry).frontends[0]?.rules ?? []),
         { backend: 'console', host: 'console.example.com', tags: {} },
       ],
     });
@@ -101,7 +101,13 @@ describe('plan', () => {
 
   it('applies nothing while a foreign frontend holds its name, and says so', () => {
     const taken = interpret({
-      frontends: [{ ...foreign.frontends[0]!, name: 'kubebyon_sni', tags: { owner: 'someone-else' } }],
+      frontends: [
+        {
+          ...(foreign.frontends[0] as (typeof foreign.frontends)[number]),
+          name: 'kubebyon_sni',
+          tags: { owner: 'someone-else' },
+        },
+      ],
       backends: [],
     });
     const p = plan(desiredFor([route('x', 'x.example.com', ['10.0.0.1', 1])]), taken);
@@ -127,7 +133,11 @@ describe('plan', () => {
   it('deletes an owned frontend of another name and keeps every foreign object', () => {
     const stale = interpret({
       frontends: [
-        { ...foreign.frontends[0]!, name: 'kubebyon_old', tags: registry.tags() },
+        {
+          ...(foreign.frontends[0] as (typeof foreign.frontends)[number]),
+          name: 'kubebyon_old',
+          tags: registry.tags(),
+        },
         ...foreign.frontends,
       ],
       backends: foreign.backends,

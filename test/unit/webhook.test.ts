@@ -7,6 +7,7 @@ import type { MemoryProvider } from '../../src/providers/memory/memory-provider.
 import type { ClusterStore } from '../../src/store/cluster-store.js';
 import { sign } from '../../src/webhook/auth.js';
 import type { Readiness } from '../../src/webhook/readiness.js';
+import { routedHosts } from '../support/owner.js';
 import { TEST_SECRET as SECRET, startWebhookApp, type WebhookApp } from '../support/webhook-app.js';
 import type { SignedClient } from '../support/webhook-client.js';
 
@@ -278,7 +279,7 @@ describe('webhook API', () => {
   it('removes the route of a cluster whose mode is no longer loadbalancer, and on DELETE', async () => {
     await client.request('PUT', '/v1/clusters/a?wait=true', body('a.example.com'));
     await client.request('PUT', '/v1/clusters/b?wait=true', body('b.example.com'));
-    expect(provider.state.backends).toHaveLength(2);
+    expect(routedHosts(provider.state)).toEqual(['a.example.com', 'b.example.com']);
     await client.request('PUT', '/v1/clusters/a?wait=true', {
       ...body('a.example.com'),
       public_access_mode: 'nodeport',
@@ -287,7 +288,7 @@ describe('webhook API', () => {
       name: 'b',
       deleted: true,
     });
-    expect(provider.state.backends).toEqual([]);
+    expect(routedHosts(provider.state)).toEqual([]);
     expect((await client.request('GET', '/v1/clusters/a')).status).toBe(404);
   });
 
@@ -324,13 +325,15 @@ describe('webhook API', () => {
     await client.request('PUT', '/v1/clusters/demo', body('api.demo.example.com'));
     const res = await client.request('GET', '/v1/plan');
     expect(res.status).toBe(200);
-    expect(res.body.text).toContain('+ rule kubebyon_sni: use_backend kubebyon_demo_');
+    expect(res.body.text).toContain(
+      '+ map kubebyon-haproxy-adapter.sni.map: api.demo.example.com -> kubebyon_slot_00001',
+    );
     expect(res.body.operations.length).toBeGreaterThan(0);
     expect(res.body.routes).toEqual([
       {
         cluster: 'demo',
         host: 'api.demo.example.com',
-        backend: expect.stringMatching(/^kubebyon_demo_[0-9a-f]{12}$/),
+        backend: 'kubebyon_slot_00001',
         servers: expect.arrayContaining([expect.stringMatching(/:\d+$/)]),
       },
     ]);

@@ -297,8 +297,9 @@ export function spliceSections(text: string, edits: SectionEdits): string {
   }
   out.push(body.slice(copied));
   let result = out.join('').replace(/\n+$/, '');
-  for (const [key, lines] of edits) if (lines && !done.has(key)) result += `\n\n${lines.join('\n')}`;
-  return `${result}\n`;
+  for (const [key, lines] of edits)
+    if (lines && !done.has(key)) result += `${result === '' ? '' : '\n\n'}${lines.join('\n')}`;
+  return result === '' ? '' : `${result}\n`;
 }
 
 /** Whether `name` may be written as a section name (for sections read back from a file by name). */

@@ -64,14 +64,14 @@ export class Files {
   async write(w: FileWrite, signal: AbortSignal, counter: Counter): Promise<boolean> {
     const { target } = w;
     // Map files first: a configuration that routes by a map names its file, which must hold the entries.
-    const mapFile = new Map<string, string>();
+    const contents = new Map<string, string | undefined>();
     for (const f of target.frontends)
-      if (f.owned && f.sniMap && w.frontends.has(f.name))
-        mapFile.set(f.sniMap, await this.d.maps.write(f.sniMap, undefined, signal, counter));
-    for (const name of w.maps) {
-      const entries = target.maps?.find((m) => m.name === name)?.entries ?? new Map<string, string>();
-      mapFile.set(name, await this.d.maps.write(name, mapText(entries), signal, counter));
-    }
+      if (f.owned && f.sniMap && w.frontends.has(f.name)) contents.set(f.sniMap, undefined);
+    for (const name of w.maps)
+      contents.set(name, mapText(target.maps?.find((m) => m.name === name)?.entries ?? new Map()));
+    const mapFile = new Map<string, string>();
+    for (const [name, content] of contents)
+      mapFile.set(name, await this.d.maps.write(name, content, signal, counter));
     const config = await this.d.reads.read(signal, counter);
     const inConfig = new Set(config.state().backends.map((b) => b.name));
     const belongs = this.d.slots && !w.noSlots ? fileBackendNames(target) : new Set<string>();

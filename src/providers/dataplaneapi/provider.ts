@@ -269,13 +269,11 @@ export class DataplaneProvider implements Provider {
   async settle(reading: Reading): Promise<void> {
     this.known = reading.state;
     this.persistence.follow(reading.state);
-    const drift = this.drift;
+    const drift = this.drift ?? { backends: new Set(), maps: new Set() };
     this.drift = undefined;
-    if (!drift) return;
     const owned = new Set(reading.state.frontends.filter((f) => f.owned).map((f) => f.sniMap));
     const backends = [...drift.backends].filter((name) => reading.backend(name)?.owned);
     const maps = [...drift.maps].filter((name) => owned.has(name));
-    if (backends.length === 0 && maps.length === 0) return;
     // The files are behind what runs (a crash or a reload before persistence): until they are written, one
     // more reload or crash would lose acknowledged routes, so they are written now rather than batched.
     if (backends.length > 0 || maps.length > 0) {
@@ -315,11 +313,7 @@ export class DataplaneProvider implements Provider {
       const [first] = moving;
       if (first !== undefined && (await this.runs(first, signal, counter)) === false) {
         await putBack(this.files, slots, reading.state, moving, signal, counter);
-        throw new TerminalError(
-          `HAProxy does not load the slots files (${slots.fileName(0)}, ...): start it with a second -f naming ` +
-            "the Data Plane API's general storage directory (its resources.general_storage_dir), or set " +
-            'KUBEBYON_DATAPLANE_SLOTS=config',
-        );
+        throw this.notLoaded(slots);
       }
       this.version = this.reads.current?.version;
       this.o.logger.info(
@@ -327,6 +321,26 @@ export class DataplaneProvider implements Provider {
         'slot backends moved from the configuration to the slots files (one reload)',
       );
     });
+  }
+
+  /** Refuses, with the fix, when HAProxy did not load the slots files with the reload just made. */
+  private async ensureSlotsLoaded(
+    target: HaproxyState,
+    signal: AbortSignal,
+    counter: Counter,
+  ): Promise<void> {
+    const slots = this.slots;
+    const [first] = slots?.current?.keys() ?? [];
+    if (!slots || first === undefined || !target.backends.some((b) => b.name === first)) return;
+    if ((await this.runs(first, signal, counter)) === false) throw this.notLoaded(slots);
+  }
+
+  private notLoaded(slots: SlotsFile): TerminalError {
+    return new TerminalError(
+      `HAProxy does not load the slots files (${slots.fileName(0)}, ...): start it with a second -f naming ` +
+        "the Data Plane API's general storage directory (its resources.general_storage_dir), or set " +
+        'KUBEBYON_DATAPLANE_SLOTS=config',
+    );
   }
 
   /**
@@ -426,6 +440,7 @@ export class DataplaneProvider implements Provider {
     }
     this.persistence.follow(target);
     this.version = this.reads.current?.version;
+    if (path.kind === 'reload') await this.ensureSlotsLoaded(target, signal, counter);
     const revision = await this.revisionNow(signal, counter);
     return { reload: path.kind === 'reload' ? 'succeeded' : 'none', requests: counter.requests, revision };
   }
