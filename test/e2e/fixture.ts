@@ -86,8 +86,6 @@ backend console
     KUBEBYON_HAPROXY_BIN: setup.checkBin,
     KUBEBYON_HAPROXY_BIND_ADDR: `127.0.0.1:${sniPort}`,
     KUBEBYON_PUBLIC_PORT: String(sniPort),
-    KUBEBYON_RECONCILE_DEBOUNCE_MS: '20',
-    KUBEBYON_RECONCILE_MAX_DELAY_MS: '200',
     ...extra,
   });
   const servers: VersionServer[] = [operator, console_];
