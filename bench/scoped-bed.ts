@@ -11,8 +11,8 @@ import { OwnedProvider } from '../src/registry/owned-provider.js';
 import { Registry } from '../src/registry/registry.js';
 import { StaticTopology } from '../src/topology/topology.js';
 
-/** Map routing, three nodes: what the node-only benchmarks plan for. */
-export const RENDER: RenderOptions = { ...DEFAULT_RENDER_OPTIONS, routing: 'map' };
+/** Three nodes, the default options (map routing): what the node-only benchmarks plan for. */
+export const RENDER: RenderOptions = DEFAULT_RENDER_OPTIONS;
 export const topology = new StaticTopology(['10.0.0.1', '10.0.0.2', '10.0.0.3']);
 export const registry = new Registry();
 

@@ -11,7 +11,6 @@ import {
 import { freeLoopbackPort } from '../support/ports.js';
 import { type ServiceProcess, startServiceProcess } from '../support/service-process.js';
 import { getVersion, startVersionServer, type VersionServer } from '../support/version-server.js';
-import { waitFor } from '../support/wait.js';
 
 /**
  * What every end-to-end case runs against: a real HAProxy (host networking) whose operator-owned file has
@@ -87,8 +86,6 @@ backend console
     KUBEBYON_HAPROXY_BIN: setup.checkBin,
     KUBEBYON_HAPROXY_BIND_ADDR: `127.0.0.1:${sniPort}`,
     KUBEBYON_PUBLIC_PORT: String(sniPort),
-    KUBEBYON_RECONCILE_DEBOUNCE_MS: '20',
-    KUBEBYON_RECONCILE_MAX_DELAY_MS: '200',
     ...extra,
   });
   const servers: VersionServer[] = [operator, console_];
@@ -103,17 +100,7 @@ backend console
     env,
     startService: (extra = {}, setup = owned) =>
       startServiceProcess(env(extra, setup), secret, { until: 'readyz', startTimeoutMs: 50_000 }),
-    async loads() {
-      const proc = await haproxy.masterCli('show proc');
-      // The master's line: `<pid> master <reloads> [failed: <n>] <uptime> <version>`.
-      const master = /^\d+\s+master\s+(\d+)\s+\[failed:\s*(\d+)\]/m.exec(proc);
-      if (!master) throw new Error(`unexpected answer to show proc: ${proc.slice(0, 200)}`);
-      const loaded = 1 + Number(master[1]) - Number(master[2]);
-      return waitFor(haproxy.loadCount, 10_000, `HAProxy's log to show ${loaded} loads`, {
-        ok: (n) => n >= loaded,
-        everyMs: 25,
-      });
-    },
+    loads: () => haproxy.loads(),
     async operatorServes() {
       const answer = await getVersion(operatorUrl);
       return 'identity' in answer && answer.identity === 'operator';

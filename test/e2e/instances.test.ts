@@ -19,7 +19,6 @@ describeInstances<Bed>({
   startService: (beds, n) =>
     (beds[0] as Bed).startService({
       KUBEBYON_STATIC_NODE_ADDRESSES: '127.0.0.1',
-      KUBEBYON_HAPROXY_ROUTING: 'map',
       KUBEBYON_HAPROXY_INSTANCES: JSON.stringify(
         beds.slice(0, n).map((bed, i) => {
           const owned = bed.haproxy.owned;

@@ -57,7 +57,6 @@ describe(`end to end, three replicas with leader election, HAProxy ${haproxyVers
     const dir = join(e.stateDir, id);
     mkdirSync(dir, { recursive: true });
     return e.startService({
-      KUBEBYON_HAPROXY_ROUTING: 'map',
       KUBEBYON_STATIC_NODE_ADDRESSES: '127.0.0.1',
       KUBEBYON_STATE_FILE: join(dir, 'clusters.json'),
       KUBEBYON_STATE_STORE: 'kubernetes',

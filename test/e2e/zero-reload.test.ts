@@ -1,14 +1,28 @@
-import { readFileSync } from 'node:fs';
+import { readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
 import { connect, type TLSSocket } from 'node:tls';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { DEFAULT_RENDER_OPTIONS } from '../../src/haproxy/render.js';
+import { parseMapFile } from '../../src/providers/haproxy/map-file.js';
+import { parseOwnedFile } from '../../src/providers/haproxy/owned-file-parse.js';
+import { Registry } from '../../src/registry/registry.js';
+import { ClusterStore } from '../../src/store/cluster-store.js';
 import { haproxyVersionUnderTest } from '../support/haproxy-testbed.js';
+import { legacyRulesFile } from '../support/legacy-stock-file.js';
 import type { ServiceProcess } from '../support/service-process.js';
-import { startVersionServer, type VersionServer, waitForIdentity } from '../support/version-server.js';
+import { startSniProber } from '../support/sni-prober.js';
+import {
+  getVersion,
+  startVersionServer,
+  type VersionServer,
+  waitForIdentity,
+} from '../support/version-server.js';
+import { waitFor } from '../support/wait.js';
 import { type E2eHaproxy, startE2eHaproxy } from './fixture.js';
 
 // Map routing as it ships: after the first pass, clusters come, move and go through the runtime API only —
 // HAProxy's own load count proves no reload — and every claim is checked by a TLS handshake carrying SNI.
-const MAP = { KUBEBYON_STATIC_NODE_ADDRESSES: '127.0.0.1', KUBEBYON_HAPROXY_ROUTING: 'map' };
+const MAP = { KUBEBYON_STATIC_NODE_ADDRESSES: '127.0.0.1' };
 
 describe(`end to end, map routing without reloads, HAProxy ${haproxyVersionUnderTest()}`, () => {
   let e: E2eHaproxy;
@@ -117,23 +131,93 @@ describe(`end to end, map routing without reloads, HAProxy ${haproxyVersionUnder
     });
   });
 
-  it('moves an install with one backend and rule per cluster to the map in one pass with one reload', async () => {
+  it('takes over an install of the release before map routing (rules) with one reload, every cluster answering by SNI throughout', async () => {
     await service?.stop();
-    service = await e.startService({ ...MAP, KUBEBYON_HAPROXY_ROUTING: 'rules' });
-    for (const n of [1, 2]) expect((await put(`u${n}`, `api.u${n}.example.com`, 'alpha')).status).toBe(200);
-    await service.stop();
-    expect(e.haproxy.owned && readFileSync(e.haproxy.owned.path, 'utf8')).toMatch(/req\.ssl_sni -i api\.u1/);
-    const loads = await e.loads();
-    service = await e.startService(MAP);
-    expect((await service.client.request('POST', '/v1/reconcile?wait=true')).status).toBe(200);
-    for (const n of [1, 2])
-      expect(await waitForIdentity(endpoint(`api.u${n}.example.com`), 'alpha')).toEqual({
-        identity: 'alpha',
+    service = undefined;
+    // What the previous release left, run with KUBEBYON_HAPROXY_ROUTING=rules: its store, and its owned file
+    // (one backend and one SNI rule per cluster, checked servers, no map), which HAProxy runs.
+    const n = 16;
+    const names = Array.from({ length: n }, (_, i) => `u${i}`);
+    const serverOf = (i: number) => (i % 2 === 0 ? 'alpha' : 'beta');
+    const hostOf = (name: string) => `api.${name}.example.com`;
+    const store = await ClusterStore.open(e.env().KUBEBYON_STATE_FILE as string);
+    await store.replaceAll(
+      names.map((name, i) => ({
+        name,
+        host: hostOf(name),
+        target: { nodePort: servers[serverOf(i)]?.port ?? 0 },
+      })),
+    );
+    const owned = e.haproxy.owned;
+    if (!owned) throw new Error('no owned file');
+    const mapFile = join(e.haproxy.dir, DEFAULT_RENDER_OPTIONS.sniMap);
+    rmSync(mapFile, { force: true });
+    const legacy = legacyRulesFile(
+      names.map((name, i) => ({
+        cluster: name,
+        host: hostOf(name),
+        endpoints: [{ address: '127.0.0.1', port: servers[serverOf(i)]?.port ?? 0 }],
+      })),
+      {
+        owner: new Registry(),
+        bind: { address: '127.0.0.1', port: e.sniPort },
+        healthChecks: true,
+        mapDir: e.haproxy.dir,
+      },
+    );
+    await owned.reloadWith(legacy);
+    for (const [i, name] of names.entries())
+      expect(await waitForIdentity(endpoint(hostOf(name)), serverOf(i))).toEqual({
+        identity: serverOf(i),
         status: 200,
       });
-    expect(await e.loads()).toBe(loads + 1);
-    const owned = readFileSync(e.haproxy.owned?.path ?? '', 'utf8');
-    expect(owned).not.toMatch(/req\.ssl_sni -i/);
-    expect(owned).toMatch(/map\(/);
-  });
+
+    // Every cluster, again and again, a TLS handshake carrying its SNI and a GET /version: from before the new
+    // service starts until after it has moved everything to the map and written its files.
+    const prober = startSniProber(
+      names.map(hostOf),
+      async (host) => {
+        const answer = await getVersion(endpoint(host));
+        const want = serverOf(names.indexOf(/^api\.(u[0-9]+)\./.exec(host)?.[1] ?? ''));
+        return 'identity' in answer && answer.identity === want ? undefined : JSON.stringify(answer);
+      },
+      240_000,
+    );
+    let probed: Awaited<ReturnType<typeof prober.stop>>;
+    let started = 0;
+    try {
+      await prober.roundsFromNow(3);
+      const loads = await e.loads();
+      // The new release, started with the environment the old one had: the retired setting is ignored,
+      // with one warning.
+      started = Date.now();
+      service = await e.startService({ ...MAP, KUBEBYON_HAPROXY_ROUTING: 'rules' });
+      expect(service.output()).toMatch(/KUBEBYON_HAPROXY_ROUTING is no longer read/);
+      expect((await service.client.request('POST', '/v1/reconcile?wait=true')).status).toBe(200);
+      const listed = await service.client.request('GET', '/v1/clusters');
+      expect((listed.body.clusters as Array<{ state: string }>).map((c) => c.state)).toEqual(
+        names.map(() => 'applied'),
+      );
+      await waitFor(() => readFileSync(mapFile, 'utf8'), 5_000, 'the map file to name every host', {
+        ok: (text) => parseMapFile(text).size === n,
+      });
+      await prober.roundsFromNow(5);
+      expect(await e.loads()).toBe(loads + 1);
+    } finally {
+      probed = await prober.stop();
+    }
+    console.log(
+      `[measure] upgrade from rules (stock, ${haproxyVersionUnderTest()}): ${n} clusters, ${probed.probes} probes in ${probed.rounds} rounds over ${probed.ms} ms (service started ${started ? Date.now() - started : 0} ms before the end), ${probed.failures.length} failed`,
+    );
+    expect(probed.failures).toEqual([]);
+
+    // The files hold the map layout only.
+    const file = readFileSync(owned.path, 'utf8');
+    expect(file).not.toMatch(/req\.ssl_sni -i/);
+    expect(file).toContain(`use_backend %[req.ssl_sni,lower,map(${mapFile})]`);
+    const parsed = parseOwnedFile(file, undefined, e.haproxy.dir).state;
+    expect(parsed.frontends.map((f) => f.rules.length)).toEqual([0]);
+    expect(parsed.backends.filter((b) => !/^kubebyon_slot_[0-9]{5,}$/.test(b.name))).toEqual([]);
+    expect([...parseMapFile(readFileSync(mapFile, 'utf8')).keys()].sort()).toEqual(names.map(hostOf).sort());
+  }, 240_000);
 });

@@ -7,9 +7,9 @@ import { createServer as createTlsServer } from 'node:tls';
 import { promisify } from 'node:util';
 import pino from 'pino';
 import { describe } from 'vitest';
-import type { RawState } from '../../src/haproxy/model.js';
-import { LEDGER_FILE } from '../../src/providers/dataplaneapi/index.js';
+import type { HaproxyState } from '../../src/haproxy/model.js';
 import { DataplaneProvider } from '../../src/providers/dataplaneapi/provider.js';
+import { LEDGER_FILE } from '../../src/providers/dataplaneapi/sweep.js';
 import type { StockHaproxyProvider } from '../../src/providers/haproxy/provider.js';
 import { StockHaproxyProvider as Provider } from '../../src/providers/haproxy/provider.js';
 import {
@@ -118,9 +118,15 @@ export interface FaultBed {
   env(extra?: Record<string, string>): Record<string, string>;
   /** Routes HAProxy runs now: host -> the backend's servers as `address:port` (owned objects, from their tags). */
   routes(): Promise<Map<string, string[]>>;
-  /** Ids of the transactions open in the Data Plane API now (always none with the stock provider). */
+  /**
+   * Ids of the transactions open in the Data Plane API now: none, ever (the provider opens none; those a
+   * release before it left are swept at start); always none with the stock provider.
+   */
   openTransactions(): Promise<string[]>;
-  /** The ids the service's ledger beside the state file lists as open (none without the file). */
+  /**
+   * The ids a transaction ledger beside the state file lists (releases before this one kept one; this one
+   * removes it at start): none.
+   */
   ledger(): string[];
   /** Folders where an interrupted write would leave a `.tmp` file behind. */
   writeDirs: string[];
@@ -143,7 +149,10 @@ export interface FaultBed {
 export interface StockFaultBed extends FaultBed {
   provider: 'haproxy';
   haproxy: HaproxyTestbed;
-  /** A provider of our own, to read what HAProxy runs (owned objects, as interpreted from their tags). */
+  /**
+   * A provider of our own, to read what HAProxy runs (`routes`), or to drive it directly (behind the
+   * registry: `ownedBy(reader)`).
+   */
   reader: StockHaproxyProvider;
 }
 
@@ -152,8 +161,7 @@ export interface FaultBedOptions {
   provider?: FaultProvider;
 }
 
-function routesOf(state: RawState): Map<string, string[]> {
-  const owned = interpret(state);
+function routesOf(owned: HaproxyState): Map<string, string[]> {
   const front = owned.frontends.find((f) => f.name === 'kubebyon_sni');
   const out = new Map<string, string[]>();
   const serversOf = (name: string) =>
@@ -168,8 +176,6 @@ function routesOf(state: RawState): Map<string, string[]> {
 const SERVICE_DEFAULTS = {
   // Test backends are plain TLS servers that go away between cases: no health checks to wait for.
   KUBEBYON_HAPROXY_HEALTH_CHECKS: 'false',
-  KUBEBYON_RECONCILE_DEBOUNCE_MS: '50',
-  KUBEBYON_RECONCILE_MAX_DELAY_MS: '500',
   KUBEBYON_STATIC_NODE_ADDRESSES: '127.0.0.1',
 };
 
@@ -222,7 +228,7 @@ async function startStockBed(o: FaultBedOptions): Promise<StockFaultBed> {
       ...SERVICE_DEFAULTS,
       ...extra,
     }),
-    routes: async () => routesOf(await reader.readState(AbortSignal.timeout(30_000), { fresh: true })),
+    routes: () => routesNow(reader),
     openTransactions: async () => [],
     ledger: () => [],
     writeDirs: [dirname(owned.path), stateDir],
@@ -258,15 +264,13 @@ async function startDataplaneBed(o: FaultBedOptions): Promise<FaultBed> {
   const secret = randomBytes(24).toString('hex');
   // `KUBEBYON_TEST_DATAPLANE_SLOTS=storage`: the slot backends in the API's general storage.
   const slots = process.env.KUBEBYON_TEST_DATAPLANE_SLOTS === 'storage' ? 'storage' : 'config';
-  // A reader of our own: it never opens a transaction (nothing ahead, no ledger).
+  // A reader of our own (its reads write nothing; no ledger).
   const reader = new DataplaneProvider({
     url: tb.url,
     username: DPAPI_USER,
     password: tb.password,
     timeoutMs: 30_000,
     reloadTimeoutMs: 10_000,
-    runtimeMaxServers: 0,
-    prepareTransactions: false,
     owner: registry,
     logger: pino({ level: 'silent' }),
     slots,
@@ -286,15 +290,14 @@ async function startDataplaneBed(o: FaultBedOptions): Promise<FaultBed> {
       KUBEBYON_DATAPLANE_PASSWORD: tb.password,
       KUBEBYON_DATAPLANE_TIMEOUT_MS: '10000',
       // 2.6 reloads by signal: a reload it refuses is seen as no new worker within this time.
-      KUBEBYON_DATAPLANE_RELOAD_TIMEOUT_MS: '10000',
+      KUBEBYON_HAPROXY_RELOAD_TIMEOUT_MS: '10000',
       KUBEBYON_HAPROXY_BIND_ADDR: `127.0.0.1:${sniPort}`,
       KUBEBYON_PUBLIC_PORT: String(sniPort),
       KUBEBYON_DATAPLANE_SLOTS: slots,
       ...SERVICE_DEFAULTS,
       ...extra,
     }),
-    // The reader's read is cached by configuration version, so this is what the API holds now.
-    routes: async () => routesOf(await reader.readState(AbortSignal.timeout(30_000), { fresh: true })),
+    routes: () => routesNow(reader),
     async openTransactions() {
       const res = await tb.api.get('/services/haproxy/transactions?status=in_progress');
       if (res.status !== 200)
@@ -316,6 +319,15 @@ async function startDataplaneBed(o: FaultBedOptions): Promise<FaultBed> {
       if (!o.stateDir) rmSync(stateDir, { recursive: true, force: true });
     },
   };
+}
+
+/**
+ * What HAProxy runs now, read in full by `reader` and interpreted by the registry: the provider's own read,
+ * not the registry's (which would settle: write the files, where the service under test must).
+ */
+async function routesNow(reader: Provider | DataplaneProvider): Promise<Map<string, string[]>> {
+  const { raw } = await reader.read(AbortSignal.timeout(30_000));
+  return routesOf(interpret(raw));
 }
 
 async function testbedContainer(dir: string): Promise<string> {

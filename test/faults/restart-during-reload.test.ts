@@ -5,7 +5,7 @@ import { plan } from '../../src/plan/plan.js';
 import type { StockHaproxyProvider } from '../../src/providers/haproxy/provider.js';
 import { resolveRoutes } from '../../src/routes/route.js';
 import { haproxyVersionUnderTest } from '../support/haproxy-testbed.js';
-import { interpret } from '../support/owner.js';
+import { ownedBy } from '../support/stock-haproxy.js';
 import { type NamedTlsServer, sniProbe, startNamedTlsServer } from '../support/tls.js';
 import { describeFault, docker, type StockFaultBed, startFaultBed } from './harness.js';
 
@@ -58,18 +58,19 @@ describeFault('stock', `HAProxy restarted during a reload, HAProxy ${haproxyVers
       await docker('restart', '-t', '0', id);
       return '';
     };
-    const current = await provider.readState(AbortSignal.timeout(30_000));
-    const p = plan(desired, interpret(current));
+    const owned = ownedBy(provider);
+    const current = await owned.read(AbortSignal.timeout(30_000));
+    const p = plan(desired, current.state);
     expect(p.operations.map((o) => o.kind)).toContain('create_frontend');
     const started = Date.now();
-    const report = await provider.apply(p, current, AbortSignal.timeout(60_000));
+    const report = await owned.apply(p, current, AbortSignal.timeout(60_000));
     const ms = Date.now() - started;
     cli.send = send;
     expect(restarted).toBe(true);
     expect(report.reload).toBe('succeeded');
     expect(await sniProbe(bed.sniPort, 'one.example.com')).toEqual({ reached: 'a' });
     expect(
-      plan(desired, interpret(await provider.readState(AbortSignal.timeout(30_000)))).operations,
+      plan(desired, (await owned.read(AbortSignal.timeout(30_000), { fresh: true })).state).operations,
     ).toEqual([]);
     console.log(
       `[measure] restart during a reload: apply finished ${(ms / 1000).toFixed(1)} s after it began`,

@@ -8,7 +8,7 @@ import { describeFault, docker, type FaultBed, faultProviderUnderTest, startFaul
 
 const provider = faultProviderUnderTest();
 // Persistence held back long enough that a fault lands between a runtime change and its persistence.
-const LATE = { KUBEBYON_HAPROXY_ROUTING: 'map', KUBEBYON_PERSIST_DELAY_MS: '4000' };
+const LATE = { KUBEBYON_PERSIST_DELAY_MS: '4000' };
 
 // Map routing's window: a change is live in HAProxy's worker before the files HAProxy loads hold it. A reload
 // by anyone, a restart of HAProxy, or a kill -9 of the service inside that window must lose nothing: HAProxy

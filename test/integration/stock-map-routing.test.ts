@@ -1,4 +1,4 @@
-import { readFileSync } from 'node:fs';
+import { readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { DEFAULT_RENDER_OPTIONS, type RenderOptions, renderDesired } from '../../src/haproxy/render.js';
@@ -7,21 +7,26 @@ import { parseMapFile } from '../../src/providers/haproxy/map-file.js';
 import { parseOwnedFile } from '../../src/providers/haproxy/owned-file-parse.js';
 import type { StockHaproxyProvider } from '../../src/providers/haproxy/provider.js';
 import { parseShowProc } from '../../src/providers/haproxy/runtime-text.js';
+import type { OwnedProvider } from '../../src/registry/owned-provider.js';
 import { type RouteClaim as Claim, resolveRoutes } from '../../src/routes/route.js';
 import { type HaproxyTestbed, haproxyVersionUnderTest } from '../support/haproxy-testbed.js';
-import { interpret } from '../support/owner.js';
-import { type StockMapBed, startStockMapBed, stockProviderFor } from '../support/stock-haproxy.js';
+import { LEGACY_FIXTURE_ROUTES, legacyRulesFile } from '../support/legacy-stock-file.js';
+import { registry } from '../support/owner.js';
+import { startSniProber } from '../support/sni-prober.js';
+import { ownedBy, type StockMapBed, startStockMapBed, stockProviderFor } from '../support/stock-haproxy.js';
 import { type NamedTlsServer, sniProbe } from '../support/tls.js';
 import { waitFor } from '../support/wait.js';
 
 const version = haproxyVersionUnderTest();
 const signal = () => AbortSignal.timeout(60_000);
+const FIXTURES = join(import.meta.dirname, '../fixtures/legacy-rules');
 
 // Map routing on a real HAProxy: routes come and go through the runtime API (servers in a slot, then an
 // SNI map entry) with no reload, the files follow, and a reload by anyone afterwards keeps every route.
 describe(`haproxy provider, map routing, on HAProxy ${version}`, () => {
   let haproxy: HaproxyTestbed;
   let provider: StockHaproxyProvider;
+  let owned: OwnedProvider;
   let render: RenderOptions;
   let a: NamedTlsServer;
   let b: NamedTlsServer;
@@ -31,13 +36,9 @@ describe(`haproxy provider, map routing, on HAProxy ${version}`, () => {
   const mapFile = () => join(dir, DEFAULT_RENDER_OPTIONS.sniMap);
   const reloads = async () => parseShowProc(await haproxy.masterCli('show proc')).reloads;
   const planFor = async (claims: Claim[], options = render): Promise<Plan> =>
-    plan(
-      renderDesired(resolveRoutes(claims).routes, options),
-      interpret(await provider.readState(signal())),
-      {
-        grow: 'when_needed',
-      },
-    );
+    plan(renderDesired(resolveRoutes(claims).routes, options), (await owned.read(signal())).state, {
+      grow: 'when_needed',
+    });
   const claim = (cluster: string, port: number): Claim => ({
     cluster,
     host: `api.${cluster}.example.com`,
@@ -46,12 +47,12 @@ describe(`haproxy provider, map routing, on HAProxy ${version}`, () => {
   });
   /** Plans, applies and checks convergence; `ms` is the apply alone. */
   const converge = async (claims: Claim[], options = render) => {
-    const current = await provider.readState(signal());
-    const p = plan(renderDesired(resolveRoutes(claims).routes, options), interpret(current), {
+    const current = await owned.read(signal());
+    const p = plan(renderDesired(resolveRoutes(claims).routes, options), current.state, {
       grow: 'when_needed',
     });
     const started = performance.now();
-    const report = await provider.apply(p, current, signal());
+    const report = await owned.apply(p, current, signal());
     const ms = performance.now() - started;
     expect((await planFor(claims, options)).operations).toEqual([]);
     return { plan: p, report, ms };
@@ -71,7 +72,7 @@ describe(`haproxy provider, map routing, on HAProxy ${version}`, () => {
   let bed: StockMapBed | undefined;
   beforeAll(async () => {
     bed = await startStockMapBed(version, 8);
-    ({ haproxy, provider, a, b, port, render } = bed);
+    ({ haproxy, provider, owned, a, b, port, render } = bed);
     dir = haproxy.dir;
   });
   afterAll(() => bed?.close());
@@ -122,14 +123,15 @@ describe(`haproxy provider, map routing, on HAProxy ${version}`, () => {
 
   it('answers a read from what it knows while nothing else changed, and reads all again after a reload', async () => {
     await converge([claim('x', a.port)]);
+    // reloads:worker:start:foreign edits of the owned file
     const token = await provider.revision(signal());
-    expect(token).toMatch(/^[0-9]+:[0-9]+:[0-9]+$/);
-    const cached = await provider.readState(signal());
-    expect(await provider.readState(signal())).toBe(cached);
-    expect(await provider.readState(signal(), { fresh: true })).not.toBe(cached);
-    // A map entry deleted by hand at runtime: a fresh read sees it (a cached one may not).
+    expect(token).toMatch(/^[0-9]+:[0-9]+:[0-9]+:[0-9]+$/);
+    const cached = await owned.read(signal());
+    expect(await owned.read(signal())).toBe(cached);
+    expect(await owned.read(signal(), { fresh: true })).not.toBe(cached);
+    // A map entry deleted by hand at runtime: a fresh read sees it (a kept one may not).
     await haproxy.masterCli(`@1 del map ${mapFile()} api.x.example.com`);
-    const fresh = interpret(await provider.readState(signal(), { fresh: true }));
+    const fresh = (await owned.read(signal(), { fresh: true })).state;
     expect(fresh.maps?.[0]?.entries.size).toBe(0);
     const repair = await converge([claim('x', a.port)]);
     expect(repair.plan.operations.map((o) => o.kind)).toEqual(['set_map_entry']);
@@ -137,7 +139,7 @@ describe(`haproxy provider, map routing, on HAProxy ${version}`, () => {
     await reaches('x', 'a');
     await haproxy.masterCli('reload');
     await waitFor(() => provider.revision(signal()), 10_000, 'a new revision', { ok: (t) => t !== token });
-    expect(await provider.readState(signal())).not.toBe(cached);
+    expect(await owned.read(signal())).not.toBe(cached);
   });
 
   it('a reload by someone else right after a runtime change loses nothing once the next pass has run', async () => {
@@ -180,13 +182,18 @@ describe(`haproxy provider, map routing, on HAProxy ${version}`, () => {
     await reaches('y', 'b');
     expect(persisted().map.has('api.y.example.com')).toBe(false);
     const restarted = stockProviderFor(haproxy);
-    const state = interpret(await restarted.readState(signal()));
-    // The runtime server counts as ours, so the route is taken back as it is: nothing to plan.
-    expect(state.backends.find((x) => x.name === slot)?.servers).toEqual([
-      expect.objectContaining({ port: b.port, owned: true }),
-    ]);
-    expect(persisted().map.get('api.y.example.com')).toBe(slot);
-    expect(persisted().servers).toContainEqual([slot, [b.port]]);
+    try {
+      // A full read settles: the files are brought in line with what runs before the read is answered.
+      const { state } = await ownedBy(restarted).read(signal());
+      // The untagged runtime server in a slot of ours is ours, so the route is taken back as it is.
+      expect(state.backends.find((x) => x.name === slot)?.servers).toEqual([
+        expect.objectContaining({ port: b.port, owned: true }),
+      ]);
+      expect(persisted().map.get('api.y.example.com')).toBe(slot);
+      expect(persisted().servers).toContainEqual([slot, [b.port]]);
+    } finally {
+      await restarted.close();
+    }
     const before = await reloads();
     await haproxy.masterCli('reload');
     await waitFor(reloads, 10_000, 'the reload', { ok: (n) => n > before });
@@ -194,23 +201,107 @@ describe(`haproxy provider, map routing, on HAProxy ${version}`, () => {
     await reaches('x', 'a');
   });
 
-  it('moves an install from per-route rules to the map in one reload, every route answering', async () => {
-    const rules = { ...render, routing: 'rules' as const };
-    const claims = [claim('p', a.port), claim('q', b.port)];
-    await converge(claims, rules);
-    await reaches('p', 'a');
-    const before = await reloads();
-    const upgrade = await converge(claims);
-    expect(upgrade.report.reload).toBe('succeeded');
-    expect(await reloads()).toBe(before + 1);
-    await reaches('p', 'a');
-    await reaches('q', 'b');
+  it('rebuilds the owned file of the release before map routing (rules) byte for byte', () => {
+    for (const [healthChecks, fixture] of [
+      [false, 'owned-file.cfg'],
+      [true, 'owned-file-checks.cfg'],
+    ] as const) {
+      const text = legacyRulesFile(LEGACY_FIXTURE_ROUTES, {
+        owner: registry,
+        bind: { address: '127.0.0.1', port: 4443 },
+        healthChecks,
+        mapDir: '/etc/kubebyon',
+      });
+      expect(text).toBe(readFileSync(join(FIXTURES, fixture), 'utf8'));
+    }
+  });
+
+  it('takes over an install of the release before map routing (rules) in one reload: every route answers throughout, then the files hold the map only', async () => {
+    // What the previous release left with KUBEBYON_HAPROXY_ROUTING=rules: one backend and one SNI rule per
+    // cluster in its owned file, no map; HAProxy runs it.
+    const n = 24;
+    const clusters = Array.from({ length: n }, (_, i) => `u${i}`);
+    const serverOf = (i: number) => (i % 2 === 0 ? a : b);
+    const routes = clusters.map((cluster, i) => ({
+      cluster,
+      host: `api.${cluster}.example.com`,
+      endpoints: [{ address: '127.0.0.1', port: serverOf(i).port }],
+    }));
+    const legacy = legacyRulesFile(routes, {
+      owner: registry,
+      bind: render.bind,
+      healthChecks: false,
+      mapDir: dir,
+    });
+    expect(legacy).toMatch(
+      /use_backend kubebyon_u0_[0-9a-f]{12} if \{ req\.ssl_sni -i api\.u0\.example\.com \}/,
+    );
+    rmSync(mapFile(), { force: true });
+    await haproxy.owned?.reloadWith(legacy);
+    for (const [i, cluster] of clusters.entries()) await reaches(cluster, serverOf(i).name);
+
+    // Real TLS handshakes carrying each cluster's SNI, round after round, from before the new service reads
+    // HAProxy until after its files are written: not one may fail.
+    const expected = new Map(routes.map((r, i) => [r.host, serverOf(i).name]));
+    const prober = startSniProber(
+      routes.map((r) => r.host),
+      async (host) => {
+        const r = await sniProbe(port, host);
+        return 'reached' in r && r.reached === expected.get(host) ? undefined : JSON.stringify(r);
+      },
+    );
+    const successor = stockProviderFor(haproxy);
+    let during = 0;
+    try {
+      await prober.roundsFromNow(3);
+      const before = await reloads();
+      // The new service: a provider that shares nothing with the one before, its first (fresh) read.
+      const next = ownedBy(successor);
+      const current = await next.read(signal(), { fresh: true });
+      expect(current.state.backends.filter((x) => x.owned && x.cluster !== undefined)).toHaveLength(n);
+      expect(current.state.frontends.find((f) => f.name === render.frontendName)?.rules).toHaveLength(n);
+      const claims = routes.map((r) => ({ ...r, endpoints: [...r.endpoints], claimedAt: 0 }));
+      const desired = renderDesired(resolveRoutes(claims).routes, render);
+      const p = plan(desired, current.state);
+      const rounds = prober.rounds;
+      const report = await next.apply(p, current, signal());
+      during = prober.rounds - rounds;
+      expect(report.reload).toBe('succeeded');
+      expect(await reloads()).toBe(before + 1);
+      expect(plan(desired, (await next.read(signal())).state).operations).toEqual([]);
+      expect(plan(desired, (await next.read(signal(), { fresh: true })).state).operations).toEqual([]);
+      await successor.flush();
+      await prober.roundsFromNow(5);
+    } finally {
+      await successor.close();
+    }
+    const probed = await prober.stop();
+    console.log(JSON.stringify({ upgrade: { version, clusters: n, ...probed, roundsDuringApply: during } }));
+    expect(probed.failures).toEqual([]);
+    expect(during).toBeGreaterThan(0);
+
+    // Afterwards the owned file holds the map layout only: the frontend routes by the map, no rule and no
+    // per-cluster backend is left, and the map file names a slot for every host.
     const file = readFileSync(haproxy.owned?.path ?? '', 'utf8');
     expect(file).toContain(`use_backend %[req.ssl_sni,lower,map(${mapFile()})]`);
     expect(file).not.toContain('req.ssl_sni -i');
-    expect([...parseMapFile(readFileSync(mapFile(), 'utf8')).keys()]).toEqual([
-      'api.p.example.com',
-      'api.q.example.com',
+    const parsed = parseOwnedFile(file, undefined, dir).state;
+    expect(parsed.frontends.map((f) => [f.name, f.rules.length, f.sniMap])).toEqual([
+      [render.frontendName, 0, DEFAULT_RENDER_OPTIONS.sniMap],
     ]);
-  });
+    expect(parsed.backends.every((x) => /^kubebyon_slot_[0-9]{5,}$/.test(x.name))).toBe(true);
+    const map = parseMapFile(readFileSync(mapFile(), 'utf8'));
+    expect([...map.keys()].sort()).toEqual(routes.map((r) => r.host).sort());
+    for (const [host, slot] of map) {
+      const i = clusters.indexOf(/^api\.(u[0-9]+)\./.exec(host)?.[1] ?? '');
+      expect(parsed.backends.find((x) => x.name === slot)?.servers.map((s) => s.port)).toEqual([
+        serverOf(i).port,
+      ]);
+    }
+    // What the files say is what a reload by anyone brings back.
+    const loaded = await reloads();
+    await haproxy.masterCli('reload');
+    await waitFor(reloads, 10_000, 'the reload', { ok: (r) => r > loaded });
+    for (const [i, cluster] of clusters.entries()) await reaches(cluster, serverOf(i).name);
+  }, 120_000);
 });

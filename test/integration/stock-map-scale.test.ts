@@ -3,9 +3,9 @@ import { type RenderOptions, renderDesired } from '../../src/haproxy/render.js';
 import { plan } from '../../src/plan/plan.js';
 import type { StockHaproxyProvider } from '../../src/providers/haproxy/provider.js';
 import { parseShowProc } from '../../src/providers/haproxy/runtime-text.js';
+import type { OwnedProvider } from '../../src/registry/owned-provider.js';
 import { type RouteClaim as Claim, resolveRoutes } from '../../src/routes/route.js';
 import { type HaproxyTestbed, haproxyVersionUnderTest } from '../support/haproxy-testbed.js';
-import { interpret } from '../support/owner.js';
 import { type StockMapBed, startStockMapBed } from '../support/stock-haproxy.js';
 import { type NamedTlsServer, sniProbe } from '../support/tls.js';
 
@@ -19,6 +19,7 @@ const signal = () => AbortSignal.timeout(120_000);
 describe(`haproxy provider, map routing at N=${N}, HAProxy ${version}`, () => {
   let haproxy: HaproxyTestbed;
   let provider: StockHaproxyProvider;
+  let owned: OwnedProvider;
   let render: RenderOptions;
   let a: NamedTlsServer;
   let b: NamedTlsServer;
@@ -34,13 +35,13 @@ describe(`haproxy provider, map routing at N=${N}, HAProxy ${version}`, () => {
     const value = await f();
     return [value, Math.round((performance.now() - started) * 10) / 10];
   };
-  /** One pass as the service runs it: read (cached unless fresh), plan, apply. */
+  /** One pass as the service runs it: read (the kept reading unless fresh), plan, apply. */
   const pass = async (claims: Claim[], fresh = false) => {
-    const [current, readMs] = await timed(() => provider.readState(signal(), { fresh }));
+    const [current, readMs] = await timed(() => owned.read(signal(), { fresh }));
     const [p, planMs] = await timed(async () =>
-      plan(renderDesired(resolveRoutes(claims).routes, render), interpret(current), { grow: 'when_needed' }),
+      plan(renderDesired(resolveRoutes(claims).routes, render), current.state, { grow: 'when_needed' }),
     );
-    const [report, applyMs] = await timed(() => provider.apply(p, current, signal()));
+    const [report, applyMs] = await timed(() => owned.apply(p, current, signal()));
     const [, persistMs] = await timed(() => provider.flush());
     return { ops: p.operations.length, report, readMs, planMs, applyMs, persistMs };
   };
@@ -49,7 +50,7 @@ describe(`haproxy provider, map routing at N=${N}, HAProxy ${version}`, () => {
   let bed: StockMapBed | undefined;
   beforeAll(async () => {
     bed = await startStockMapBed(version);
-    ({ haproxy, provider, a, b, port, render } = bed);
+    ({ haproxy, provider, owned, a, b, port, render } = bed);
   }, 60_000);
   afterAll(() => bed?.close());
 
@@ -58,7 +59,7 @@ describe(`haproxy provider, map routing at N=${N}, HAProxy ${version}`, () => {
     const start = await pass(claims, true);
     expect(start.report.reload).toBe('succeeded');
     const before = await reloads();
-    const fresh = await timed(() => provider.readState(signal(), { fresh: true }));
+    const fresh = await timed(() => owned.read(signal(), { fresh: true }));
     // A few single adds first (each added then deleted), for a median beside the one reported in full.
     const adds: number[] = [];
     for (let k = 0; k < 5; k++) {

@@ -56,9 +56,9 @@ describe('HAProxy instances discovered from pods, through the whole service', ()
     ((await client().request('GET', `/v1/clusters/${name}`)).body?.instances ?? []).map(
       (i: { name: string; state: string }) => `${i.name}:${i.state}`,
     );
-  /** The clusters an instance has a backend for (`kubebyon_<cluster>_<hash>`). */
-  const backends = (api: FakeDataplaneApi) =>
-    [...api.config.backends.keys()].map((name) => name.replace(/_[0-9a-f]+$/, '')).sort();
+  /** The hosts an instance routes: the keys of the SNI maps it runs. */
+  const hosts = (api: FakeDataplaneApi) =>
+    [...api.runtime.entries.values()].flatMap((entries) => [...entries.keys()]).sort();
   const scrape = async () => (await fetch(`${service.url}/metrics`)).text();
 
   beforeAll(async () => {
@@ -98,8 +98,6 @@ describe('HAProxy instances discovered from pods, through the whole service', ()
       KUBEBYON_KUBERNETES_NAMESPACE: NS,
       KUBEBYON_DATAPLANE_POD_PORT: String(port),
       KUBEBYON_RESYNC_INTERVAL_MS: '0',
-      // A backend per cluster: what each instance holds reads plainly from its API.
-      KUBEBYON_HAPROXY_ROUTING: 'rules',
       KUBECONFIG: kubeconfig,
     };
     service = await startService(loadConfig(env), { logger: pino({ level: 'silent' }), env });
@@ -120,8 +118,8 @@ describe('HAProxy instances discovered from pods, through the whole service', ()
     expect(put.status).toBe(200);
     expect(put.body.instances.map((i: { name: string }) => i.name)).toEqual(['haproxy-a', 'haproxy-b']);
     for (const name of ['haproxy-a', 'haproxy-b'])
-      expect(backends(apis[name] as FakeDataplaneApi)).toContain('kubebyon_demo');
-    expect(backends(apis['haproxy-c'] as FakeDataplaneApi)).not.toContain('kubebyon_demo');
+      expect(hosts(apis[name] as FakeDataplaneApi)).toContain('api.demo.example.com');
+    expect(hosts(apis['haproxy-c'] as FakeDataplaneApi)).not.toContain('api.demo.example.com');
     expect(await scrape()).toMatch(/^kubebyon_haproxy_adapter_haproxy_instances 2$/m);
     expect(await scrape()).toMatch(/reconciles_total\{result="changed",haproxy="haproxy-b"\} [1-9]/);
 
@@ -131,7 +129,7 @@ describe('HAProxy instances discovered from pods, through the whole service', ()
     await waitFor(() => instancesOf('demo'), 15_000, 'the instances to follow the pods', {
       ok: (list: string[]) => list.join(',') === 'haproxy-a:applied,haproxy-c:applied',
     });
-    expect(backends(apis['haproxy-c'] as FakeDataplaneApi)).toContain('kubebyon_demo');
+    expect(hosts(apis['haproxy-c'] as FakeDataplaneApi)).toContain('api.demo.example.com');
     expect(await scrape()).not.toMatch(/haproxy="haproxy-b"/);
     expect(await scrape()).toMatch(/^kubebyon_haproxy_adapter_haproxy_instances 2$/m);
 
@@ -142,7 +140,7 @@ describe('HAProxy instances discovered from pods, through the whole service', ()
       node_port: 30444,
     });
     expect(second.status).toBe(200);
-    expect(backends(apis['haproxy-c'] as FakeDataplaneApi)).toContain('kubebyon_second');
-    expect(backends(apis['haproxy-b'] as FakeDataplaneApi)).not.toContain('kubebyon_second');
+    expect(hosts(apis['haproxy-c'] as FakeDataplaneApi)).toContain('api.second.example.com');
+    expect(hosts(apis['haproxy-b'] as FakeDataplaneApi)).not.toContain('api.second.example.com');
   }, 60_000);
 });

@@ -40,15 +40,22 @@ describe('built CLI', () => {
     }
   });
 
-  it('render: 0 with the plan on stdout; 1 naming a bad variable', async () => {
+  it('render: 0 with the plan on stdout; 1 naming a bad variable; a retired one is ignored', async () => {
     const ok = await cli(['render', join(REPO, 'examples/clusters.json')]);
     expect(ok.code).toBe(0);
     expect(ok.stdout).toMatch(/^\+ frontend kubebyon_sni bind \*:443 /m);
     const bad = await cli(['render', join(REPO, 'examples/clusters.json')], {
-      KUBEBYON_HAPROXY_BALANCE: 'fastest',
+      KUBEBYON_HAPROXY_INSPECT_DELAY_MS: 'soon',
     });
     expect(bad.code).toBe(1);
-    expect(bad.stderr).toMatch(/KUBEBYON_HAPROXY_BALANCE/);
+    expect(bad.stderr).toMatch(/KUBEBYON_HAPROXY_INSPECT_DELAY_MS/);
+    // Retired settings are no longer read, whatever they hold (even what an earlier release refused).
+    const retired = await cli(['render', join(REPO, 'examples/clusters.json')], {
+      KUBEBYON_HAPROXY_BALANCE: 'fastest',
+      KUBEBYON_HAPROXY_ROUTING: 'rules',
+    });
+    expect(retired.code).toBe(0);
+    expect(retired.stdout).toBe(ok.stdout);
   });
 
   it('serve: a bad configuration exits 1 before listening, naming every bad variable', async () => {
@@ -57,12 +64,12 @@ describe('built CLI', () => {
       KUBEBYON_LISTEN_ADDR: `127.0.0.1:${port}`,
       KUBEBYON_PROVIDER: 'haproxy',
       KUBEBYON_HAPROXY_MASTER_SOCKET: 'not/absolute.sock',
-      KUBEBYON_RECONCILE_RETRIES: '99',
+      KUBEBYON_RESYNC_INTERVAL_MS: '-1',
     });
     expect(r.code).toBe(1);
     expect(r.stderr).toMatch(/KUBEBYON_WEBHOOK_SECRET: required/);
     expect(r.stderr).toMatch(/KUBEBYON_HAPROXY_MASTER_SOCKET: must be an absolute path/);
-    expect(r.stderr).toMatch(/KUBEBYON_RECONCILE_RETRIES/);
+    expect(r.stderr).toMatch(/KUBEBYON_RESYNC_INTERVAL_MS/);
     await expect(fetch(`http://127.0.0.1:${port}/healthz`)).rejects.toThrow();
   });
 
@@ -81,6 +88,8 @@ describe('built CLI', () => {
         KUBEBYON_STATIC_NODE_ADDRESSES: '127.0.0.1',
         // HAProxy never answers, so the stored change is never applied: the grace period bounds the stop.
         KUBEBYON_SHUTDOWN_GRACE_MS: '2000',
+        // A setting an earlier release read, with a value it refused: ignored, with one warning.
+        KUBEBYON_RECONCILE_RETRIES: '99',
       };
       const serve = startProgram(CLI, ['serve'], env);
       try {
@@ -95,6 +104,12 @@ describe('built CLI', () => {
           clusters: 0,
         });
         expect(started.unreachable).toMatch(/no-haproxy-here\.sock/);
+        const warned = serve.out.stdout.split('\n').filter((l) => l.includes('is no longer read'));
+        expect(warned).toHaveLength(1);
+        expect(JSON.parse(warned[0] ?? '{}')).toMatchObject({
+          level: 40,
+          setting: 'KUBEBYON_RECONCILE_RETRIES',
+        });
         expect((await fetch(`http://127.0.0.1:${port}/healthz`)).status).toBe(200);
         // Stored even while HAProxy is away; the status command reads it back.
         const put = await signedClient(`http://127.0.0.1:${port}`, SECRET).request(

@@ -37,6 +37,11 @@ export interface HaproxyTestbed {
   reloadWith(config: string): Promise<void>;
   /** How many times HAProxy has (re)loaded a configuration successfully, from its own log. */
   loadCount(): number;
+  /**
+   * `loadCount` once the log, which trails HAProxy, shows every load the master counts now (the first, and
+   * each reload, done or failed): what to compare before and after a change that may reload.
+   */
+  loads(): Promise<number>;
   /** HAProxy's log so far (stderr and stdout of the container). */
   log(): string;
   stop(): Promise<void>;
@@ -161,6 +166,7 @@ export async function startHaproxyTestbed(
   logs.on('data', (line: Buffer | string) => logLines.push(line.toString()));
   // Counted over the whole log: a chunk of the stream may hold several lines.
   const loadCount = () => logLines.join('').split('Loading success').length - 1;
+  const loadAttempts = () => loadCount() + logLines.join('').split('Loading failure').length - 1;
   // The startup line may have been read by the wait strategy before our stream attached.
   await waitFor(() => loadCount() >= 1, 10_000, 'the first "Loading success" in the log stream', {
     everyMs: 25,
@@ -199,6 +205,19 @@ export async function startHaproxyTestbed(
     readConfig: () => readFileSync(configPath, 'utf8'),
     masterCli: (command) => unixSocketCommand(masterSocket, command),
     loadCount,
+    async loads() {
+      const proc = await unixSocketCommand(masterSocket, 'show proc');
+      // The master's line: `<pid> master <reloads> [failed: <n>] <uptime> <version>`. Its failed count
+      // starts again at 0 after a successful reload: the log's failures are counted instead.
+      const master = /^\d+\s+master\s+(\d+)\s+\[failed:/m.exec(proc);
+      if (!master) throw new Error(`unexpected answer to show proc: ${proc.slice(0, 200)}`);
+      const attempts = 1 + Number(master[1]);
+      await waitFor(loadAttempts, 10_000, `HAProxy's log to show ${attempts} loads or failures`, {
+        ok: (n) => n >= attempts,
+        everyMs: 25,
+      });
+      return loadCount();
+    },
     log: () => logLines.join(''),
     reloadWith: (newConfig) => reloadWith(configPath, newConfig),
     ...(owned ? { owned } : {}),

@@ -2,6 +2,8 @@ import pino, { type Logger } from 'pino';
 import { DEFAULT_RENDER_OPTIONS, type RenderOptions } from '../../src/haproxy/render.js';
 import type { StockHaproxyConfig } from '../../src/providers/haproxy/config.js';
 import { StockHaproxyProvider } from '../../src/providers/haproxy/provider.js';
+import type { Provider } from '../../src/providers/provider.js';
+import { OwnedProvider } from '../../src/registry/owned-provider.js';
 import { type HaproxyTestbed, type HaproxyVersion, startHaproxyTestbed } from './haproxy-testbed.js';
 import { registry } from './owner.js';
 import { freeLoopbackPort } from './ports.js';
@@ -46,15 +48,22 @@ export function stockProviderFor(haproxy: HaproxyTestbed, logger: Logger = pino(
   return new StockHaproxyProvider(stockConfigFor(haproxy), { logger, owner: registry });
 }
 
+/** `provider` behind the registry, as the service runs it: reads interpreted, plans checked and applied. */
+export function ownedBy(provider: Provider): OwnedProvider {
+  return new OwnedProvider(provider, registry);
+}
+
 /** What the map-routing suites run against: HAProxy with an owned file, the provider, two TLS servers. */
 export interface StockMapBed {
   haproxy: HaproxyTestbed;
   provider: StockHaproxyProvider;
+  /** `provider` behind the registry: what tests read, plan from and apply through. */
+  owned: OwnedProvider;
   a: NamedTlsServer;
   b: NamedTlsServer;
   /** The SNI frontend's port (`render.bind`). */
   port: number;
-  /** Map routing, no health checks (the stand-ins are TLS servers, not API servers). */
+  /** No health checks (the stand-ins are TLS servers, not API servers). */
   render: RenderOptions;
   close(): Promise<void>;
 }
@@ -70,7 +79,6 @@ export async function startStockMapBed(version: HaproxyVersion, minSlots?: numbe
   const provider = stockProviderFor(haproxy);
   const render: RenderOptions = {
     ...DEFAULT_RENDER_OPTIONS,
-    routing: 'map',
     ...(minSlots !== undefined ? { minSlots } : {}),
     bind: { address: '127.0.0.1', port },
     healthChecks: false,
@@ -78,6 +86,7 @@ export async function startStockMapBed(version: HaproxyVersion, minSlots?: numbe
   return {
     haproxy,
     provider,
+    owned: ownedBy(provider),
     a,
     b,
     port,

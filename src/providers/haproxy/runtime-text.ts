@@ -1,4 +1,7 @@
+import { isIP } from 'node:net';
 import { alertsIn } from '../../haproxy/alerts.js';
+import { isHaproxyName } from '../../naming/names.js';
+import { UnsafeValueError } from './safe-values.js';
 
 /**
  * Parsers for the answers of HAProxy's master CLI and runtime API (`show stat`, `show servers state`,
@@ -151,35 +154,59 @@ function hostPort(address: string, port: number): string {
   return address.includes(':') ? `[${address}]:${port}` : `${address}:${port}`;
 }
 
-/** Runtime commands for the current worker (`@1`), with the answers that mean success. */
+/**
+ * `backend/server`, refused unless both are HAProxy names: commands go `;`-separated on one master-CLI line,
+ * so a value with a `;`, a space or a newline would end the command and run what follows it.
+ */
+function serverRef(backend: string, server: string): string {
+  if (!isHaproxyName(backend) || !isHaproxyName(server))
+    throw new UnsafeValueError(
+      `refusing to send server ${JSON.stringify(`${backend}/${server}`)} to HAProxy`,
+    );
+  return `${backend}/${server}`;
+}
+
+/** An address and port as a command carries them, refused unless an IP address and a port number. */
+function endpoint(address: string, port: number): { address: string; port: number } {
+  if (isIP(address) === 0)
+    throw new UnsafeValueError(`refusing to send server address ${JSON.stringify(address)} to HAProxy`);
+  if (!Number.isInteger(port) || port < 0 || port > 65535)
+    throw new UnsafeValueError(`refusing to send server port ${JSON.stringify(port)} to HAProxy`);
+  return { address, port };
+}
+
+/**
+ * Runtime commands for the current worker (`@1`), with the answers that mean success. Every value is
+ * checked here, where the command is made: nothing unvalidated reaches the master CLI (`UnsafeValueError`).
+ */
 export const runtime = {
   setAddr: (backend: string, server: string, address: string, port: number) => ({
-    command: `@1 set server ${backend}/${server} addr ${address} port ${port}`,
+    command: `@1 set server ${serverRef(backend, server)} addr ${endpoint(address, port).address} port ${port}`,
     // 3.0 says "nothing changed" when the server already has that address and port.
     ok: /changed from|no need to change|nothing changed/i,
   }),
   add: (backend: string, server: string, address: string, port: number, check: boolean) => ({
-    command: `@1 add server ${backend}/${server} ${hostPort(address, port)}${check ? ' check' : ''}`,
+    command: `@1 add server ${serverRef(backend, server)} ${hostPort(endpoint(address, port).address, port)}${check ? ' check' : ''}`,
     ok: /New server registered/i,
   }),
   enable: (backend: string, server: string) => ({
-    command: `@1 enable server ${backend}/${server}`,
+    command: `@1 enable server ${serverRef(backend, server)}`,
     ok: /^\s*$/,
   }),
   enableHealth: (backend: string, server: string) => ({
-    command: `@1 enable health ${backend}/${server}`,
+    command: `@1 enable health ${serverRef(backend, server)}`,
     ok: /^\s*$/,
   }),
   disable: (backend: string, server: string) => ({
-    command: `@1 disable server ${backend}/${server}`,
+    command: `@1 disable server ${serverRef(backend, server)}`,
     ok: /^\s*$/,
   }),
   shutdownSessions: (backend: string, server: string) => ({
-    command: `@1 shutdown sessions server ${backend}/${server}`,
+    command: `@1 shutdown sessions server ${serverRef(backend, server)}`,
     ok: /^\s*$/,
   }),
   del: (backend: string, server: string) => ({
-    command: `@1 del server ${backend}/${server}`,
+    command: `@1 del server ${serverRef(backend, server)}`,
     ok: /Server deleted/i,
   }),
 };

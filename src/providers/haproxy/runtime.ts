@@ -5,6 +5,7 @@ import type { Reading } from '../../plan/reading.js';
 import { isMapKey, mapPath, mapRuntime } from './map-file.js';
 import { sleep } from './master-cli.js';
 import { runtime } from './runtime-text.js';
+import { UnsafeValueError } from './safe-values.js';
 import { mapDirOf, type Session } from './session.js';
 
 /** Runtime commands per master-CLI line: ~100 address changes stay well inside HAProxy's 16 kB buffer. */
@@ -115,7 +116,9 @@ class RuntimeChange {
     const before = this.current.backend(op.backend)?.servers.find((s) => s.name === op.server.name);
     this.moves.push({
       ...runtime.setAddr(op.backend, op.server.name, op.server.address, op.server.port),
-      undo: before ? runtime.setAddr(op.backend, op.server.name, before.address, before.port) : undefined,
+      undo: before
+        ? unlessUnsafe(() => runtime.setAddr(op.backend, op.server.name, before.address, before.port))
+        : undefined,
     });
     if (this.moves.length >= MOVES_PER_LINE) await this.flushMoves();
   }
@@ -165,17 +168,20 @@ class RuntimeChange {
 
   private async deleteServer(op: DeleteServer): Promise<void> {
     const { name, address, port, check } = op.server;
+    // Made before anything is sent.
+    const readd = unlessUnsafe(() => runtime.add(op.backend, name, address, port, check));
     await run(this.s, runtime.disable(op.backend, name), this.signal);
     this.undos.push(runtime.enable(op.backend, name));
     // The endpoint is gone from the topology: its sessions go too, or `del server` would wait for them.
     await run(this.s, runtime.shutdownSessions(op.backend, name), this.signal);
     await delServer(this.s, op.backend, name, this.signal);
     this.undos.pop();
-    this.undos.push(
-      ...(check ? [runtime.enableHealth(op.backend, name)] : []),
-      runtime.enable(op.backend, name),
-      runtime.add(op.backend, name, address, port, check),
-    );
+    if (readd)
+      this.undos.push(
+        ...(check ? [runtime.enableHealth(op.backend, name)] : []),
+        runtime.enable(op.backend, name),
+        readd,
+      );
   }
 
   /** Best effort, each on its own timeout: the caller's signal may be what ended the change. */
@@ -190,6 +196,19 @@ class RuntimeChange {
         logger.warn({ err: errorText(e) }, 'undoing a runtime change failed'),
       );
     }
+  }
+}
+
+/**
+ * An undo made of what HAProxy ran before (read back, possibly set by hand): undefined when it holds what
+ * this service would never send (an address that is not an IP address), which is then not put back.
+ */
+function unlessUnsafe(make: () => Cmd): Cmd | undefined {
+  try {
+    return make();
+  } catch (err) {
+    if (err instanceof UnsafeValueError) return undefined;
+    throw err;
   }
 }
 
