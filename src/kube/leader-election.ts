@@ -33,6 +33,7 @@ import {
  * LeaseLock); the rules themselves are in lease-rules.ts. Callers check `isLeader()` right before each write
  * they must not share: it is false as soon as the renew deadline passes without a successful renewal, which
  * is before any standby can have acquired the lease.
+ * (Over 300 lines: one state machine, acquire, renew and release on one Lease, read best in one piece.)
  */
 
 export type LeaderElectionConfig = Pick<LeaseConfig, 'namespace' | 'name' | 'identity'> &

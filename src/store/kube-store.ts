@@ -62,6 +62,7 @@ type Current = { resourceVersion: string; spec?: RouteSpec | undefined } | undef
  * so that two replicas never overwrite each other unseen: on 409 it reads again and decides again. Signed
  * writes carry their stamp into the spec, and a write older than the stored one is refused
  * (`StaleWriteError`): a request replayed to another replica cannot roll a cluster back.
+ * (Over 300 lines: the one DesiredStore on the Kubernetes API, its reads and every write's conflict rule.)
  */
 export class KubeClusterStore implements DesiredStore {
   private readonly api: CustomObjectsApi;

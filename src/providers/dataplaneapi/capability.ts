@@ -121,3 +121,12 @@ export function readCapabilities(spec: unknown): CapabilityCheck {
     },
   };
 }
+
+/** The ownership mechanism, in words, for the start log. */
+export function describeCapabilities(caps: Capabilities): string {
+  return caps.ownership === 'metadata'
+    ? `ownership tags in \`metadata\` on every object (OpenAPI document ${caps.document})`
+    : `ownership tags in the \`description\` of frontends and backends, ${
+        caps.serverTags ? 'in `metadata` on servers' : 'servers owned through their backend'
+      } (OpenAPI document ${caps.document})`;
+}

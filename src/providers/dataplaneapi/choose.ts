@@ -10,9 +10,9 @@ export type Move = Extract<RuntimeOp, { kind: 'update_server' }>;
  * - `runtime`: servers and map entries through the runtime endpoints, no reload; the files follow, batched
  *   (`runtime.ts`, `persist.ts`);
  * - `moves`: endpoint moves of servers that carry a stream (the runtime cannot delete those), in place: the
- *   files written with the new addresses and `X-Runtime-Actions`, no reload (`file-path.ts`);
+ *   files written with the new addresses and `X-Runtime-Actions`, no reload (`files.ts`);
  * - `reload`: anything else (the frontend, new slots, deletions, every change on HAProxy 2.6): the files
- *   written and loaded by one reload (`file-path.ts`).
+ *   written and loaded by one reload (`files.ts`).
  */
 export type Path =
   | { kind: 'runtime'; steps: RuntimeOp[] }

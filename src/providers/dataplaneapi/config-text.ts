@@ -26,6 +26,7 @@ import { checkedTags, descriptionToTags, metadataToTags, tagsToDescription, tags
  * there, every other line, foreign sections included, sent back byte for byte. Tags are written where the
  * API version keeps them (`capability.ts`): a JSON comment on the line (`metadata`, v3.2+), or a
  * `description` line first in the section (v3.0, v3.1); reads accept both. Pure.
+ * (Over 300 lines: reading and writing the text are kept side by side, so that each form read is a form written.)
  */
 
 /** Lines the API writes at the top of the file for itself; it writes them again on every push. */

@@ -1,72 +1,34 @@
-import type { Logger } from 'pino';
 import { PERSIST_DELAY_MS } from '../../config/settings.js';
-import type { HaproxyState, RawState, Tagger } from '../../haproxy/model.js';
-import { ConcurrentChangeError, TerminalError } from '../../model/errors.js';
+import type { HaproxyState } from '../../haproxy/model.js';
+import { ConcurrentChangeError } from '../../model/errors.js';
 import { sniMapNameFor } from '../../naming/names.js';
 import type { Plan } from '../../plan/plan.js';
 import type { Reading } from '../../plan/reading.js';
-import { type Clock, systemClock } from '../../timing/clock.js';
-import type {
-  ApplyReport,
-  Change,
-  CloseOptions,
-  Provider,
-  ProviderInfo,
-  ProviderTraffic,
-  RawRead,
-} from '../provider.js';
-import { type Capabilities, readCapabilities } from './capability.js';
+import { systemClock } from '../../timing/clock.js';
+import type { ApplyReport, Change, CloseOptions, Provider, ProviderInfo, RawRead } from '../provider.js';
+import { checkApi } from './api-check.js';
+import type { Capabilities } from './capability.js';
+import { changedSections, touchedBy } from './changes.js';
 import { choosePath, type Path } from './choose.js';
-import { createClient, type DataplaneClient, DataplaneHttpError } from './client.js';
+import { createClient, type DataplaneClient } from './client.js';
+import { type DataplaneProviderOptions, RUNTIME_MAX_REQUESTS } from './config.js';
 import { lineTagsFor } from './config-text.js';
-import { MissingCapabilityError, translate } from './errors.js';
-import { Files, putBack } from './files.js';
+import { translate } from './errors.js';
+import { Files } from './files.js';
 import { MapNames } from './map-names.js';
 import { MapFiles } from './maps.js';
-import { Persistence } from './persist.js';
+import { type Pending, Persistence } from './persist.js';
 import { ConfigReads } from './read.js';
 import { type Counter, Workers } from './reload.js';
 import { withRunning } from './running.js';
 import { applyRuntimeOps } from './runtime.js';
-import { fileBackendNames, SlotsFile, slotsFileName } from './slots.js';
+import { SlotsFile, slotsFileName } from './slots.js';
+import { StorageSlots } from './storage-slots.js';
 import { sweepTransactions } from './sweep.js';
 
 export { DataplaneUnreachableError } from './client.js';
+export { type DataplaneProviderOptions, RUNTIME_MAX_REQUESTS } from './config.js';
 export { MissingCapabilityError } from './errors.js';
-
-/**
- * With the slots in the API's storage: the most runtime requests one plan sends (a new route costs three:
- * add server, ready, map entry). A larger plan (a burst of new clusters) is written to the files and loaded
- * with one reload: each runtime request costs the API about 1 ms of CPU, so a burst of 1000 new routes at
- * 5000 was 2.4 s this way against 6.3 s at runtime (bench/results/zero-reload.md, 2026-12-04).
- */
-export const RUNTIME_MAX_REQUESTS = 600;
-
-export interface DataplaneProviderOptions {
-  /** The API's root, e.g. `http://127.0.0.1:5555` (`/v3` is added). */
-  url: string;
-  username: string;
-  password: string;
-  /** Longest one request may take. */
-  timeoutMs: number;
-  /** Longest a reload may take. */
-  reloadTimeoutMs: number;
-  /**
-   * Where the slot backends live: `config` (the default), in the configuration file with the rest;
-   * `storage`, in files of the API's general storage that HAProxy loads with a second `-f` (`slots.ts`).
-   */
-  slots?: 'config' | 'storage';
-  /** The SNI maps' names as plans give them (the storage renames a map on upload); plans' names are learnt too. */
-  sniMaps?: string[];
-  /** The ledger of open transactions a release before this one kept: swept at start (`sweep.ts`). */
-  ledgerFile?: string;
-  /** Servers changed at runtime are written to the files this long after the last change (and at most 1 s after the first). */
-  persistDelayMs?: number;
-  owner: Tagger;
-  logger: Logger;
-  traffic?: ProviderTraffic;
-  clock?: Clock;
-}
 
 /**
  * HAProxy's Data Plane API v3 (v3.0 and newer). Reads the configuration as text (`read.ts`, `config-text.ts`)
@@ -75,6 +37,8 @@ export interface DataplaneProviderOptions {
  * without a reload (`files.ts`). `docs/DATAPLANEAPI.md` says which, when and why. Where ownership tags are
  * kept depends on the version, read off its OpenAPI document (`capability.ts`); this provider only writes
  * them, the registry reads them.
+ * (Over 300 lines: the Provider contract's one class, with the state the paths share: what runs, what is
+ * draining or busy, the version last written. Each path, the reads and the files live in their own modules.)
  */
 export class DataplaneProvider implements Provider {
   readonly name = 'dataplaneapi';
@@ -83,7 +47,7 @@ export class DataplaneProvider implements Provider {
   private readonly reads: ConfigReads;
   private readonly names: MapNames;
   private readonly maps: MapFiles;
-  private readonly slots: SlotsFile | undefined;
+  private readonly storage: StorageSlots | undefined;
   private readonly files: Files;
   private readonly persistence: Persistence;
   private caps: Capabilities | undefined;
@@ -121,7 +85,7 @@ export class DataplaneProvider implements Provider {
     this.names = new MapNames([sniMapNameFor(o.owner.id), ...(o.sniMaps ?? [])]);
     this.reads = new ConfigReads(this.client, (file) => this.names.logical(file));
     this.maps = new MapFiles(this.client);
-    this.slots =
+    const slots =
       o.slots === 'storage'
         ? new SlotsFile(this.client, slotsFileName(o.owner.id), o.reloadTimeoutMs + o.timeoutMs)
         : undefined;
@@ -130,35 +94,37 @@ export class DataplaneProvider implements Provider {
       reads: this.reads,
       maps: this.maps,
       workers: this.workers,
-      slots: this.slots,
+      slots,
       lines: () => lineTagsFor(this.capabilities),
       timeoutMs: o.timeoutMs,
       reloadTimeoutMs: o.reloadTimeoutMs,
       logger: o.logger,
     });
+    this.storage = slots && new StorageSlots(this.client, this.workers, this.files, slots);
     const delay = o.persistDelayMs ?? PERSIST_DELAY_MS;
     this.persistence = new Persistence({
       clock: o.clock ?? systemClock,
       debounceMs: delay,
       maxDelayMs: Math.max(1000, delay),
       logger: o.logger,
-      write: (target, pending) =>
-        this.serialized(async () => {
-          const counter = { requests: 0 };
-          const signal = AbortSignal.timeout(o.timeoutMs * 2);
-          const write = {
-            target,
-            frontends: new Set<string>(),
-            ...pending,
-            draining: this.draining,
-            reload: false,
-          };
-          await this.files.write(write, signal, counter).catch((err) => {
-            throw this.translate(err);
-          });
-          this.version = this.reads.current?.version;
-        }),
+      write: (target, pending) => this.serialized(() => this.persist(target, pending)),
     });
+  }
+
+  /** Writes what the runtime changed to the files, without a reload (`Persistence` calls it). */
+  private async persist(target: HaproxyState, pending: Pending): Promise<void> {
+    const signal = AbortSignal.timeout(this.o.timeoutMs * 2);
+    const write = {
+      target,
+      frontends: new Set<string>(),
+      ...pending,
+      draining: this.draining,
+      reload: false,
+    };
+    await this.files.write(write, signal, { requests: 0 }).catch((err) => {
+      throw this.translate(err);
+    });
+    this.version = this.reads.current?.version;
   }
 
   private get capabilities(): Capabilities {
@@ -173,23 +139,11 @@ export class DataplaneProvider implements Provider {
   async ready(signal: AbortSignal, repair = true): Promise<void> {
     try {
       if (!this.caps) {
-        const spec = await this.client.GET('/specification_openapiv3', { signal });
-        const check = readCapabilities(spec.data);
-        if (!check.ok)
-          throw new MissingCapabilityError(
-            `the Data Plane API at ${this.client.url} lacks what this service needs: ${check.missing.join('; ')}`,
-          );
-        if (this.slots && !check.capabilities.generalFiles)
-          throw new MissingCapabilityError(
-            `the Data Plane API at ${this.client.url} (document ${check.capabilities.document}) cannot read ` +
-              'back the files of its general storage (v3.0 and v3.2 answer {} for any file; v3.4 or newer can): ' +
-              'set KUBEBYON_DATAPLANE_SLOTS=config',
-          );
         const version = await this.apiVersionOf(signal);
-        this.caps = check.capabilities;
-        this.o.logger.info(
-          { api: version, ...this.caps },
-          `Data Plane API ${version}: ${describeCapabilities(this.caps)}`,
+        this.caps = await checkApi(
+          this.client,
+          { storage: !!this.storage, version, logger: this.o.logger },
+          signal,
         );
       }
       if (!this.swept) {
@@ -248,7 +202,7 @@ export class DataplaneProvider implements Provider {
       const counter = { requests: 0 };
       const revision = await this.revisionNow(signal, counter);
       const config = await this.reads.read(signal, counter);
-      const raw = await this.withSlots(config.state(), signal, counter);
+      const raw = this.storage ? await this.storage.merge(config.state(), signal, counter) : config.state();
       const running = await withRunning(
         this.client,
         raw,
@@ -285,82 +239,24 @@ export class DataplaneProvider implements Provider {
 
   /**
    * The upgrade to `slots: 'storage'`: slot backends the configuration holds move to the storage's files
-   * with one reload, files first; if HAProxy then does not run them (it is not started with a second `-f`
-   * naming the storage directory), they are put back and the service refuses with the fix.
+   * with one reload (`storage-slots.ts`).
    */
   private async relocateSlots(reading: Reading): Promise<void> {
-    const slots = this.slots;
+    const storage = this.storage;
     const config = this.reads.current;
-    if (!slots || !config) return;
-    const inConfig = new Set(config.state().backends.map((b) => b.name));
-    const moving = new Set([...fileBackendNames(reading.state)].filter((n) => inConfig.has(n)));
+    if (!storage || !config) return;
+    const moving = storage.misplaced(reading, config.state());
     if (moving.size === 0) return;
     await this.serialized(async () => {
-      const counter = { requests: 0 };
       const signal = AbortSignal.timeout(this.o.reloadTimeoutMs + this.o.timeoutMs * 4);
       const pending = this.persistence.take();
-      const write = {
-        target: reading.state,
-        frontends: new Set<string>(),
-        backends: moving,
-        maps: pending.maps,
-      };
-      await this.files.write(
-        { ...write, draining: this.draining, reload: true, relocate: true },
-        signal,
-        counter,
-      );
-      const [first] = moving;
-      if (first !== undefined && (await this.runs(first, signal, counter)) === false) {
-        await putBack(this.files, slots, reading.state, moving, signal, counter);
-        throw this.notLoaded(slots);
-      }
+      await storage.relocate(reading, moving, pending, this.draining, signal, { requests: 0 });
       this.version = this.reads.current?.version;
       this.o.logger.info(
         { backends: moving.size },
         'slot backends moved from the configuration to the slots files (one reload)',
       );
     });
-  }
-
-  /** Refuses, with the fix, when HAProxy did not load the slots files with the reload just made. */
-  private async ensureSlotsLoaded(
-    target: HaproxyState,
-    signal: AbortSignal,
-    counter: Counter,
-  ): Promise<void> {
-    const slots = this.slots;
-    const [first] = slots?.current?.keys() ?? [];
-    if (!slots || first === undefined || !target.backends.some((b) => b.name === first)) return;
-    if ((await this.runs(first, signal, counter)) === false) throw this.notLoaded(slots);
-  }
-
-  private notLoaded(slots: SlotsFile): TerminalError {
-    return new TerminalError(
-      `HAProxy does not load the slots files (${slots.fileName(0)}, ...): start it with a second -f naming ` +
-        "the Data Plane API's general storage directory (its resources.general_storage_dir), or set " +
-        'KUBEBYON_DATAPLANE_SLOTS=config',
-    );
-  }
-
-  /**
-   * Whether HAProxy runs backend `name`: undefined when unknown (HAProxy 2.6, whose runtime reads through the
-   * API answer nothing usable). An unknown backend is answered `no data for <name>: not found` (404 on
-   * v3.4, 500 on v3.0.23); an empty one `[]`.
-   */
-  private async runs(name: string, signal: AbortSignal, counter: Counter): Promise<boolean | undefined> {
-    if (this.workers.runtimeServers === false) return undefined;
-    counter.requests++;
-    try {
-      await this.client.GET('/services/haproxy/runtime/backends/{parent_name}/servers', {
-        params: { path: { parent_name: name } },
-        signal,
-      });
-      return true;
-    } catch (err) {
-      if (err instanceof DataplaneHttpError && /^no data for .*not found/.test(err.apiMessage)) return false;
-      throw err;
-    }
   }
 
   async apply(plan: Plan, change: Change, signal: AbortSignal): Promise<ApplyReport> {
@@ -378,7 +274,7 @@ export class DataplaneProvider implements Provider {
         const path = choosePath(plan, change.from, {
           runtimeServers: this.workers.runtimeServers,
           busy: this.busy,
-          maxRuntimeRequests: this.slots ? RUNTIME_MAX_REQUESTS : undefined,
+          maxRuntimeRequests: this.storage ? RUNTIME_MAX_REQUESTS : undefined,
         });
         const report = await this.send(path, change, signal, counter);
         this.known = change.to.state;
@@ -440,19 +336,9 @@ export class DataplaneProvider implements Provider {
     }
     this.persistence.follow(target);
     this.version = this.reads.current?.version;
-    if (path.kind === 'reload') await this.ensureSlotsLoaded(target, signal, counter);
+    if (path.kind === 'reload') await this.storage?.ensureLoaded(target, signal, counter);
     const revision = await this.revisionNow(signal, counter);
     return { reload: path.kind === 'reload' ? 'succeeded' : 'none', requests: counter.requests, revision };
-  }
-
-  /** `raw` (the configuration as read) with the slot files' backends, when they live there. */
-  private async withSlots(raw: RawState, signal: AbortSignal, counter: Counter): Promise<RawState> {
-    if (!this.slots) return raw;
-    const file = await this.slots.backends(signal, counter, true);
-    if (file.size === 0) return raw;
-    const inConfig = new Set(raw.backends.map((b) => b.name));
-    const backends = [...raw.backends, ...[...file.values()].filter((b) => !inConfig.has(b.name))];
-    return { ...raw, backends: backends.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0)) };
   }
 
   /** Resolves once what was changed at runtime is in the files. */
@@ -491,46 +377,4 @@ export class DataplaneProvider implements Provider {
   private translate(err: unknown): unknown {
     return translate(err, this.client.url, (why) => this.workers.distrust(why));
   }
-}
-
-/** The slots' servers and the maps runtime steps changed. */
-function touchedBy(steps: Extract<Path, { kind: 'runtime' }>['steps']): {
-  backends: Set<string>;
-  maps: Set<string>;
-} {
-  const out = { backends: new Set<string>(), maps: new Set<string>() };
-  for (const op of steps) {
-    if (op.kind === 'set_map_entry' || op.kind === 'delete_map_entry') out.maps.add(op.map);
-    else out.backends.add(op.backend);
-  }
-  return out;
-}
-
-/**
- * The owned frontends, backends and maps a change makes other (created, changed or deleted): a reading's
- * objects are kept as they are by `applyOperations` unless an operation changes them.
- */
-function changedSections(change: Change): {
-  frontends: Set<string>;
-  backends: Set<string>;
-  maps: Set<string>;
-} {
-  const { from, to } = change;
-  const out = { frontends: new Set<string>(), backends: new Set<string>(), maps: new Set<string>() };
-  for (const f of to.state.frontends) if (f.owned && from.frontend(f.name) !== f) out.frontends.add(f.name);
-  for (const f of from.state.frontends) if (f.owned && !to.frontend(f.name)) out.frontends.add(f.name);
-  for (const b of to.state.backends) if (b.owned && from.backend(b.name) !== b) out.backends.add(b.name);
-  for (const b of from.state.backends) if (b.owned && !to.backend(b.name)) out.backends.add(b.name);
-  const before = new Map((from.state.maps ?? []).map((m) => [m.name, m.entries]));
-  for (const m of to.state.maps ?? []) if (before.get(m.name) !== m.entries) out.maps.add(m.name);
-  return out;
-}
-
-/** The ownership mechanism, in words, for the start log. */
-function describeCapabilities(caps: Capabilities): string {
-  return caps.ownership === 'metadata'
-    ? `ownership tags in \`metadata\` on every object (OpenAPI document ${caps.document})`
-    : `ownership tags in the \`description\` of frontends and backends, ${
-        caps.serverTags ? 'in `metadata` on servers' : 'servers owned through their backend'
-      } (OpenAPI document ${caps.document})`;
 }

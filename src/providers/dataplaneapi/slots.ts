@@ -11,6 +11,7 @@ import type { Counter } from './reload.js';
  * its changes touch (the configuration's raw push costs the API a parse of every slot, seconds at 20000), a
  * new slot or a burst of servers costs those writes and one reload. Only backends that no frontend names
  * (reached through the SNI map alone) live here, so the configuration the API validates never names one.
+ * (Over 300 lines: the files' text, their shards and their storage I/O, read and written together.)
  */
 
 /** How tags are written in the file, whatever the API version: a JSON comment on the line. */

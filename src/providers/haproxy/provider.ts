@@ -54,6 +54,7 @@ export interface StockHaproxyDeps {
  * Reads (`read.ts`): the owned file gives the structure (frontend, backends, tags); the current worker's
  * `show stat` and `show servers state` what runs. The owned frontend's `id` is a hash of the file's
  * structure, so a file that HAProxy has not loaded is noticed and reloaded rather than trusted.
+ * (Over 300 lines: the Provider contract's one class; each path and the reads live in their own modules.)
  */
 export class StockHaproxyProvider implements Provider {
   readonly name = 'haproxy';
