@@ -18,6 +18,11 @@ export const ClusterRecord = z.object({
   name: z.string(),
   host: z.string(),
   target: ClusterTarget,
+  /**
+   * Who may reach the cluster's API server: canonical CIDRs (`src/routes/networks.ts`), sorted. Absent or
+   * empty: open to all.
+   */
+  authorizedNetworks: z.array(z.string()).optional(),
   /** When this cluster first asked for its current host: the older claim wins a contested host. */
   claimedAt: z.number(),
   updatedAt: z.number(),

@@ -38,6 +38,7 @@ function claimOf(
     host: record.host,
     endpoints: answer.endpoints,
     claimedAt: record.claimedAt,
+    networks: record.authorizedNetworks,
   };
   return answer.problem ? { claim, problem: answer.problem } : { claim };
 }

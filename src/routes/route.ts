@@ -1,5 +1,6 @@
 import { compareEndpoints, type Endpoint, endpointKey, validateEndpoint } from './endpoint.js';
 import { type HostRejection, validateHost } from './host.js';
+import { type NetworkRejection, validateNetworks } from './networks.js';
 
 /** A cluster's wish to be reachable at `host` (its `control_plane_host`), as the source hands it over. */
 export interface RouteClaim {
@@ -9,6 +10,8 @@ export interface RouteClaim {
   endpoints: Endpoint[];
   /** When this cluster first claimed this host (ms since epoch): the older claim wins a host. */
   claimedAt: number;
+  /** Who may reach it (`src/routes/networks.ts`); absent or empty: everyone. */
+  networks?: readonly string[] | undefined;
 }
 
 /** A validated route: the only shape the renderer accepts. */
@@ -17,10 +20,13 @@ export interface Route {
   host: string;
   /** Sorted and de-duplicated. */
   endpoints: Endpoint[];
+  /** Canonical, sorted authorized networks; empty: open to all. */
+  networks: readonly string[];
 }
 
 export type RouteRejection =
   | HostRejection
+  | NetworkRejection
   | 'cluster_name_invalid'
   | 'host_claimed_by_other_cluster'
   | 'endpoint_address_invalid'
@@ -107,13 +113,22 @@ export function validateClaim(
       };
     endpoints.set(endpointKey(checked.endpoint), checked.endpoint);
   }
+  const networks = validateNetworks(claim.networks ?? []);
+  if (!networks.ok)
+    return {
+      ok: false,
+      rejected: { cluster: claim.cluster, reason: networks.reason, detail: networks.detail },
+    };
   const route = {
     cluster: claim.cluster,
     host: host.host,
     endpoints: [...endpoints.values()].sort(compareEndpoints),
+    networks: networks.networks.length === 0 ? NO_NETWORKS : networks.networks,
   };
   return { ok: true, route };
 }
+
+const NO_NETWORKS: readonly string[] = [];
 
 /** The order in which claims get a host: older first, ties to the smaller cluster id. */
 export function olderClaim(

@@ -181,7 +181,7 @@ export async function startDataplaneTestbed(
   source: DataplaneSource,
   version: HaproxyVersion,
   config: string,
-  options: { password?: string } = {},
+  options: { password?: string; files?: Record<string, string> } = {},
 ): Promise<DataplaneTestbed> {
   const image = source.kind === 'bin' ? await layeredImage(source.path, version) : source.image;
   const haproxyBin = source.kind === 'bin' ? '/usr/sbin/haproxy' : source.haproxyBin;
@@ -189,6 +189,8 @@ export async function startDataplaneTestbed(
   for (const d of ['transactions', 'maps', 'ssl', 'general', 'spoe', 'dataplane'])
     mkdirSync(join(dir, 'dpapi', d), { recursive: true });
   writeFileSync(join(dir, 'haproxy.cfg'), config);
+  // Files the configuration loads at start (map files, say), by path relative to /etc/kubebyon.
+  for (const [path, text] of Object.entries(options.files ?? {})) writeFileSync(join(dir, path), text);
   const port = await freeLoopbackPort();
   const password =
     options.password ?? `pw-${createHash('sha256').update(String(Math.random())).digest('hex').slice(0, 16)}`;

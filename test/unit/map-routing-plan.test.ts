@@ -11,6 +11,7 @@ const registry = new Registry();
 const options = { ...DEFAULT_RENDER_OPTIONS, minSlots: 4, healthChecks: false };
 const none: HaproxyState = { frontends: [], backends: [] };
 const route = (n: number, port = 30000 + n): Route => ({
+  networks: [],
   cluster: `c${n}`,
   host: `api.c${n}.example.com`,
   endpoints: [{ address: '10.0.0.1', port }],

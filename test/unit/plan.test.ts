@@ -41,7 +41,7 @@ function desiredFor(routes: Route[], opts: Partial<RenderOptions> = {}): Desired
 }
 
 function route(cluster: string, host: string, ...endpoints: Array<[string, number]>): Route {
-  return { cluster, host, endpoints: endpoints.map(([address, port]) => ({ address, port })) };
+  return { cluster, host, endpoints: endpoints.map(([address, port]) => ({ address, port })), networks: [] };
 }
 
 const kinds = (p: Plan) => p.operations.map((o) => o.kind);

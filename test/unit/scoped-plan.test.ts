@@ -29,6 +29,7 @@ const change = fc.tuple(
 
 function routesOf(wanted: Wanted): Route[] {
   return [...wanted].map(([h, p]) => ({
+    networks: [],
     cluster: `c${h}`,
     host: hostOf(h),
     endpoints: p.map((port) => ({ address: '10.0.0.1', port })),
