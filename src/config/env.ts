@@ -3,7 +3,14 @@ import { isIP } from 'node:net';
 import { hostname } from 'node:os';
 import { z } from 'zod';
 import { MIN_SLOTS, type RenderOptions } from '../haproxy/render.js';
-import { isHaproxyName, NAME_RULE, PREFIX_RULE, sniMapNameFor, validatePrefix } from '../naming/names.js';
+import {
+  allowMapNameFor,
+  isHaproxyName,
+  NAME_RULE,
+  PREFIX_RULE,
+  sniMapNameFor,
+  validatePrefix,
+} from '../naming/names.js';
 import type { DataplaneConfig } from '../providers/dataplaneapi/config.js';
 import type { StockHaproxyConfig } from '../providers/haproxy/config.js';
 import { LOOP } from '../reconcile/reconciler-options.js';
@@ -21,6 +28,12 @@ export const ENV_DEFAULTS: Readonly<Record<SettingName, string>> = settingDefaul
 
 const int = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
 const bool = z.enum(['true', 'false']).transform((v) => v === 'true');
+/** 0 (the limit is not written) or a number in range. */
+const offOr = (min: number, max: number) =>
+  z.coerce
+    .number()
+    .int()
+    .refine((n) => n === 0 || (n >= min && n <= max), `must be 0 (off) or ${min} to ${max}`);
 const bindAddr = z.string().transform((raw, ctx) => {
   const parsed = parseBindAddr(raw);
   if (parsed.ok) return parsed.bind;
@@ -69,8 +82,13 @@ const BaseFields = z.object({
     z.literal(''),
     z.string().refine(isHaproxyName, `must be an HAProxy backend name (${NAME_RULE})`),
   ]),
-  KUBEBYON_HAPROXY_INSPECT_DELAY_MS: int(100, 60_000),
+  KUBEBYON_HAPROXY_INSPECT_DELAY_MS: int(100, 30_000),
   KUBEBYON_HAPROXY_HEALTH_CHECKS: bool,
+  KUBEBYON_HAPROXY_ACCEPT_PROXY: bool,
+  KUBEBYON_HAPROXY_MAXCONN: offOr(100, 1_000_000),
+  KUBEBYON_HAPROXY_MAX_CONN_PER_SOURCE: offOr(10, 1_000_000),
+  KUBEBYON_HAPROXY_MAX_CONN_RATE_PER_SOURCE: offOr(20, 10_000_000),
+  KUBEBYON_HAPROXY_SOURCE_TABLE_SIZE: int(1000, 10_000_000),
   KUBEBYON_HAPROXY_NODE_ADDRESS_TYPE: z.enum(['internal', 'external']),
   KUBEBYON_PUBLIC_PORT: int(1, 65535),
   KUBEBYON_TOPOLOGY: z.enum(['static', 'kubernetes']),
@@ -88,13 +106,20 @@ const RENDER_FIELDS = {
   KUBEBYON_HAPROXY_DEFAULT_BACKEND: true,
   KUBEBYON_HAPROXY_INSPECT_DELAY_MS: true,
   KUBEBYON_HAPROXY_HEALTH_CHECKS: true,
+  KUBEBYON_HAPROXY_ACCEPT_PROXY: true,
+  KUBEBYON_HAPROXY_MAXCONN: true,
+  KUBEBYON_HAPROXY_MAX_CONN_PER_SOURCE: true,
+  KUBEBYON_HAPROXY_MAX_CONN_RATE_PER_SOURCE: true,
+  KUBEBYON_HAPROXY_SOURCE_TABLE_SIZE: true,
   KUBEBYON_OWNER_ID: true,
   KUBEBYON_PUBLIC_PORT: true,
 } as const;
 type RenderFields = Pick<z.output<typeof BaseFields>, keyof typeof RENDER_FIELDS>;
 
 const renderOf = (e: RenderFields): RenderOptions => ({
-  bind: e.KUBEBYON_HAPROXY_BIND_ADDR,
+  bind: e.KUBEBYON_HAPROXY_ACCEPT_PROXY
+    ? { ...e.KUBEBYON_HAPROXY_BIND_ADDR, acceptProxy: true }
+    : e.KUBEBYON_HAPROXY_BIND_ADDR,
   frontendName: e.KUBEBYON_HAPROXY_FRONTEND_NAME,
   namePrefix: e.KUBEBYON_HAPROXY_NAME_PREFIX,
   defaultBackend: e.KUBEBYON_HAPROXY_DEFAULT_BACKEND || null,
@@ -104,7 +129,14 @@ const renderOf = (e: RenderFields): RenderOptions => ({
   healthChecks: e.KUBEBYON_HAPROXY_HEALTH_CHECKS,
   // One map per owner, so two adapters on one HAProxy never share one.
   sniMap: sniMapNameFor(e.KUBEBYON_OWNER_ID),
+  allowMap: allowMapNameFor(e.KUBEBYON_OWNER_ID),
   minSlots: MIN_SLOTS,
+  maxConn: e.KUBEBYON_HAPROXY_MAXCONN,
+  perSource: {
+    maxConn: e.KUBEBYON_HAPROXY_MAX_CONN_PER_SOURCE,
+    maxRate: e.KUBEBYON_HAPROXY_MAX_CONN_RATE_PER_SOURCE,
+    tableSize: e.KUBEBYON_HAPROXY_SOURCE_TABLE_SIZE,
+  },
 });
 
 const BaseEnv = BaseFields.transform((e) => ({

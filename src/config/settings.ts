@@ -28,6 +28,7 @@ export const SETTINGS = {
   KUBEBYON_HAPROXY_DEFAULT_BACKEND: { group: 'haproxy', default: '' },
   KUBEBYON_HAPROXY_FRONTEND_NAME: { group: 'haproxy', default: 'kubebyon_sni' },
   KUBEBYON_HAPROXY_NAME_PREFIX: { group: 'haproxy', default: 'kubebyon_' },
+  KUBEBYON_HAPROXY_ACCEPT_PROXY: { group: 'haproxy', default: 'false' },
   KUBEBYON_DATAPLANE_URL: { group: 'haproxy', default: 'http://127.0.0.1:5555' },
   KUBEBYON_DATAPLANE_USERNAME: { group: 'haproxy', default: 'admin' },
   KUBEBYON_DATAPLANE_PASSWORD: { group: 'haproxy', default: '', secret: true },
@@ -51,6 +52,10 @@ export const SETTINGS = {
   KUBEBYON_LEASE_NAME: { group: 'fleet', default: 'kubebyon-haproxy-adapter' },
 
   KUBEBYON_HAPROXY_INSPECT_DELAY_MS: { group: 'tuning', default: '5000' },
+  KUBEBYON_HAPROXY_MAXCONN: { group: 'tuning', default: '8000' },
+  KUBEBYON_HAPROXY_MAX_CONN_PER_SOURCE: { group: 'tuning', default: '500' },
+  KUBEBYON_HAPROXY_MAX_CONN_RATE_PER_SOURCE: { group: 'tuning', default: '1000' },
+  KUBEBYON_HAPROXY_SOURCE_TABLE_SIZE: { group: 'tuning', default: '100000' },
   KUBEBYON_HAPROXY_HEALTH_CHECKS: { group: 'tuning', default: 'true' },
   KUBEBYON_PERSIST_DELAY_MS: { group: 'tuning', default: '500' },
   KUBEBYON_RESYNC_INTERVAL_MS: { group: 'tuning', default: '60000' },

@@ -1,3 +1,5 @@
+import type { Edge } from './edge.js';
+
 /**
  * The slice of HAProxy's configuration this service reasons about, independent of how it is read or written.
  * Providers read `Raw*` objects with their tags; the registry (`src/registry/registry.ts`) interprets the tags
@@ -32,9 +34,12 @@ export interface RawServer extends ServerSpec {
 
 export interface RawBackend {
   readonly name: string;
+  /** `''` for a backend without servers that only holds a table (the refusals, `edge.ts`). */
   readonly balance: string;
   readonly servers: readonly RawServer[];
   readonly tags: Tags;
+  /** Its `stick-table` line's arguments, if it has one. */
+  readonly table?: string | null;
 }
 
 export interface RawRule {
@@ -56,15 +61,17 @@ export interface RawFrontend {
    * the map's name (the file's base name; each provider knows its directory). Absent: no map routing.
    */
   readonly sniMap?: string | null;
+  /** The guard before the slots, as this release writes it (`edge.ts`); absent or null: none, or another's. */
+  readonly edge?: Edge | null;
   readonly tags: Tags;
 }
 
 /**
- * An SNI map as HAProxy runs it: lower-case host -> backend. A map is owned with the owned frontend that
- * routes by it (the file is ours; its entries carry no tags of their own).
+ * A map as HAProxy runs it: the SNI map (lower-case host -> backend) or the allow map (`edge.ts`: key ->
+ * `1`). A map is owned with the owned frontend that names it (the file is ours; its entries carry no tags).
  */
 export interface RawMap {
-  /** The map's name, as `RawFrontend.sniMap` gives it. */
+  /** The map's name, as `RawFrontend.sniMap` (or its edge's `allowMap`) gives it. */
   readonly name: string;
   /** Host -> backend: a read's `Map`, or what `applyOperations` made of one (a `CowMap`, sharing entries). */
   readonly entries: ReadonlyMap<string, string>;
@@ -74,7 +81,7 @@ export interface RawMap {
 export interface RawState {
   readonly frontends: readonly RawFrontend[];
   readonly backends: readonly RawBackend[];
-  /** The SNI maps frontends route by (absent: none). */
+  /** The maps frontends route and guard by (absent: none). */
   readonly maps?: readonly RawMap[];
 }
 
@@ -83,6 +90,8 @@ export type BalanceAlgorithm = 'leastconn' | 'roundrobin' | 'source';
 export interface Bind {
   readonly address: string;
   readonly port: number;
+  /** `accept-proxy`: the PROXY protocol header gives the client's address (behind a load balancer only). */
+  readonly acceptProxy?: boolean;
 }
 
 export interface ServerState extends RawServer {
@@ -113,7 +122,7 @@ export interface FrontendState extends Omit<RawFrontend, 'rules'> {
 export interface HaproxyState {
   readonly frontends: readonly FrontendState[];
   readonly backends: readonly BackendState[];
-  /** The SNI maps of owned frontends, as HAProxy runs them. */
+  /** The SNI and allow maps of owned frontends, as HAProxy runs them. */
   readonly maps?: readonly RawMap[];
 }
 
@@ -130,6 +139,7 @@ export interface DesiredFrontend {
   readonly defaultBackend: string | null;
   /** The SNI map the frontend routes by. */
   readonly sniMap: string;
+  readonly edge: Edge;
 }
 
 /** One route: the host, its cluster, and the servers of whichever slot serves it. */
@@ -137,6 +147,8 @@ export interface DesiredRoute {
   readonly host: string;
   readonly cluster: string;
   readonly servers: readonly DesiredServer[];
+  /** Authorized networks, canonical; empty: open to all. */
+  readonly networks: readonly string[];
 }
 
 /**
@@ -153,6 +165,9 @@ export interface DesiredRouting {
   readonly minSlots: number;
   /** By host. */
   readonly routes: readonly DesiredRoute[];
+  /** The allow map (authorized networks, `edge.ts`), and whether its keys need IPv4 also as mapped IPv6. */
+  readonly allowMap: string;
+  readonly dualStack: boolean;
 }
 
 /** What the service wants to own in HAProxy: one SNI frontend, its map, and a pool of slot backends. */

@@ -1,6 +1,13 @@
-import { DEFAULT_PREFIX, slotPrefixFor, sniMapNameFor } from '../naming/names.js';
+import {
+  allowMapNameFor,
+  DEFAULT_PREFIX,
+  refusalsBackendFor,
+  slotPrefixFor,
+  sniMapNameFor,
+} from '../naming/names.js';
 import { DEFAULT_OWNER_ID } from '../registry/registry.js';
 import { compareStrings, type Route } from '../routes/route.js';
+import { type Edge, isDualStack, type PerSource } from './edge.js';
 import type { BalanceAlgorithm, Bind, DesiredConfig } from './model.js';
 
 export interface RenderOptions {
@@ -19,8 +26,14 @@ export interface RenderOptions {
   healthChecks: boolean;
   /** The SNI map's name; one per owner. */
   sniMap: string;
+  /** The allow map's name (authorized networks); one per owner. */
+  allowMap: string;
   /** Slot backends created before the first route needs one. */
   minSlots: number;
+  /** The SNI frontend's `maxconn`; 0: not written. */
+  maxConn: number;
+  /** Per-source limits (`edge.ts`); 0 for both: no stick table. */
+  perSource: PerSource;
 }
 
 /**
@@ -39,7 +52,10 @@ export const DEFAULT_RENDER_OPTIONS: RenderOptions = {
   balance: 'leastconn',
   healthChecks: true,
   sniMap: sniMapNameFor(DEFAULT_OWNER_ID),
+  allowMap: allowMapNameFor(DEFAULT_OWNER_ID),
   minSlots: MIN_SLOTS,
+  maxConn: 8000,
+  perSource: { maxConn: 500, maxRate: 1000, tableSize: 100_000 },
 };
 
 /** Renders validated routes into the HAProxy objects the service should own. Pure: same input, same output. */
@@ -67,6 +83,7 @@ function renderUncached(routes: readonly Route[], options: RenderOptions): Desir
       inspectDelayMs: options.inspectDelayMs,
       defaultBackend: options.defaultBackend,
       sniMap: options.sniMap,
+      edge: edgeOf(options),
     },
     routing: {
       map: options.sniMap,
@@ -74,7 +91,21 @@ function renderUncached(routes: readonly Route[], options: RenderOptions): Desir
       balance: options.balance,
       minSlots: options.minSlots,
       routes: sorted.map((route) => mapRoute(route, options.healthChecks)),
+      allowMap: options.allowMap,
+      dualStack: isDualStack(options.bind.address),
     },
+  };
+}
+
+/** The frontend's guard (`edge.ts`) for these options. */
+function edgeOf(o: RenderOptions): Edge {
+  const p = o.perSource;
+  return {
+    maxConn: o.maxConn,
+    perSource: p.maxConn > 0 || p.maxRate > 0 ? p : null,
+    rejectUnknown: o.defaultBackend === null,
+    allowMap: o.allowMap,
+    refusals: refusalsBackendFor(o.namePrefix),
   };
 }
 
@@ -98,7 +129,7 @@ function mapRoute(route: Route, check: boolean): MapRoute {
   const hit = rendered.get(route);
   if (hit?.check === check) return hit.value;
   const servers = route.endpoints.map((e) => ({ address: e.address, port: e.port, check }));
-  const value = { host: route.host, cluster: route.cluster, servers };
+  const value = { host: route.host, cluster: route.cluster, servers, networks: route.networks };
   rendered.set(route, { check, value });
   return value;
 }

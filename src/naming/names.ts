@@ -63,3 +63,13 @@ export function slotNumber(slotPrefix: string, name: string): number | undefined
 export function sniMapNameFor(ownerId: string): string {
   return `${ownerId}.sni.map`;
 }
+
+/** The allow map's name for an owner (authorized networks, `src/haproxy/edge.ts`), beside its SNI map. */
+export function allowMapNameFor(ownerId: string): string {
+  return `${ownerId}.allow.map`;
+}
+
+/** The backend holding the refusals table (`src/haproxy/edge.ts`): one per prefix, so one per owner. */
+export function refusalsBackendFor(prefix = DEFAULT_PREFIX): string {
+  return `${prefix}refusals`;
+}

@@ -1,4 +1,5 @@
 import { CowMap } from '../haproxy/cow-map.js';
+import { ALLOW_VALUE } from '../haproxy/edge.js';
 import type {
   BackendState,
   FrontendState,
@@ -172,7 +173,7 @@ function apply(w: Working, op: Operation): void {
   switch (op.kind) {
     case 'create_frontend': {
       noProxy(w, op.frontend.name);
-      const { name, bind, inspectDelayMs, defaultBackend, sniMap } = op.frontend;
+      const { name, bind, inspectDelayMs, defaultBackend, sniMap, edge } = op.frontend;
       const created: FrontendState = {
         name,
         bind,
@@ -181,19 +182,32 @@ function apply(w: Working, op: Operation): void {
         acceptsTlsHello: true,
         rules: [],
         sniMap,
+        edge,
         tags: w.tagger.tags(),
         owned: true,
       };
       w.copied.add(created);
       w.frontends.set(name, created);
-      if (!w.maps.has(sniMap)) mapOf(w, sniMap);
+      for (const map of [sniMap, edge.allowMap]) if (!w.maps.has(map)) mapOf(w, map);
       return;
     }
     case 'update_frontend': {
-      const { bind, inspectDelayMs, defaultBackend, sniMap } = op.frontend;
+      const { bind, inspectDelayMs, defaultBackend, sniMap, edge } = op.frontend;
       const f = frontendToChange(w, op.frontend.name);
-      Object.assign(f, { bind, inspectDelayMs, defaultBackend, acceptsTlsHello: true, sniMap });
-      if (!w.maps.has(sniMap)) mapOf(w, sniMap);
+      Object.assign(f, { bind, inspectDelayMs, defaultBackend, acceptsTlsHello: true, sniMap, edge });
+      for (const map of [sniMap, edge.allowMap]) if (!w.maps.has(map)) mapOf(w, map);
+      return;
+    }
+    case 'add_allow_entry': {
+      const m = mapOf(w, op.map);
+      if (m.entries.has(op.key)) throw new ConcurrentChangeError(`map ${op.map}: ${op.key} is there already`);
+      m.entries.set(op.key, ALLOW_VALUE);
+      return;
+    }
+    case 'delete_allow_entry': {
+      const m = mapOf(w, op.map);
+      if (!m.entries.has(op.key)) throw new ConcurrentChangeError(`map ${op.map}: ${op.key} is not there`);
+      m.entries.delete(op.key);
       return;
     }
     case 'set_map_entry': {
@@ -237,6 +251,7 @@ function applyToBackend(w: Working, op: Operation): void {
         servers: [],
         tags: w.tagger.tags(),
         owned: true,
+        ...(op.backend.table !== undefined ? { table: op.backend.table } : {}),
       };
       w.copied.add(created);
       w.backends.set(op.backend.name, created);

@@ -1,3 +1,4 @@
+import { edgeText } from '../haproxy/edge.js';
 import { endpointKey } from '../routes/endpoint.js';
 import { bindText, type FieldChange, type Operation, type Plan } from './plan.js';
 
@@ -17,14 +18,19 @@ function formatOperation(op: Operation): string[] {
     case 'create_frontend':
       return [
         `+ frontend ${op.frontend.name} bind ${bindText(op.frontend.bind)} inspect-delay ${op.frontend.inspectDelayMs}ms` +
-          ` default_backend ${op.frontend.defaultBackend ?? 'none'} sni_map ${op.frontend.sniMap}`,
+          ` default_backend ${op.frontend.defaultBackend ?? 'none'} sni_map ${op.frontend.sniMap}` +
+          ` guard ${edgeText(op.frontend.edge)}`,
       ];
     case 'update_frontend':
       return [`~ frontend ${op.frontend.name}: ${changesText(op.changes)}`];
     case 'delete_frontend':
       return [`- frontend ${op.name}`];
     case 'create_backend':
-      return [`+ backend ${op.backend.name} (slot) balance ${op.backend.balance}`];
+      return [
+        op.backend.table
+          ? `+ backend ${op.backend.name} (table) stick-table ${op.backend.table}`
+          : `+ backend ${op.backend.name} (slot) balance ${op.backend.balance}`,
+      ];
     case 'delete_backend':
       return [`- backend ${op.name}`];
     case 'create_server':
@@ -43,6 +49,10 @@ function formatOperation(op: Operation): string[] {
       ];
     case 'delete_map_entry':
       return [`- map ${op.map}: ${op.host} -> ${op.backend}`];
+    case 'add_allow_entry':
+      return [`+ allow ${op.map}: ${op.key} (${op.stage})`];
+    case 'delete_allow_entry':
+      return [`- allow ${op.map}: ${op.key} (${op.stage})`];
     case 'set_switching_rules':
       return [
         ...op.removed.map(

@@ -10,7 +10,17 @@ export interface FieldChange {
 export interface BackendSettings {
   readonly name: string;
   readonly balance: string;
+  /** A table-only backend's `stick-table` arguments (the refusals table). */
+  readonly table?: string;
 }
+
+/**
+ * When an allow-map change runs within a plan (`allow.ts`), so that no client both lists allow is ever
+ * refused and no restricted cluster is ever open to all: `open` (a routed slot's flag removed: it becomes
+ * open) first, then `entry` (new network keys), `flag` (a slot becomes restricted), the SNI map's changes,
+ * and `after` (keys and flags no longer wanted, once no host routes by them).
+ */
+export type AllowStage = 'open' | 'entry' | 'flag' | 'after';
 
 export type Operation =
   | { kind: 'create_frontend'; frontend: DesiredFrontend }
@@ -31,6 +41,9 @@ export type Operation =
       cluster: string;
     }
   | { kind: 'delete_map_entry'; map: string; host: string; backend: string }
+  /** Authorized networks: a key of the allow map (a slot's flag, or `<network>|<slot>`), added or removed. */
+  | { kind: 'add_allow_entry'; map: string; key: string; stage: AllowStage }
+  | { kind: 'delete_allow_entry'; map: string; key: string; stage: AllowStage }
   | {
       kind: 'set_switching_rules';
       frontend: string;

@@ -1,3 +1,4 @@
+import { edgeText, REFUSALS_TABLE } from '../haproxy/edge.js';
 import type {
   BackendState,
   DesiredConfig,
@@ -11,10 +12,11 @@ import type {
 import { serverSlotName, serverSlotNumber } from '../naming/names.js';
 import { endpointKey } from '../routes/endpoint.js';
 import { compareStrings } from '../routes/route.js';
-import type { Conflict, FieldChange, Operation, Plan, PlanOptions } from './operations.js';
+import type { AllowStage, Conflict, FieldChange, Operation, Plan, PlanOptions } from './operations.js';
 import { isSlot, planRouting } from './slots.js';
 
 export type {
+  AllowStage,
   BackendSettings,
   Conflict,
   ConflictKind,
@@ -24,21 +26,28 @@ export type {
   PlanOptions,
 } from './operations.js';
 
-// Creations come before what references them: a slot's servers before its map entry, map entries removed
-// before their slot's servers; rules go before the backends they referenced.
-const ORDER: Record<Operation['kind'], number> = {
+// Creations come before what references them: a slot's servers and its allow keys before its map entry,
+// map entries removed before their slot's servers and keys; rules go before the backends they referenced.
+const ORDER: Record<Exclude<Operation['kind'], 'add_allow_entry' | 'delete_allow_entry'>, number> = {
   create_frontend: 0,
   update_frontend: 1,
   create_backend: 2,
   create_server: 4,
   update_server: 5,
-  delete_map_entry: 6,
-  set_map_entry: 7,
-  delete_server: 8,
-  set_switching_rules: 9,
-  delete_frontend: 10,
-  delete_backend: 11,
+  delete_map_entry: 10,
+  set_map_entry: 11,
+  delete_server: 13,
+  set_switching_rules: 14,
+  delete_frontend: 15,
+  delete_backend: 16,
 };
+// The allow map's stages (`AllowStage`, `allow.ts`) around the SNI map's changes.
+const STAGE: Record<AllowStage, number> = { open: 6, entry: 7, flag: 8, after: 12 };
+
+/** Where an operation goes in a plan. */
+export function operationRank(op: Operation): number {
+  return op.kind === 'add_allow_entry' || op.kind === 'delete_allow_entry' ? STAGE[op.stage] : ORDER[op.kind];
+}
 
 /**
  * Diffs what the service wants against what HAProxy has. Pure and deterministic. Only objects the registry
@@ -74,7 +83,7 @@ export function planStructure(
 
 /** A stable sort by kind: within one kind, operations keep the order they were planned in. */
 export function sortOperations(ops: Operation[]): Operation[] {
-  return ops.sort((a, b) => ORDER[a.kind] - ORDER[b.kind]);
+  return ops.sort((a, b) => operationRank(a) - operationRank(b));
 }
 
 /** The frontend and its rules; false when a foreign frontend holds our name (nothing applies). */
@@ -105,9 +114,14 @@ function planTail(desired: DesiredConfig, current: HaproxyState, ops: Operation[
   for (const f of current.frontends) {
     if (f.owned && f.name !== desired.frontend.name) ops.push({ kind: 'delete_frontend', name: f.name });
   }
+  const refusals = desired.frontend.edge.refusals;
   for (const b of current.backends) {
-    if (b.owned && !isSlot(desired.routing, b.name)) ops.push({ kind: 'delete_backend', name: b.name });
+    if (b.owned && !isSlot(desired.routing, b.name) && b.name !== refusals)
+      ops.push({ kind: 'delete_backend', name: b.name });
   }
+  // The refusals table (`edge.ts`) lives in a backend of its own, made once.
+  if (!current.backends.some((b) => b.name === refusals))
+    ops.push({ kind: 'create_backend', backend: { name: refusals, balance: '', table: REFUSALS_TABLE } });
 }
 
 /** The frontend's own settings; a default backend must be an existing backend of another owner. */
@@ -138,6 +152,7 @@ function planFrontend(
     ['accept_tls_hello', String(current.acceptsTlsHello), 'true'],
     ['default_backend', String(current.defaultBackend), String(frontend.defaultBackend)],
     ['sni_map', String(current.sniMap ?? null), frontend.sniMap],
+    ['edge', edgeText(current.edge), edgeText(frontend.edge)],
   ]);
   if (changes.length > 0) ops.push({ kind: 'update_frontend', frontend, changes });
   return frontend;
@@ -242,6 +257,6 @@ function diffFields(fields: Array<[string, string, string]>): FieldChange[] {
   return fields.filter(([, from, to]) => from !== to).map(([field, from, to]) => ({ field, from, to }));
 }
 
-export function bindText(bind: { address: string; port: number } | null): string {
-  return bind ? endpointKey(bind) : 'none';
+export function bindText(bind: { address: string; port: number; acceptProxy?: boolean } | null): string {
+  return bind ? `${endpointKey(bind)}${bind.acceptProxy ? ' accept-proxy' : ''}` : 'none';
 }

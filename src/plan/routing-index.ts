@@ -1,5 +1,6 @@
 import type { BackendState, DesiredConfig, HaproxyState, ServerState } from '../haproxy/model.js';
 import { slotNumber } from '../naming/names.js';
+import { keysBySlot } from './allow.js';
 import type { Conflict, Operation } from './operations.js';
 import { planStructure } from './plan.js';
 import type { Reading } from './reading.js';
@@ -21,6 +22,8 @@ const FOLLOWED: ReadonlySet<Operation['kind']> = new Set([
   'delete_server',
   'set_map_entry',
   'delete_map_entry',
+  'add_allow_entry',
+  'delete_allow_entry',
 ]);
 
 /** Strays beyond this many are not worth keeping apart: the next full pass clears them. */
@@ -40,6 +43,8 @@ export class RoutingIndex {
   /** Slots no entry names that hold servers. */
   readonly strays = new Set<Slot>();
   entries: ReadonlyMap<string, string> = new Map();
+  /** The allow map's keys by the slot they name (`allow.ts`). */
+  readonly allow: Map<string, Set<string>>;
   /** Slots named by at least one entry. */
   named = 0;
   /** The structure's own conflicts (none blocking), reported by every plan made from this state. */
@@ -67,6 +72,7 @@ export class RoutingIndex {
     for (const b of raw.backends) this.addSlot(b);
     this.entries = mapEntries(raw, routing.map);
     for (const backend of this.entries.values()) this.ref(backend, 1);
+    this.allow = keysBySlot(mapEntries(raw, routing.allowMap));
     // Filed in listing order, sorted once (not one insertion each).
     for (const slot of this.slots.values()) this.classify(slot, true);
     this.free.sort((a, b) => a.number - b.number);
@@ -78,6 +84,8 @@ export class RoutingIndex {
     if (this.badEntries > 0) return 'a map entry names no slot of its own';
     if (this.ownedStrays > 0 || this.strays.size > MAX_STRAYS) return 'a slot no entry names holds servers';
     if (this.sameNumber > 0) return 'two slots of one number';
+    for (const slot of this.allow.keys())
+      if (!this.slots.has(slot)) return 'an allow key names no slot of ours';
     return undefined;
   }
 
@@ -156,6 +164,21 @@ export class RoutingIndex {
         return true;
       case 'create_backend':
         return true; // a slot, filed above
+      case 'add_allow_entry':
+      case 'delete_allow_entry': {
+        if (op.map !== this.desired.routing.allowMap) return true;
+        const bar = op.key.lastIndexOf('|');
+        const slot = bar < 0 ? op.key : op.key.slice(bar + 1);
+        let keys = this.allow.get(slot);
+        if (!keys) {
+          keys = new Set();
+          this.allow.set(slot, keys);
+        }
+        if (op.kind === 'add_allow_entry') keys.add(op.key);
+        else keys.delete(op.key);
+        if (keys.size === 0) this.allow.delete(slot);
+        return true;
+      }
       default:
         return false;
     }

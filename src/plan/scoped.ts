@@ -1,4 +1,5 @@
 import type { DesiredRoute, DesiredRouting } from '../haproxy/model.js';
+import { planSlotAllow } from './allow.js';
 import type { Operation, Plan } from './operations.js';
 import { planServers, sortOperations } from './plan.js';
 import type { RoutingIndex, Slot } from './routing-index.js';
@@ -86,6 +87,7 @@ export function planScoped(i: ScopedInput): ScopedPlan {
   for (const slot of draining)
     for (const server of x.servers(slot))
       if (server.owned) ops.push({ kind: 'delete_server', backend: slot.name, server });
+  planAllowOf(i, kept, draining, assignments, ops);
 
   // Every other named slot stays held; the drained ones are free from the next plan on.
   const held = x.named - new Set(draining).size + (assignments.size - kept.size);
@@ -98,6 +100,30 @@ export function planScoped(i: ScopedInput): ScopedPlan {
     assignments,
   };
   return { plan: { operations: sortOperations(ops), conflicts: [...x.conflicts], pool } };
+}
+
+/** The allow keys of every slot these hosts held or take, in slot order as the full planner goes. */
+function planAllowOf(
+  i: ScopedInput,
+  kept: ReadonlyMap<string, Slot>,
+  draining: readonly Slot[],
+  assignments: ReadonlyMap<string, string>,
+  ops: Operation[],
+): void {
+  const x = i.index;
+  const routeBySlot = new Map<string, DesiredRoute>();
+  for (const [host, slot] of assignments) {
+    const route = i.routeAt(host);
+    if (route) routeBySlot.set(slot, route);
+  }
+  const touched = new Set<Slot>([...kept.values(), ...draining]);
+  for (const slot of routeBySlot.keys()) {
+    const s = x.slots.get(slot);
+    if (s) touched.add(s);
+  }
+  const input = { map: i.routing.allowMap, dualStack: i.routing.dualStack, current: x.allow };
+  for (const slot of [...touched].sort((a, b) => a.number - b.number))
+    planSlotAllow(input, slot.name, routeBySlot.get(slot.name), ops);
 }
 
 /** Strays by their servers, the last in slot order winning, as the full planner keys them. */

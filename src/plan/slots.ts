@@ -1,5 +1,12 @@
-import type { BackendState, DesiredRouting, HaproxyState, ServerState } from '../haproxy/model.js';
+import type {
+  BackendState,
+  DesiredRoute,
+  DesiredRouting,
+  HaproxyState,
+  ServerState,
+} from '../haproxy/model.js';
 import { slotName, slotNumber } from '../naming/names.js';
+import { keysBySlot, planSlotAllow } from './allow.js';
 import type { Operation, PoolReport } from './operations.js';
 
 /**
@@ -107,6 +114,7 @@ export function planRouting(
     for (const server of s.servers)
       if (server.owned) ops.push({ kind: 'delete_server', backend: s.name, server });
   }
+  planAllowMap(want, current, slots, created, assignments, ops);
   const finalSize = size + created.length;
   return {
     map: want.map,
@@ -125,6 +133,35 @@ export function serversKey(
     .map((s) => `${s.address}|${s.port}|${s.check}`)
     .sort()
     .join(',');
+}
+
+/**
+ * Each slot's allow keys brought to what the route it serves after the plan wants (`allow.ts`), in slot
+ * order, then keys naming no slot of ours removed.
+ */
+function planAllowMap(
+  want: DesiredRouting,
+  current: HaproxyState,
+  slots: ReadonlyMap<string, BackendState>,
+  created: readonly string[],
+  assignments: ReadonlyMap<string, string>,
+  ops: Operation[],
+): void {
+  const entries = current.maps?.find((m) => m.name === want.allowMap)?.entries;
+  const input = { map: want.allowMap, dualStack: want.dualStack, current: keysBySlot(entries) };
+  const routeBySlot = new Map<string, DesiredRoute>();
+  if (want.routes.some((r) => r.networks.length > 0) || input.current.size > 0) {
+    const byHost = new Map(want.routes.map((r) => [r.host, r]));
+    for (const [host, slot] of assignments) {
+      const route = byHost.get(host);
+      if (route) routeBySlot.set(slot, route);
+    }
+  }
+  for (const name of [...slots.keys(), ...created]) planSlotAllow(input, name, routeBySlot.get(name), ops);
+  for (const [slot, keys] of input.current) {
+    if (slots.has(slot)) continue;
+    for (const key of keys) ops.push({ kind: 'delete_allow_entry', map: want.allowMap, key, stage: 'after' });
+  }
 }
 
 /** Owned slot backends by name, in slot order. */

@@ -1,10 +1,19 @@
 import type { Operation, Plan } from '../plan/plan.js';
 import type { Reading } from '../plan/reading.js';
 
-/** The operations HAProxy's runtime API can carry out: servers, and SNI map entries. */
+/** The operations HAProxy's runtime API can carry out: servers, and the SNI and allow maps' entries. */
 export type RuntimeOp = Extract<
   Operation,
-  { kind: 'create_server' | 'update_server' | 'delete_server' | 'set_map_entry' | 'delete_map_entry' }
+  {
+    kind:
+      | 'create_server'
+      | 'update_server'
+      | 'delete_server'
+      | 'set_map_entry'
+      | 'delete_map_entry'
+      | 'add_allow_entry'
+      | 'delete_allow_entry';
+  }
 >;
 
 /** Balance algorithms HAProxy can add servers to at runtime. */
@@ -30,6 +39,8 @@ export function runtimeSteps(plan: Plan, from: Reading): RuntimeOp[] | undefined
         steps.push(op);
         break;
       case 'delete_map_entry':
+      case 'add_allow_entry':
+      case 'delete_allow_entry':
         if (!running.has(op.map)) return undefined;
         steps.push(op);
         break;

@@ -103,9 +103,16 @@ export class OwnedProvider {
 export function refuseForeign(operations: readonly Operation[], current: Reading, registry: Registry): void {
   // Maps an owned frontend routes by, now or once this plan has made or changed it (frontends are few).
   const maps = new Set<string>();
-  for (const f of current.state.frontends) if (f.sniMap && f.owned) maps.add(f.sniMap);
+  for (const f of current.state.frontends) {
+    if (!f.owned) continue;
+    if (f.sniMap) maps.add(f.sniMap);
+    if (f.edge) maps.add(f.edge.allowMap);
+  }
   for (const op of operations)
-    if (op.kind === 'create_frontend' || op.kind === 'update_frontend') maps.add(op.frontend.sniMap);
+    if (op.kind === 'create_frontend' || op.kind === 'update_frontend') {
+      maps.add(op.frontend.sniMap);
+      maps.add(op.frontend.edge.allowMap);
+    }
   const refuse = (what: string) => {
     throw new NotOwnedError(`refusing to change ${what}: it is not owned by ${registry.id}`);
   };
@@ -147,6 +154,8 @@ export function refuseForeign(operations: readonly Operation[], current: Reading
         proxy(op.backend);
         break;
       case 'delete_map_entry':
+      case 'add_allow_entry':
+      case 'delete_allow_entry':
         // An entry of our map is ours whatever backend someone made it name.
         if (!maps.has(op.map)) refuse(`map ${op.map}`);
         break;

@@ -59,8 +59,13 @@ export class Registry implements Tagger {
    */
   interpret(raw: RawState): HaproxyState {
     const frontends = raw.frontends.map((f) => this.frontendState(f));
-    // A map is ours with the owned frontend that routes by it; the others' maps are not read.
-    const ours = new Set(frontends.filter((f) => f.owned && f.sniMap).map((f) => f.sniMap));
+    // A map is ours with the owned frontend that names it (routes or guards by it); others' maps are not read.
+    const ours = new Set<string>();
+    for (const f of frontends) {
+      if (!f.owned) continue;
+      if (f.sniMap) ours.add(f.sniMap);
+      if (f.edge) ours.add(f.edge.allowMap);
+    }
     const maps = raw.maps?.filter((m) => ours.has(m.name));
     return {
       frontends,
@@ -96,6 +101,7 @@ export class Registry implements Tagger {
       servers,
       owned,
       ...(cluster !== undefined ? { cluster } : {}),
+      ...(b.table ? { table: b.table } : {}),
     };
   }
 }

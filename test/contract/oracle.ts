@@ -21,9 +21,12 @@ export function applyToState(state: HaproxyState, operations: readonly Operation
   // Map routing: a frontend routing by a map brings it (empty); entries are set and deleted by host.
   const maps = new Map((state.maps ?? []).map((m) => [m.name, new Map(m.entries)]));
   const mapOf = (name: string) => maps.get(name) ?? maps.set(name, new Map()).get(name) ?? new Map();
-  const routeBy = (f: Frontend, sniMap: string) => {
+  const routeBy = (f: Frontend, sniMap: string, edge: Frontend['edge'] | undefined) => {
     f.sniMap = sniMap;
+    if (edge) f.edge = edge;
     mapOf(sniMap);
+    // Its guard's allow map comes with it (empty): every cluster open.
+    if (edge) mapOf(edge.allowMap);
   };
   const backend = (name: string): Backend => {
     const b = backends.get(name);
@@ -50,7 +53,7 @@ export function applyToState(state: HaproxyState, operations: readonly Operation
           rules: [],
           tags: {},
         });
-        routeBy(frontend(op.frontend.name), op.frontend.sniMap);
+        routeBy(frontend(op.frontend.name), op.frontend.sniMap, op.frontend.edge);
         break;
       case 'update_frontend':
         Object.assign(frontend(op.frontend.name), {
@@ -59,7 +62,7 @@ export function applyToState(state: HaproxyState, operations: readonly Operation
           acceptsTlsHello: true,
           defaultBackend: op.frontend.defaultBackend,
         });
-        routeBy(frontend(op.frontend.name), op.frontend.sniMap);
+        routeBy(frontend(op.frontend.name), op.frontend.sniMap, op.frontend.edge);
         break;
       case 'delete_frontend':
         frontend(op.name);
@@ -105,6 +108,13 @@ export function applyToState(state: HaproxyState, operations: readonly Operation
       case 'delete_map_entry':
         if (mapOf(op.map).get(op.host) !== op.backend) throw new Error(`map entry ${op.host} moved`);
         mapOf(op.map).delete(op.host);
+        break;
+      case 'add_allow_entry':
+        if (mapOf(op.map).has(op.key)) throw new Error(`allow key ${op.key} exists`);
+        mapOf(op.map).set(op.key, '1');
+        break;
+      case 'delete_allow_entry':
+        if (!mapOf(op.map).delete(op.key)) throw new Error(`allow key ${op.key} missing`);
         break;
     }
   }

@@ -51,7 +51,7 @@ describe("the Data Plane API's configuration as text", () => {
     it(`reads back our sections as written, tags in the ${form} form`, () => {
       const b = slot(1, [server('srv1', '10.0.0.1', 30443), server('srv2', 'fd00::1', 30443, false)]);
       const text = [
-        frontendLines(frontend, MAP_FILE, lines).join('\n'),
+        frontendLines(frontend, { sniMap: MAP_FILE, allowMap: undefined }, lines).join('\n'),
         backendLines(b, lines).join('\n'),
       ].join('\n\n');
       const state = readConfigText(text, mapName);
@@ -104,8 +104,12 @@ backend b1
   });
 
   it('refuses to write a value that could inject configuration', () => {
-    expect(() => frontendLines({ ...frontend, name: 'a b' }, MAP_FILE, METADATA)).toThrow();
-    expect(() => frontendLines(frontend, '/etc/x y.map', METADATA)).toThrow();
+    expect(() =>
+      frontendLines({ ...frontend, name: 'a b' }, { sniMap: MAP_FILE, allowMap: undefined }, METADATA),
+    ).toThrow();
+    expect(() =>
+      frontendLines(frontend, { sniMap: '/etc/x y.map', allowMap: undefined }, METADATA),
+    ).toThrow();
     expect(() => backendLines(slot(1, [server('srv1', '10.0.0.1\n', 1)]), METADATA)).toThrow();
     expect(() => backendLines({ ...slot(1), tags: { owner: 'a b' } }, METADATA)).toThrow();
   });

@@ -81,16 +81,18 @@ describe('Data Plane API provider, against a fake API checked by its OpenAPI doc
     await b.close();
   });
 
-  it('an install is one push of the file, loaded by one reload, the map file stored first; no transaction at all', async () => {
+  it('an install is one push of the file, loaded by one reload, the map files stored first; no transaction at all', async () => {
     b = await bed();
     const start = b.fake.requests.length;
     await b.pass([claim('a')], true, 'ahead');
     const sent = writes(b.since(start));
+    // The SNI map and the allow map (authorized networks), then the configuration.
     expect(sent.map((r) => r.replace(/\?.*$/, ''))).toEqual([
+      'POST /services/haproxy/storage/maps',
       'POST /services/haproxy/storage/maps',
       'POST /services/haproxy/configuration/raw',
     ]);
-    expect(sent[1]).toMatch(/force_reload=true/);
+    expect(sent[2]).toMatch(/force_reload=true/);
     expect(b.fake.requests.some((r) => r.includes('/transactions') && !r.startsWith('GET'))).toBe(false);
     expect(b.fake.reloads).toBe(1);
     // Every other line of the file is as it was.

@@ -19,7 +19,10 @@ describe('loadConfig', () => {
       balance: 'leastconn',
       healthChecks: true,
       sniMap: 'kubebyon-haproxy-adapter.sni.map',
+      allowMap: 'kubebyon-haproxy-adapter.allow.map',
       minSlots: 64,
+      maxConn: 8000,
+      perSource: { maxConn: 500, maxRate: 1000, tableSize: 100000 },
       nodeAddressType: 'internal',
     });
     expect(c.persistDelayMs).toBe(500);

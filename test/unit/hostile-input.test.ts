@@ -1,6 +1,7 @@
 import { join } from 'node:path';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { isAllowKey } from '../../src/haproxy/edge.js';
 import type { Plan } from '../../src/plan/plan.js';
 import { renderOwnedFile } from '../../src/providers/haproxy/owned-file.js';
 import { MemoryProvider } from '../../src/providers/memory/memory-provider.js';
@@ -46,7 +47,8 @@ class CheckingProvider extends MemoryProvider {
           this.flag('frontend deleted', op.name);
           break;
         case 'create_backend':
-          if (!BACKEND_NAME.test(op.backend.name)) this.flag('backend', op.backend.name);
+          if (!BACKEND_NAME.test(op.backend.name) && op.backend.name !== 'kubebyon_refusals')
+            this.flag('backend', op.backend.name);
           break;
         case 'delete_backend':
           if (!BACKEND_NAME.test(op.name)) this.flag('backend', op.name);
@@ -71,6 +73,10 @@ class CheckingProvider extends MemoryProvider {
           break;
         case 'delete_map_entry':
           this.checkHost(op.host);
+          break;
+        case 'add_allow_entry':
+        case 'delete_allow_entry':
+          if (!isAllowKey(op.key)) this.flag('allow key', op.key);
           break;
       }
     }

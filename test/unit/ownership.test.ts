@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config/env.js';
 import type { RawState } from '../../src/haproxy/model.js';
-import { renderDesired } from '../../src/haproxy/render.js';
+import { DEFAULT_RENDER_OPTIONS, renderDesired } from '../../src/haproxy/render.js';
 import { NotOwnedError } from '../../src/model/errors.js';
 import type { Plan } from '../../src/plan/plan.js';
 import { plan } from '../../src/plan/plan.js';
@@ -83,6 +83,7 @@ describe('the registry', () => {
       ],
     };
     const desired = renderDesired([], {
+      ...DEFAULT_RENDER_OPTIONS,
       bind: { address: '*', port: 8443 },
       frontendName: 'sni_staging',
       namePrefix: 'stg',

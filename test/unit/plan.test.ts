@@ -53,13 +53,15 @@ describe('plan', () => {
     expect(p.conflicts).toEqual([]);
     expect(kinds(p)).toEqual([
       'create_frontend',
-      ...Array(4).fill('create_backend'),
+      ...Array(5).fill('create_backend'),
       'create_server',
       'set_map_entry',
     ]);
     expect(formatPlan(p).split('\n')).toEqual([
-      `+ frontend kubebyon_sni bind *:443 inspect-delay 5000ms default_backend none sni_map ${options.sniMap}`,
+      `+ frontend kubebyon_sni bind *:443 inspect-delay 5000ms default_backend none sni_map ${options.sniMap}` +
+        ` guard maxconn=8000,per_source=500/1000/100000,reject_unknown=true,allow_map=${options.allowMap},refusals=kubebyon_refusals`,
       ...[1, 2, 3, 4].map((n) => `+ backend kubebyon_slot_0000${n} (slot) balance leastconn`),
+      '+ backend kubebyon_refusals (table) stick-table type string len 64 size 100k store gpc0',
       '+ server kubebyon_slot_00001/srv1 10.0.0.1:30443 check',
       `+ map ${options.sniMap}: api.demo.example.com -> kubebyon_slot_00001 (cluster demo)`,
     ]);
@@ -247,8 +249,10 @@ describe('plan properties', () => {
           [desired.frontend.name, desired.routing.map, desired.frontend.inspectDelayMs],
         ]);
         expect(own[0]?.defaultBackend).toBe(d.defaultBackend === 'console' ? 'console' : null);
-        // No owned backend but the pool's slots, and no rule of ours.
-        expect(after.backends.filter((b) => b.owned && !b.name.startsWith('kubebyon_slot_'))).toEqual([]);
+        // No owned backend but the pool's slots and the refusals table, and no rule of ours.
+        expect(
+          after.backends.filter((b) => b.owned && !b.name.startsWith('kubebyon_slot_')).map((b) => b.name),
+        ).toEqual(['kubebyon_refusals']);
         expect(own.flatMap((f) => f.rules.filter((r) => r.owned))).toEqual([]);
         expect(foreignView(after)).toEqual(foreignView(current));
         expect(plan(desired, after).operations).toEqual([]);

@@ -11,7 +11,13 @@ export interface Touched {
 export function touchedBy(steps: readonly RuntimeOp[]): Omit<Touched, 'frontends'> {
   const out = { backends: new Set<string>(), maps: new Set<string>() };
   for (const op of steps) {
-    if (op.kind === 'set_map_entry' || op.kind === 'delete_map_entry') out.maps.add(op.map);
+    if (
+      op.kind === 'set_map_entry' ||
+      op.kind === 'delete_map_entry' ||
+      op.kind === 'add_allow_entry' ||
+      op.kind === 'delete_allow_entry'
+    )
+      out.maps.add(op.map);
     else out.backends.add(op.backend);
   }
   return out;

@@ -1,4 +1,5 @@
 import { parseAddress } from '../../haproxy/address.js';
+import { edgeLines, isEdgeLine, REFUSALS_TABLE, readEdge } from '../../haproxy/edge.js';
 import type {
   RawBackend,
   RawFrontend,
@@ -128,16 +129,24 @@ function readFrontend(s: Section, backendTags: (name: string) => Tags, mapName: 
     tags,
   };
   let bindNamed = false;
+  const edgeBody: string[] = [];
   for (const line of s.lines.slice(1)) {
     const words = wordsOf(line);
     const body = words.join(' ');
     const [kw, arg] = words;
     if (kw === 'bind' && !bindNamed) {
       const named = words[words.indexOf('name') + 1] === BIND_NAME && words.includes('name');
-      if (f.bind === null || named) f.bind = parseAddress(arg ?? '');
+      const at = parseAddress(arg ?? '');
+      if (f.bind === null || named)
+        f.bind = at && words.includes('accept-proxy') ? { ...at, acceptProxy: true } : at;
       bindNamed = named;
-    } else if (kw === 'tcp-request' && arg === 'inspect-delay') f.inspectDelayMs = timeMs(words[2]);
-    else if (HELLO.test(body)) f.acceptsTlsHello = true;
+    } else if (kw === 'tcp-request' && arg === 'inspect-delay') {
+      f.inspectDelayMs = timeMs(words[2]);
+      edgeBody.push(`tcp-request inspect-delay ${f.inspectDelayMs ?? words[2]}ms`);
+    } else if (HELLO.test(body)) {
+      f.acceptsTlsHello = true;
+      edgeBody.push('tcp-request content accept if { req.ssl_hello_type 1 }');
+    } else if (isEdgeLine(body)) edgeBody.push(body);
     else if (kw === 'default_backend') f.defaultBackend = arg ?? null;
     else if (kw === 'use_backend' && words.length === 2) {
       const file = mapRuleFile({ name: arg ?? '' });
@@ -154,15 +163,19 @@ function readFrontend(s: Section, backendTags: (name: string) => Tags, mapName: 
       });
     }
   }
+  const edge = readEdge(edgeBody, mapName).edge;
+  if (edge) f.edge = edge;
   return f;
 }
 
 function readBackend(s: Section): RawBackend {
   const servers: RawServer[] = [];
   let balance = '';
+  let table: string | undefined;
   for (const line of s.lines.slice(1)) {
     const words = wordsOf(line);
     if (words[0] === 'balance') balance = words[1] ?? '';
+    if (words[0] === 'stick-table') table = words.slice(1).join(' ');
     if (words[0] !== 'server') continue;
     const at = parseAddress(words[2] ?? '');
     if (!at || at.address === '*') continue;
@@ -173,7 +186,13 @@ function readBackend(s: Section): RawBackend {
       tags: lineTags(line),
     });
   }
-  return { name: s.name, balance, servers, tags: sectionTags(s).tags };
+  return {
+    name: s.name,
+    balance,
+    servers,
+    tags: sectionTags(s).tags,
+    ...(table !== undefined ? { table: table === REFUSALS_TABLE ? table : `? ${table}` } : {}),
+  };
 }
 
 /** How tags are written into lines, as the API version keeps them. */
@@ -215,22 +234,44 @@ export function serverLine(s: ServerSpec & { tags: Tags }, t: LineTags): string 
   return `  server ${checkedName(s.name, 'server')} ${hostPort(s.address, s.port)}${s.check ? ' check' : ''}${t.server(s.tags)}`;
 }
 
-/** Our frontend's section: `mapFile` is where the API's storage keeps its SNI map. */
-export function frontendLines(f: RawFrontend, mapFile: string | undefined, t: LineTags): string[] {
+/** Where the API's storage keeps the frontend's maps (its SNI map, its allow map). */
+export interface MapFilePaths {
+  sniMap: string | undefined;
+  allowMap: string | undefined;
+}
+
+/** Our frontend's section, its maps at `files` (paths in the API's storage). */
+export function frontendLines(f: RawFrontend, files: MapFilePaths, t: LineTags): string[] {
   const delay = f.inspectDelayMs;
   if (f.bind === null || delay === null || !Number.isInteger(delay) || delay < 0)
     throw new RangeError(`frontend ${f.name} without a bind or a valid inspect delay`);
   const own = t.child(f.tags);
   const address = checkedBindAddress(f.bind.address);
+  const proxy = f.bind.acceptProxy ? ' accept-proxy' : '';
   const bind = `${address.includes(':') ? `[${address}]` : address}:${checkedPort(f.bind.port, 'bind')}`;
+  const mapFile = files.sniMap;
+  let body: string[];
+  if (f.edge) {
+    if (mapFile === undefined || files.allowMap === undefined)
+      throw new RangeError(`frontend ${f.name}: its guard needs both map files`);
+    checkedName(f.edge.refusals, 'refusals backend');
+    body = edgeLines(f.edge, delay, {
+      sniMap: checkedMapFile(mapFile),
+      allowMap: checkedMapFile(files.allowMap),
+    }).map((l) => `  ${l}`);
+  } else {
+    // Never tagged: v3.2.15 doubles a comment on this line at every write of the file.
+    body = [
+      `  tcp-request inspect-delay ${delay}ms`,
+      `  tcp-request content accept if { req.ssl_hello_type 1 }${own}`,
+    ];
+  }
   return [
     `frontend ${checkedName(f.name, 'frontend')}${t.header(f.tags)}`,
     ...t.first(f.tags),
     '  mode tcp',
-    `  bind ${bind} name ${BIND_NAME}${own}`,
-    // Never tagged: v3.2.15 doubles a comment on this line at every write of the file.
-    `  tcp-request inspect-delay ${delay}ms`,
-    `  tcp-request content accept if { req.ssl_hello_type 1 }${own}`,
+    `  bind ${bind} name ${BIND_NAME}${proxy}${own}`,
+    ...body,
     ...f.rules.map(
       (r) =>
         `  use_backend ${checkedName(r.backend, 'backend')} if { req.ssl_sni -i ${checkedHost(r.host)} }${t.child(r.tags)}`,
@@ -241,6 +282,16 @@ export function frontendLines(f: RawFrontend, mapFile: string | undefined, t: Li
 }
 
 export function backendLines(b: RawBackend, t: LineTags): string[] {
+  if (b.table) {
+    // The refusals table (`edge.ts`) is the only table this service writes.
+    if (b.table !== REFUSALS_TABLE) throw new RangeError(`refusing to write the table of backend ${b.name}`);
+    return [
+      `backend ${checkedName(b.name, 'backend')}${t.header(b.tags)}`,
+      ...t.first(b.tags),
+      '  mode tcp',
+      `  stick-table ${b.table}`,
+    ];
+  }
   return [
     `backend ${checkedName(b.name, 'backend')}${t.header(b.tags)}`,
     ...t.first(b.tags),

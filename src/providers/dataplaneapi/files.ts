@@ -4,7 +4,7 @@ import { checkedName, checkedPort, checkedServerAddress } from './checked.js';
 import type { Move } from './choose.js';
 import { type DataplaneClient, versionOf } from './client.js';
 import { backendLines, frontendLines, type LineTags, sectionKey, spliceSections } from './config-text.js';
-import { type MapFiles, mapText } from './maps.js';
+import { type MapFiles, mapsOf, mapText } from './maps.js';
 import type { ConfigReads } from './read.js';
 import type { Counter, Workers } from './reload.js';
 import { fileBackendNames, type SlotsFile } from './slots.js';
@@ -66,7 +66,7 @@ export class Files {
     // Map files first: a configuration that routes by a map names its file, which must hold the entries.
     const contents = new Map<string, string | undefined>();
     for (const f of target.frontends)
-      if (f.owned && f.sniMap && w.frontends.has(f.name)) contents.set(f.sniMap, undefined);
+      if (f.owned && w.frontends.has(f.name)) for (const m of mapsOf(f)) contents.set(m, undefined);
     for (const name of w.maps)
       contents.set(name, mapText(target.maps?.find((m) => m.name === name)?.entries ?? new Map()));
     const mapFile = new Map<string, string>();
@@ -83,10 +83,10 @@ export class Files {
     for (const name of w.frontends) {
       const f = target.frontends.find((x) => x.name === name);
       if (f && !f.owned) continue;
-      const file = f?.sniMap
-        ? (mapFile.get(f.sniMap) ?? (await this.d.maps.find(f.sniMap, signal, counter)))
-        : undefined;
-      edits.set(sectionKey('frontend', name), f ? frontendLines(f, file, lines) : null);
+      const path = async (map: string | null | undefined) =>
+        map ? (mapFile.get(map) ?? (await this.d.maps.find(map, signal, counter))) : undefined;
+      const files = { sniMap: await path(f?.sniMap), allowMap: await path(f?.edge?.allowMap) };
+      edits.set(sectionKey('frontend', name), f ? frontendLines(f, files, lines) : null);
     }
     for (const name of w.backends) {
       if (inFiles.has(name)) continue;

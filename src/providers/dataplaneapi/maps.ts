@@ -1,3 +1,4 @@
+import { ALLOW_VALUE, isAllowKey } from '../../haproxy/edge.js';
 import { checkedHost, checkedName } from './checked.js';
 import { type DataplaneClient, DataplaneHttpError } from './client.js';
 import { storageName } from './map-names.js';
@@ -5,12 +6,22 @@ import type { Counter } from './reload.js';
 
 /** SNI map files in the API's storage (`map-names.ts` says how the API names them). */
 
-/** A map file's text: one `host backend` line per entry, sorted, every value checked once more. */
+/** A map file's text: one `key value` line per entry, sorted, every value checked once more. */
 export function mapText(entries: ReadonlyMap<string, string>): string {
   const lines = [...entries]
     .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
-    .map(([host, backend]) => `${checkedHost(host)} ${checkedName(backend, 'backend')}\n`);
+    .map(([key, value]) =>
+      // An allow map's key (`edge.ts`), or an SNI map's host and backend.
+      isAllowKey(key) && value === ALLOW_VALUE
+        ? `${key} ${value}\n`
+        : `${checkedHost(key)} ${checkedName(value, 'backend')}\n`,
+    );
   return lines.join('');
+}
+
+/** The maps a frontend names: the SNI map it routes by, and its guard's allow map. */
+export function mapsOf(f: { sniMap?: string | null; edge?: { allowMap: string } | null }): string[] {
+  return [f.sniMap, f.edge?.allowMap].filter((m): m is string => !!m);
 }
 
 const EMPTY_MAP = '# no entries\n';

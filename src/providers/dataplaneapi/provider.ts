@@ -1,7 +1,7 @@
 import { PERSIST_DELAY_MS } from '../../config/settings.js';
 import type { HaproxyState } from '../../haproxy/model.js';
 import { ConcurrentChangeError } from '../../model/errors.js';
-import { sniMapNameFor } from '../../naming/names.js';
+import { allowMapNameFor, sniMapNameFor } from '../../naming/names.js';
 import type { Plan } from '../../plan/plan.js';
 import type { Reading } from '../../plan/reading.js';
 import { systemClock } from '../../timing/clock.js';
@@ -16,7 +16,7 @@ import { lineTagsFor } from './config-text.js';
 import { translate } from './errors.js';
 import { Files } from './files.js';
 import { MapNames } from './map-names.js';
-import { MapFiles } from './maps.js';
+import { MapFiles, mapsOf } from './maps.js';
 import { type Pending, Persistence } from './persist.js';
 import { ConfigReads } from './read.js';
 import { type Counter, Workers } from './reload.js';
@@ -82,7 +82,7 @@ export class DataplaneProvider implements Provider {
     });
     this.workers = new Workers(this.client, o);
     // The service names its map after its owner id (`sniMapNameFor`), so a restart reads it back by that name.
-    this.names = new MapNames([sniMapNameFor(o.owner.id), ...(o.sniMaps ?? [])]);
+    this.names = new MapNames([sniMapNameFor(o.owner.id), allowMapNameFor(o.owner.id), ...(o.sniMaps ?? [])]);
     this.reads = new ConfigReads(this.client, (file) => this.names.logical(file));
     this.maps = new MapFiles(this.client);
     const slots =
@@ -225,7 +225,7 @@ export class DataplaneProvider implements Provider {
     this.persistence.follow(reading.state);
     const drift = this.drift ?? { backends: new Set(), maps: new Set() };
     this.drift = undefined;
-    const owned = new Set(reading.state.frontends.filter((f) => f.owned).map((f) => f.sniMap));
+    const owned = new Set(reading.state.frontends.filter((f) => f.owned).flatMap(mapsOf));
     const backends = [...drift.backends].filter((name) => reading.backend(name)?.owned);
     const maps = [...drift.maps].filter((name) => owned.has(name));
     // The files are behind what runs (a crash or a reload before persistence): until they are written, one
@@ -264,8 +264,10 @@ export class DataplaneProvider implements Provider {
     if (plan.operations.length === 0) return { reload: 'none', requests: 0 };
     await this.ready(signal);
     for (const op of plan.operations)
-      if (op.kind === 'create_frontend' || op.kind === 'update_frontend')
+      if (op.kind === 'create_frontend' || op.kind === 'update_frontend') {
         this.names.learn(op.frontend.sniMap);
+        this.names.learn(op.frontend.edge.allowMap);
+      }
     return this.serialized(async () => {
       const counter = { requests: 0 };
       try {

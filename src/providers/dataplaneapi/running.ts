@@ -1,5 +1,6 @@
 import type { HaproxyState, RawBackend, RawMap, RawServer, RawState } from '../../haproxy/model.js';
 import type { DataplaneClient } from './client.js';
+import { mapsOf } from './maps.js';
 import type { Counter } from './reload.js';
 import { type RunningServer, readMapEntries, readRunningServers } from './runtime-reads.js';
 
@@ -29,7 +30,7 @@ export async function withRunning(
   signal: AbortSignal,
   counter: Counter,
 ): Promise<Running> {
-  const names = [...new Set(raw.frontends.flatMap((f) => (f.sniMap ? [f.sniMap] : [])))];
+  const names = [...new Set(raw.frontends.flatMap(mapsOf))];
   const none: Running['drift'] = { backends: new Set(), maps: new Set() };
   if (names.length === 0) return { raw, drift: none, draining: new Set() };
   if (!runtimeServers) {

@@ -1,3 +1,4 @@
+import { ALLOW_VALUE, isAllowKey } from '../../haproxy/edge.js';
 import type { RuntimeOp } from '../runtime-steps.js';
 import { checkedHost, checkedName, checkedPort, checkedServerAddress } from './checked.js';
 import type { DataplaneClient } from './client.js';
@@ -60,12 +61,16 @@ export async function applyRuntimeOps(
           signal,
         });
         break;
+      case 'add_allow_entry':
+      case 'delete_allow_entry':
+        await allowEntry(client, op, signal, counter);
+        break;
     }
   };
-  // The plan comes sorted by kind (`sortOperations`): every server of a new route before any map entry,
-  // entries removed before their servers. Operations of one kind touch distinct servers or hosts, so a run of
-  // one kind goes side by side (a burst of new routes is bound by round trips, not by the API), and the next
-  // kind starts only once the run before it has ended.
+  // The plan comes sorted (`sortOperations`): every server of a new route before any map entry, entries
+  // removed before their servers, the allow map's stages around the SNI map's changes. Operations of one
+  // kind and stage touch distinct servers, hosts or keys, so such a run goes side by side (a burst of new
+  // routes is bound by round trips, not by the API), and the next starts only once the run before has ended.
   for (const run of runsOfOneKind(ops)) await inParallel(run, PARALLEL, signal, one);
   return { draining, busy };
 }
@@ -73,15 +78,45 @@ export async function applyRuntimeOps(
 /** Requests in flight at once: the client's sockets (`client.ts`). */
 const PARALLEL = 4;
 
-/** `ops` cut where the kind changes, order kept. */
+/** `ops` cut where the kind (or the allow map's stage) changes, order kept. */
 function runsOfOneKind(ops: readonly RuntimeOp[]): RuntimeOp[][] {
   const runs: RuntimeOp[][] = [];
+  const step = (op: RuntimeOp) => ('stage' in op ? `${op.kind}/${op.stage}` : op.kind);
   for (const op of ops) {
     const last = runs.at(-1);
-    if (last && last[0]?.kind === op.kind) last.push(op);
+    const first = last?.[0];
+    if (last && first && step(first) === step(op)) last.push(op);
     else runs.push([op]);
   }
   return runs;
+}
+
+/**
+ * An allow-map key (`edge.ts`), added or removed: `POST …/entries`, `DELETE …/entries/{key}` (the key
+ * URL-encoded: `10.0.0.0%2F8%7Ckubebyon_slot_00001`, taken as it is by v3.0.23, v3.2.15 and v3.4.0). Keys
+ * are never replaced (a `PUT` of a key with a `/` applies, then answers 404: the API reads the entry back
+ * with `get map`, which looks a network up as an address).
+ */
+async function allowEntry(
+  client: DataplaneClient,
+  op: Extract<RuntimeOp, { kind: 'add_allow_entry' | 'delete_allow_entry' }>,
+  signal: AbortSignal,
+  counter: Counter,
+): Promise<void> {
+  if (!isAllowKey(op.key)) throw new RangeError(`refusing to send the allow key ${JSON.stringify(op.key)}`);
+  const parent_name = storageName(op.map);
+  counter.requests++;
+  if (op.kind === 'add_allow_entry')
+    await client.POST('/services/haproxy/runtime/maps/{parent_name}/entries', {
+      params: { path: { parent_name } },
+      body: { key: op.key, value: ALLOW_VALUE },
+      signal,
+    });
+  else
+    await client.DELETE('/services/haproxy/runtime/maps/{parent_name}/entries/{id}', {
+      params: { path: { parent_name, id: op.key } },
+      signal,
+    });
 }
 
 /**

@@ -66,12 +66,16 @@ export function parseSlots(text: string): RawBackend[] {
 }
 
 /**
- * The backends of `state` that belong in the files: ours, and named by no frontend's rule or default (the
- * map alone routes to them). Pure.
+ * The backends of `state` that belong in the files: ours, and named by no frontend's rule, default or
+ * guard (the refusals table's backend: `edge.ts`); the map alone routes to them. Pure.
  */
 export function fileBackendNames(state: HaproxyState): Set<string> {
   const named = new Set(
-    state.frontends.flatMap((f) => [...f.rules.map((r) => r.backend), f.defaultBackend ?? '']),
+    state.frontends.flatMap((f) => [
+      ...f.rules.map((r) => r.backend),
+      f.defaultBackend ?? '',
+      f.edge?.refusals ?? '',
+    ]),
   );
   const out = new Set<string>();
   for (const b of state.backends) if (b.owned && !named.has(b.name)) out.add(b.name);

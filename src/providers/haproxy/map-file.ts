@@ -1,4 +1,5 @@
 import { basename, dirname, isAbsolute, join } from 'node:path';
+import { ALLOW_VALUE, isAllowKey } from '../../haproxy/edge.js';
 import { isHaproxyName } from '../../naming/names.js';
 import { RuntimeAnswerError } from './runtime-text.js';
 import { HOST, UnsafeValueError } from './safe-values.js';
@@ -24,8 +25,18 @@ export function isMapKey(host: string): boolean {
   return MAP_KEY.test(host) && HOST.test(host);
 }
 
+/** An entry this service writes: an SNI map's `<host> <backend>`, or an allow map's `<key> 1` (`edge.ts`). */
+export function isMapEntry(key: string, value: string): boolean {
+  return (isMapKey(key) && isHaproxyName(value)) || (isAllowKey(key) && value === ALLOW_VALUE);
+}
+
 function need(ok: boolean, what: string, value: unknown): void {
   if (!ok) throw new UnsafeValueError(`refusing to write ${what} ${JSON.stringify(value)} to HAProxy`);
+}
+
+/** The maps a frontend names: the SNI map it routes by, and its guard's allow map. */
+export function mapsOf(f: { sniMap?: string | null; edge?: { allowMap: string } | null }): string[] {
+  return [f.sniMap, f.edge?.allowMap].filter((m): m is string => !!m);
 }
 
 /** The path of map `name` in `dir` (the owned file's folder). */
@@ -58,8 +69,7 @@ export function renderMapFile(entries: ReadonlyMap<string, string>): string {
   const lines = [MAP_HEADER];
   for (const host of hosts) {
     const backend = entries.get(host) as string;
-    need(isMapKey(host), 'map key', host);
-    need(isHaproxyName(backend), 'map value', backend);
+    need(isMapEntry(host, backend), 'map entry', `${host} ${backend}`);
     lines.push(`${host} ${backend}`);
   }
   return `${lines.join('\n')}\n`;
@@ -72,7 +82,7 @@ export function parseMapFile(text: string): Map<string, string> {
     const line = raw.trim();
     if (line === '' || line.startsWith('#')) return;
     const [key, value, ...rest] = line.split(/\s+/);
-    if (rest.length > 0 || !isMapKey(key ?? '') || !isHaproxyName(value ?? ''))
+    if (rest.length > 0 || !isMapEntry(key ?? '', value ?? ''))
       throw new RuntimeAnswerError(`map file line ${i + 1}: ${JSON.stringify(line.slice(0, 200))}`);
     entries.set(key as string, value as string);
   });
@@ -122,10 +132,7 @@ export const mapRuntime = {
 function mapCommand(verb: 'add' | 'set' | 'del', path: string, host: string, backend?: string) {
   // A key read back from HAProxy may be anything a hand put there; deleting it must still be safe to send.
   need(/^[\x21-\x7e]{1,253}$/.test(host) && !/[;#\\'"]/.test(host), 'map key', host);
-  if (backend !== undefined) {
-    need(isMapKey(host), 'map key', host);
-    need(isHaproxyName(backend), 'map value', backend);
-  }
+  if (backend !== undefined) need(isMapEntry(host, backend), 'map entry', `${host} ${backend}`);
   return {
     command: `@1 ${verb} map ${path} ${host}${backend === undefined ? '' : ` ${backend}`}`,
     ok: /^\s*$/,

@@ -1,4 +1,5 @@
 import { parseAddress } from '../../haproxy/address.js';
+import { isEdgeLine, REFUSALS_TABLE, readEdge } from '../../haproxy/edge.js';
 import type { RawBackend, RawFrontend, RawRule, RawServer, RawState, Tags } from '../../haproxy/model.js';
 import { isHaproxyName } from '../../naming/names.js';
 import { TAG_KEY, TAG_VALUE } from '../../registry/registry.js';
@@ -15,7 +16,7 @@ export class OwnedFileParseError extends Error {
 
 /** What the parser builds, line by line, before handing it out read-only. */
 type Building<T> = { -readonly [K in keyof T]: T[K] };
-type FrontendBuild = Building<RawFrontend> & { rules: RawRule[] };
+type FrontendBuild = Building<RawFrontend> & { rules: RawRule[]; body: string[] };
 type BackendBuild = Building<RawBackend> & { servers: RawServer[] };
 
 export interface ParsedOwnedFile {
@@ -95,7 +96,19 @@ export function parseOwnedFile(text: string, defaultsName = DEFAULTS_NAME, mapDi
       backendLine(line, section.b);
     }
   }
-  return { state, generation };
+  // The guard's lines are read as a whole (`readEdge`): a line of it changed by hand reads as no guard.
+  const frontends = state.frontends.map(({ body, ...f }) => {
+    const read = readEdge(body, (file) =>
+      mapDir === undefined ? undefined : (mapNameOf(mapDir, file) ?? undefined),
+    );
+    return {
+      ...f,
+      inspectDelayMs: read.inspectDelayMs,
+      acceptsTlsHello: read.acceptsTlsHello,
+      ...(read.edge ? { edge: read.edge } : {}),
+    };
+  });
+  return { state: { frontends, backends: state.backends }, generation };
 }
 
 function sectionLine(
@@ -120,6 +133,7 @@ function sectionLine(
       acceptsTlsHello: false,
       defaultBackend: null,
       rules: [],
+      body: [],
       tags,
     };
     state.frontends.push(f);
@@ -135,15 +149,13 @@ function frontendLine(line: Line, f: FrontendBuild, mapDir: string | undefined):
   const { body, words, fail } = line;
   const [kw, arg] = words;
   const byMap = MAP_USE_BACKEND.exec(body);
-  const delay = /^tcp-request inspect-delay ([0-9]+)ms$/.exec(body);
   const use = /^use_backend (\S+) if \{ req\.ssl_sni -i (\S+) \}$/.exec(body);
   if (kw === 'id' && /^[0-9]{1,10}$/.test(arg ?? '') && words.length === 2) return Number(arg);
-  if (kw === 'bind' && words.length === 2) {
-    f.bind = parseAddress(arg ?? '') ?? fail('bad bind');
-  } else if (delay) {
-    f.inspectDelayMs = Number(delay[1]);
-  } else if (body === 'tcp-request content accept if { req.ssl_hello_type 1 }') {
-    f.acceptsTlsHello = true;
+  if (kw === 'bind' && (words.length === 2 || (words.length === 3 && words[2] === 'accept-proxy'))) {
+    const at = parseAddress(arg ?? '') ?? fail('bad bind');
+    f.bind = words.length === 3 ? { ...at, acceptProxy: true } : at;
+  } else if (isEdgeLine(words.join(' '))) {
+    f.body.push(words.join(' '));
   } else if (byMap) {
     const name = mapDir === undefined ? null : mapNameOf(mapDir, byMap[1] ?? '');
     if (name === null || f.sniMap) fail("bad SNI map (one per frontend, in the owned file's folder)");
@@ -169,6 +181,8 @@ function backendLine(line: Line, b: BackendBuild): void {
   const [kw, arg] = words;
   if (kw === 'balance' && words.length === 2 && BALANCE.has(arg ?? '')) {
     b.balance = arg as string;
+  } else if (kw === 'stick-table' && line.words.join(' ') === `stick-table ${REFUSALS_TABLE}`) {
+    b.table = REFUSALS_TABLE;
   } else if (kw === 'server' && (words.length === 3 || (words.length === 4 && words[3] === 'check'))) {
     const at = parseAddress(words[2] ?? '');
     if (!isHaproxyName(arg ?? '') || !at || at.address === '*') fail('bad server');

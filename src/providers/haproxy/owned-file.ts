@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { isIP } from 'node:net';
+import { edgeLines, edgeText, REFUSALS_TABLE } from '../../haproxy/edge.js';
 import type { Bind, RawBackend, RawFrontend, RawServer, RawState, Tags } from '../../haproxy/model.js';
 import { isHaproxyName } from '../../naming/names.js';
 import { DEFAULT_OWNER_ID, TAG_KEY, TAG_VALUE } from '../../registry/registry.js';
@@ -90,15 +91,17 @@ export function generationOf(state: RawState): number {
     f.defaultBackend,
     f.rules.map((r) => [r.backend, r.host, tags(r.tags)]),
     tags(f.tags),
-    // Only when set: files written before map routing keep their generation.
+    // Only when set: files written before map routing, or before the guard, keep their generation.
     ...(f.sniMap ? [f.sniMap] : []),
+    ...(f.edge ? [edgeText(f.edge)] : []),
+    ...(f.bind?.acceptProxy ? ['accept-proxy'] : []),
   ]);
   // The text of JSON.stringify({ f, b }) fed in parts (so every file written before hashes alike), each
   // backend's part kept with the backend: a persistence of thousands of slots hashes only what changed.
   const pieces = byNameSorted(state.backends).map((b) => {
     let piece = generationPieces.get(b);
     if (piece === undefined) {
-      piece = JSON.stringify([b.name, b.balance, tags(b.tags)]);
+      piece = JSON.stringify([b.name, b.balance, tags(b.tags), ...(b.table ? [b.table] : [])]);
       generationPieces.set(b, piece);
     }
     return piece;
@@ -158,7 +161,7 @@ function slotOrder(a: RawServer, b: RawServer): number {
 
 function bindLine(bind: Bind): string {
   port('bind port', bind.port);
-  return `bind ${address('bind address', bind.address, true)}:${bind.port}`;
+  return `bind ${address('bind address', bind.address, true)}:${bind.port}${bind.acceptProxy ? ' accept-proxy' : ''}`;
 }
 
 function renderFrontend(
@@ -172,11 +175,26 @@ function renderFrontend(
   const lines = [`frontend ${f.name} from ${defaultsName}${tagComment(f.tags)}`];
   if (generation !== null) lines.push(`  id ${generation}`);
   lines.push('  mode tcp', `  ${bindLine(f.bind as Bind)}`);
-  if (f.inspectDelayMs !== null) {
-    need(Number.isInteger(f.inspectDelayMs) && f.inspectDelayMs >= 0, 'inspect delay', f.inspectDelayMs);
-    lines.push(`  tcp-request inspect-delay ${f.inspectDelayMs}ms`);
+  if (f.edge) {
+    need(
+      f.inspectDelayMs !== null && f.sniMap !== undefined && f.sniMap !== null,
+      'guard without a map',
+      f.name,
+    );
+    need(mapDir !== undefined, 'guard without a folder', f.name);
+    name('refusals backend', f.edge.refusals);
+    const files = {
+      sniMap: mapPath(mapDir as string, f.sniMap as string),
+      allowMap: mapPath(mapDir as string, f.edge.allowMap),
+    };
+    for (const l of edgeLines(f.edge, f.inspectDelayMs as number, files)) lines.push(`  ${l}`);
+  } else {
+    if (f.inspectDelayMs !== null) {
+      need(Number.isInteger(f.inspectDelayMs) && f.inspectDelayMs >= 0, 'inspect delay', f.inspectDelayMs);
+      lines.push(`  tcp-request inspect-delay ${f.inspectDelayMs}ms`);
+    }
+    if (f.acceptsTlsHello) lines.push('  tcp-request content accept if { req.ssl_hello_type 1 }');
   }
-  if (f.acceptsTlsHello) lines.push('  tcp-request content accept if { req.ssl_hello_type 1 }');
   for (const r of f.rules) {
     name('backend name', r.backend);
     need(HOST.test(r.host), 'host', r.host);
@@ -204,12 +222,15 @@ function renderBackendText(b: RawBackend, defaultsName: string): string {
 
 function renderBackend(b: RawBackend, defaultsName: string): string[] {
   name('backend name', b.name);
+  const lines = [`backend ${b.name} from ${defaultsName}${tagComment(b.tags)}`, '  mode tcp'];
+  if (b.table) {
+    // The refusals table (`edge.ts`): a backend that only holds it.
+    need(b.table === REFUSALS_TABLE && b.servers.length === 0, 'table backend', b.name);
+    lines.push(`  stick-table ${b.table}`);
+    return lines;
+  }
   need(BALANCE.has(b.balance), 'balance algorithm', b.balance);
-  const lines = [
-    `backend ${b.name} from ${defaultsName}${tagComment(b.tags)}`,
-    '  mode tcp',
-    `  balance ${b.balance}`,
-  ];
+  lines.push(`  balance ${b.balance}`);
   const seen = new Set<string>();
   for (const s of [...b.servers].sort(slotOrder)) {
     name('server name', s.name);

@@ -3,7 +3,7 @@ import { setImmediate } from 'node:timers/promises';
 import type { RawMap, RawState } from '../../haproxy/model.js';
 import { errorText } from '../../model/errors.js';
 import { writeFileAtomic } from '../../store/atomic-file.js';
-import { mapPath, renderMapFile } from './map-file.js';
+import { mapPath, mapsOf, renderMapFile } from './map-file.js';
 import { renderOwnedFile } from './owned-file.js';
 import type { FileReading, OwnedFileCache } from './read.js';
 import { mapDirOf, OWNED_FILE_MODE, type Session, writeOwnedFile } from './session.js';
@@ -32,7 +32,7 @@ async function readText(path: string): Promise<string | null> {
 }
 
 /**
- * Writes the map file of every owned frontend that routes by a map, with the entries `maps` gives (none: an
+ * Writes the map files of every owned frontend (its SNI map, its allow map), with the entries `maps` gives (none: an
  * empty map), where the file on disk differs. Returns what undoes it: the previous contents put back.
  */
 export async function writeMapFiles(
@@ -41,8 +41,8 @@ export async function writeMapFiles(
   maps: readonly RawMap[] | undefined,
 ): Promise<() => Promise<void>> {
   const previous: Array<{ path: string; text: string }> = [];
-  for (const name of new Set(fileState.frontends.map((f) => f.sniMap).filter((m) => !!m))) {
-    const path = mapPath(mapDirOf(s), name as string);
+  for (const name of new Set(fileState.frontends.flatMap(mapsOf))) {
+    const path = mapPath(mapDirOf(s), name);
     await setImmediate();
     const text = renderMapFile(maps?.find((m) => m.name === name)?.entries ?? new Map());
     const before = await readText(path);

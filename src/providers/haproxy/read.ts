@@ -1,7 +1,7 @@
 import { readFile, stat } from 'node:fs/promises';
 import type { RawBackend, RawFrontend, RawMap, RawState } from '../../haproxy/model.js';
 import { TerminalError } from '../../model/errors.js';
-import { mapPath, parseShowMap, showMapCommand } from './map-file.js';
+import { mapPath, mapsOf, parseShowMap, showMapCommand } from './map-file.js';
 import { generationCarrier, generationOf } from './owned-file.js';
 import { OwnedFileParseError, type ParsedOwnedFile, parseOwnedFile } from './owned-file-parse.js';
 import {
@@ -143,9 +143,11 @@ export async function takeReading(
 async function readMaps(s: Session, file: RawState, signal: AbortSignal): Promise<RawMap[]> {
   const maps: RawMap[] = [];
   for (const f of file.frontends) {
-    if (!f.sniMap || maps.some((m) => m.name === f.sniMap)) continue;
-    const answer = await readCommand(s, showMapCommand(mapPath(mapDirOf(s), f.sniMap)), signal);
-    maps.push({ name: f.sniMap, entries: parseShowMap(answer) });
+    for (const name of mapsOf(f)) {
+      if (maps.some((m) => m.name === name)) continue;
+      const answer = await readCommand(s, showMapCommand(mapPath(mapDirOf(s), name)), signal);
+      maps.push({ name, entries: parseShowMap(answer) });
+    }
   }
   return maps;
 }

@@ -1,3 +1,4 @@
+import { ALLOW_VALUE, isAllowKey } from '../../haproxy/edge.js';
 import { errorText } from '../../model/errors.js';
 import { isHaproxyName } from '../../naming/names.js';
 import type { Operation } from '../../plan/plan.js';
@@ -17,6 +18,7 @@ type DeleteServer = Extract<Operation, { kind: 'delete_server' }>;
 type UpdateServer = Extract<Operation, { kind: 'update_server' }>;
 type SetEntry = Extract<Operation, { kind: 'set_map_entry' }>;
 type DeleteEntry = Extract<Operation, { kind: 'delete_map_entry' }>;
+type AllowEntry = Extract<Operation, { kind: 'add_allow_entry' | 'delete_allow_entry' }>;
 
 class RuntimeCommandError extends Error {
   override readonly name = 'RuntimeCommandError';
@@ -86,6 +88,19 @@ class RuntimeChange {
     else if (op.kind === 'delete_server') await this.deleteServer(op);
     else if (op.kind === 'set_map_entry') await this.setEntry(op);
     else if (op.kind === 'delete_map_entry') await this.deleteEntry(op);
+    else if (op.kind === 'add_allow_entry' || op.kind === 'delete_allow_entry') await this.allowEntry(op);
+  }
+
+  /** An allow-map key (authorized networks), added or removed; undone the other way. */
+  private async allowEntry(op: AllowEntry): Promise<void> {
+    const path = mapPath(mapDirOf(this.s), op.map);
+    if (op.kind === 'add_allow_entry') {
+      await run(this.s, mapRuntime.add(path, op.key, ALLOW_VALUE), this.signal);
+      this.undos.push(mapRuntime.del(path, op.key));
+    } else {
+      await run(this.s, mapRuntime.del(path, op.key), this.signal);
+      if (isAllowKey(op.key)) this.undos.push(mapRuntime.add(path, op.key, ALLOW_VALUE));
+    }
   }
 
   /** `add map` for a new key (a second `add` would make a duplicate entry), `set map` to move one. */

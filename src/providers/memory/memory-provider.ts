@@ -83,6 +83,8 @@ const RUNTIME = new Set([
   'delete_map_entry',
   'create_server',
   'delete_server',
+  'add_allow_entry',
+  'delete_allow_entry',
 ]);
 
 // A held apply still honours its signal, as a real provider's request would.
