@@ -29,7 +29,11 @@ const change = fc.tuple(
 
 function routesOf(wanted: Wanted): Route[] {
   return [...wanted].map(([h, p]) => ({
-    networks: [],
+    // Authorized networks that change with the endpoints, so that changes of a list are planned too.
+    networks: [
+      ...(p.includes(30001) ? ['198.18.1.0/24'] : []),
+      ...(p.includes(30002) ? ['2001:db8::/32'] : []),
+    ],
     cluster: `c${h}`,
     host: hostOf(h),
     endpoints: p.map((port) => ({ address: '10.0.0.1', port })),
