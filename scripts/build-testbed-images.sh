@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the local HAProxy test-bed images, one per HAProxy version, from Debian's packages only:
 #   kubebyon-testbed/haproxy:3.0  (Debian trixie)      kubebyon-testbed/haproxy:2.6  (Debian bookworm)
+#   kubebyon-testbed/haproxy:3.2  (Debian forky, HAProxy 3.2 LTS; built only when asked: `$0 3.2`)
 # No registry is reachable, so each image is a root fs assembled here and built `FROM scratch` with COPY only.
 # The package closure is resolved by apt against an empty dpkg status, in a private apt state directory per
 # suite, so the machine itself is never upgraded. Downloads are cached under $KUBEBYON_TESTBED_CACHE.
@@ -17,7 +18,10 @@ suite_for() {
   case "$1" in
     3.0) echo trixie ;;
     2.6) echo bookworm ;;
-    *) log "unknown HAProxy version $1 (want 3.0 or 2.6)"; exit 2 ;;
+    # Debian testing: its haproxy (3.2.x) needs that suite's libc and OpenSSL, which its closure brings along
+    # (the image's root fs is all forky; nothing of the machine's bookworm ends up in it).
+    3.2) echo forky ;;
+    *) log "unknown HAProxy version $1 (want 3.0, 2.6 or 3.2)"; exit 2 ;;
   esac
 }
 

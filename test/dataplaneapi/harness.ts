@@ -20,7 +20,7 @@ import {
   foreignConfig,
   startDataplaneTestbed,
 } from '../support/dataplaneapi-testbed.js';
-import type { HaproxyVersion } from '../support/haproxy-testbed.js';
+import { type HaproxyVersion, haproxyVersionUnderTest } from '../support/haproxy-testbed.js';
 import { isOwned, registry } from '../support/owner.js';
 import { freeLoopbackPort } from '../support/ports.js';
 import { type NamedTlsServer, startNamedTlsServer } from '../support/tls.js';
@@ -29,10 +29,7 @@ import { waitFor } from '../support/wait.js';
 export const source: DataplaneSource | undefined = dataplaneSource();
 
 export function versionUnderTest(): HaproxyVersion {
-  const v = process.env.KUBEBYON_TEST_HAPROXY_VERSION ?? '3.0';
-  if (v !== '3.0' && v !== '2.6')
-    throw new Error(`KUBEBYON_TEST_HAPROXY_VERSION must be 3.0 or 2.6, got ${v}`);
-  return v;
+  return haproxyVersionUnderTest();
 }
 
 export const silent = pino({ level: 'silent' });

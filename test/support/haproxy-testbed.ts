@@ -14,12 +14,21 @@ const run = promisify(execFile);
 /** Every test-bed container carries this label, so leftovers of a crashed run can be swept. */
 export const TESTBED_LABEL = 'kubebyon.testbed';
 
-export type HaproxyVersion = '3.0' | '2.6';
+/**
+ * The HAProxy versions the test bed has an image for (scripts/build-testbed-images.sh): 3.0 (Debian trixie,
+ * the default), 2.6 (bookworm) and 3.2 LTS (forky).
+ */
+export const HAPROXY_VERSIONS = ['3.0', '2.6', '3.2'] as const;
+export type HaproxyVersion = (typeof HAPROXY_VERSIONS)[number];
+
+export function isHaproxyVersion(v: string): v is HaproxyVersion {
+  return (HAPROXY_VERSIONS as readonly string[]).includes(v);
+}
 
 export function haproxyVersionUnderTest(): HaproxyVersion {
   const v = process.env.KUBEBYON_TEST_HAPROXY_VERSION ?? '3.0';
-  if (v !== '3.0' && v !== '2.6')
-    throw new Error(`KUBEBYON_TEST_HAPROXY_VERSION must be 3.0 or 2.6, got ${v}`);
+  if (!isHaproxyVersion(v))
+    throw new Error(`KUBEBYON_TEST_HAPROXY_VERSION must be one of ${HAPROXY_VERSIONS.join(', ')}, got ${v}`);
   return v;
 }
 
