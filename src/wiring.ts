@@ -75,8 +75,8 @@ export async function createTopology(
 /**
  * The provider the configuration names (or the one `given`, for tests), its traffic counted in `metrics`,
  * behind the registry of the configured owner id: no plan reaches a provider unchecked. Only the service
- * keeps the provider's files beside the state file (`keepsFiles`): a pass run by hand beside a running
- * service must not take the service's open transactions for leftovers of its own and drop them.
+ * keeps the provider's files beside the state file (`keepsFiles`): only the service sweeps what an older
+ * release left there (the Data Plane API's transaction ledger), never a pass run by hand beside it.
  */
 export async function createConfiguredProvider(
   config: Config,

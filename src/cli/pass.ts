@@ -153,7 +153,7 @@ export async function applyCommand(
     }
     if (!report.result.ok) {
       io.err(
-        `apply: failed${tried ? ', nothing applied' : ''}: ${report.result.error ?? 'reconcile failed'}`,
+        `apply: failed${tried ? ' (what ran at runtime before the failure stays; the next pass plans from it)' : ''}: ${report.result.error ?? 'reconcile failed'}`,
       );
       return 1;
     }

@@ -109,9 +109,10 @@ export class LaneSet<T extends InstanceTarget> {
       const making = this.make(target).then(
         async (lane) => {
           this.starting.delete(target.name);
-          // No longer wanted (standby, the pod went) while it was made: it goes at once.
+          // No longer wanted (standby, the pod went) while it was made: it goes at once, writing nothing (a
+          // replica that stands by must not write HAProxy's files: the leader does).
           if (!this.isWanted(target.name, target.key) || this.lanes.has(target.name)) {
-            await lane.close(0, true).catch(() => {});
+            await lane.close(0, false).catch(() => {});
             if (this.wanted.some((t) => t.name === target.name)) void this.startMissing();
             return;
           }

@@ -38,7 +38,8 @@ export interface RenderOptions {
 
 /**
  * The slot pool never has fewer slots: 64 empty backends cost HAProxy about 256 KB and a first route no
- * reload; the pool grows ×1.5 once 7/8 is held, so N routes cost O(log N) growth reloads (6 to reach 1000).
+ * reload; the pool grows ×1.5 once 7/8 is held, so N routes cost O(log N) growth reloads (8 to reach 1000
+ * one route at a time; one when they come in one plan).
  */
 export const MIN_SLOTS = 64;
 

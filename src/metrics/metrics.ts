@@ -51,7 +51,7 @@ export function createMetrics(options: { perInstance?: boolean } = {}) {
     }),
     transactions: new Counter({
       name: `${NS}_transactions_total`,
-      help: 'Plans applied to HAProxy as one transaction, by result: committed, conflict (retried), failed.',
+      help: 'Plans applied to HAProxy (one apply each; named when every apply was a transaction), by result: committed, conflict (retried), failed.',
       labelNames: ['result', 'haproxy'] as const,
       registers: [registry],
     }),

@@ -51,7 +51,7 @@ export interface ProviderDeps {
   logger: Logger;
   /** Whose tags the provider writes (the registry); the composition root wraps the provider with it. */
   owner: Tagger;
-  /** A directory the provider may keep small files in (the state file's): e.g. the open-transaction ledger. */
+  /** A directory the provider may keep small files in (the state file's): e.g. where an older release kept its open-transaction ledger, swept at start. */
   stateDir?: string;
   /** Counts what the provider sends to HAProxy (the service feeds its metrics). */
   traffic?: ProviderTraffic;

@@ -63,9 +63,14 @@ export function runtimeSteps(plan: Plan, from: Reading): RuntimeOp[] | undefined
   return steps;
 }
 
-/** Requests `ops` take through the Data Plane API: a new server two (add, then ready), a move two, the rest one. */
+/**
+ * Requests `ops` take through the Data Plane API (`dataplaneapi/runtime.ts`): a new server two (add, then
+ * ready), a delete two (maintenance, then delete), a move four (a delete and an add: runtime servers have
+ * no address change of their own), a map or allow-map entry one.
+ */
 export function runtimeRequests(ops: readonly RuntimeOp[]): number {
   let n = 0;
-  for (const op of ops) n += op.kind === 'create_server' || op.kind === 'update_server' ? 2 : 1;
+  for (const op of ops)
+    n += op.kind === 'update_server' ? 4 : op.kind === 'create_server' || op.kind === 'delete_server' ? 2 : 1;
   return n;
 }

@@ -35,14 +35,14 @@ export function desiredConfig(
   return { desired, config: renderDesired(desired.routes, render) };
 }
 
-/** Reads HAProxy once and plans against it: what a pass would apply now. */
+/** Reads HAProxy once and plans against it: what a pass would apply now. Writes nothing (`settle: false`). */
 export async function planAgainst(
   config: DesiredConfig,
   provider: OwnedProvider,
   signal: AbortSignal,
   read: ReadOptions = {},
 ): Promise<Plan> {
-  return plan(config, (await provider.read(signal, read)).state);
+  return plan(config, (await provider.read(signal, { ...read, settle: false })).state);
 }
 
 /**

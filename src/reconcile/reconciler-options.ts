@@ -55,7 +55,7 @@ export interface ReconcilerOptions {
    */
   recoveryProbeMs?: number;
   /**
-   * How often the provider's revision token is read (`KUBEBYON_HAPROXY_WATCH_MS`): a change (a reload or
+   * How often the provider's revision token is read (`LOOP.watchMs`): a change (a reload or
    * restart by anyone) asks for a fresh pass (`haproxy_reloaded`). Default 0: not watched.
    */
   watchMs?: number;

@@ -24,7 +24,7 @@ export function routeBackends(config: DesiredConfig, p: Plan): Map<string, Route
 
 /** What asked for a pass decides how it reads, whether it may grow the slot pool, and how its reload counts. */
 export interface PassKind {
-  /** Read everything HAProxy runs (`readState(…, { fresh: true })`). */
+  /** Read everything HAProxy runs (`OwnedProvider.read(…, { fresh: true })`). */
   fresh: boolean;
   /** `ahead` only when no cluster change waits on the pass: a webhook never waits for a growth reload. */
   grow: 'ahead' | 'when_needed';

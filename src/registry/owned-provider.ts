@@ -12,6 +12,11 @@ export interface ReadOptions {
    * nothing but this service changed HAProxy since.
    */
   fresh?: boolean;
+  /**
+   * `false`: only look (`GET /v1/plan`, the CLI's `plan`): the provider is not asked to bring its files in
+   * line with what runs (`Provider.settle`), and the reading is not kept for the next pass.
+   */
+  settle?: boolean;
 }
 
 /**
@@ -47,6 +52,7 @@ export class OwnedProvider {
     this.kept = undefined;
     const { raw, revision } = await this.inner.read(signal);
     const reading = Reading.of(this.registry.interpret(raw));
+    if (options.settle === false) return reading;
     this.keep(reading, revision);
     await this.inner.settle?.(reading, signal);
     return reading;

@@ -40,7 +40,7 @@ export class Registry implements Tagger {
       );
   }
 
-  /** Tags a provider stores with every object it creates for this owner; backends also name their cluster. */
+  /** Tags a provider stores with every object it creates for this owner (with `cluster`, an old install's per-cluster backend). */
   tags(cluster?: string): Tags {
     return cluster === undefined
       ? { [OWNER_TAG]: this.id }

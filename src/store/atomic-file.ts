@@ -96,8 +96,7 @@ async function sweepTemporaries(path: string): Promise<string[]> {
 
 /**
  * A file only ever replaced whole. Every such file is opened this way once, at start, before its first
- * write: the opening sweeps what a kill -9 mid-write left beside it (the store, the seen signatures, the
- * Data Plane API ledger), so that no start leaves a temporary behind.
+ * write: the opening sweeps what a kill -9 mid-write left beside it (the store, the seen signatures), so that no start leaves a temporary behind.
  */
 export class AtomicFile {
   private constructor(

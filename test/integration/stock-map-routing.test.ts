@@ -289,7 +289,10 @@ describe(`haproxy provider, map routing, on HAProxy ${version}`, () => {
     expect(parsed.frontends.map((f) => [f.name, f.rules.length, f.sniMap])).toEqual([
       [render.frontendName, 0, DEFAULT_RENDER_OPTIONS.sniMap],
     ]);
-    expect(parsed.backends.every((x) => /^kubebyon_slot_[0-9]{5,}$/.test(x.name))).toBe(true);
+    // The slots, and the refusals table's backend (authorized networks).
+    expect(
+      parsed.backends.every((x) => /^kubebyon_slot_[0-9]{5,}$/.test(x.name) || x.name === 'kubebyon_refusals'),
+    ).toBe(true);
     const map = parseMapFile(readFileSync(mapFile(), 'utf8'));
     expect([...map.keys()].sort()).toEqual(routes.map((r) => r.host).sort());
     for (const [host, slot] of map) {

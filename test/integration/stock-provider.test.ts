@@ -194,7 +194,7 @@ describe(`haproxy provider on HAProxy ${version}`, () => {
     // cannot add a server at runtime.
     const source = { ...render, balance: 'source' as const };
     await converge([claim('x', 'x.example.com', a.port)], source);
-    expect(ownedFileState().backends.every((x) => x.balance === 'source')).toBe(true);
+    expect(ownedFileState().backends.every((x) => x.balance === 'source' || x.table)).toBe(true);
     const loads = await haproxy.loads();
     const { plan: p, report } = await converge([claim('x', 'x.example.com', a.port, b.port)], source);
     expect(kinds(p)).toEqual(['create_server']);

@@ -90,13 +90,16 @@ describe('the slots files, as text', () => {
       'kb_slots_002.cfg',
     ]);
     fake.requests.length = 0;
-    const servers = new Map([
-      [
-        name(SHARD_SIZE + 5),
-        [{ name: 'srv1', address: '127.0.0.1', port: 30001, check: false, tags: registry.tags() }],
-      ],
-    ]);
-    await files.writeServers(servers, signal(), counter);
+    const changed = all.map((b) =>
+      b.name === name(SHARD_SIZE + 5)
+        ? {
+            ...b,
+            servers: [{ name: 'srv1', address: '127.0.0.1', port: 30001, check: false, tags: registry.tags() }],
+          }
+        : b,
+    );
+    // Only the file holding the changed backend is written.
+    expect(await files.write(changed, 'skip', signal(), counter)).toBe(true);
     expect(fake.requests.filter((r) => !r.startsWith('GET '))).toEqual([
       'PUT /services/haproxy/storage/general/kb_slots_001.cfg?skip_reload=true',
     ]);

@@ -60,7 +60,8 @@ describe('which plans run at runtime (both providers)', () => {
   });
 
   it('counts the Data Plane API requests a plan takes at runtime', () => {
-    expect(runtimeRequests(runtimeSteps(plan(...add, move), reading) ?? [])).toBe(5);
+    // A new route: add server, ready, map entry; a move: maintenance, delete, add, ready.
+    expect(runtimeRequests(runtimeSteps(plan(...add, move), reading) ?? [])).toBe(7);
   });
 });
 

@@ -7,7 +7,10 @@ export class MissingCapabilityError extends TerminalError {
   override name = 'MissingCapabilityError';
 }
 
-/** More transactions are open than the API allows (429): transient, retried with backoff. */
+/**
+ * The API says too many requests (429; it answers so when other tools hold too many transactions open):
+ * transient, retried with backoff.
+ */
 export class TooManyTransactionsError extends Error {
   override readonly name = 'TooManyTransactionsError';
 }

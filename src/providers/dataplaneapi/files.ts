@@ -99,17 +99,22 @@ export class Files {
     // A reload loads what the map and slot files hold even when the configuration's text stays as it is.
     if (text === config.text && moves.length === 0 && !w.reload) return false;
     const before = w.reload ? await this.d.workers.settledWorkerPid(signal) : undefined;
-    counter.requests++;
-    const pushed = await this.d.client.POST('/services/haproxy/configuration/raw', {
-      params: {
-        query: { version: config.version, ...(w.reload ? { force_reload: true } : { skip_reload: true }) },
-      },
-      body: text,
-      ...(moves.length > 0 ? { headers: { 'X-Runtime-Actions': runtimeActions(moves) } } : {}),
-      ...(w.reload ? { timeoutMs: this.d.reloadTimeoutMs + this.d.timeoutMs } : {}),
-      signal,
-    });
-    this.d.reads.wrote(versionOf(pushed.headers), text);
+    // Moves in place beyond one header's worth (a node moved under thousands of busy servers) go in several
+    // pushes of the same text, each carrying its part of the actions.
+    const parts = moves.length > 0 ? runtimeActions(moves) : [undefined];
+    let version = config.version;
+    for (const actions of parts) {
+      counter.requests++;
+      const pushed = await this.d.client.POST('/services/haproxy/configuration/raw', {
+        params: { query: { version, ...(w.reload ? { force_reload: true } : { skip_reload: true }) } },
+        body: text,
+        ...(actions !== undefined ? { headers: { 'X-Runtime-Actions': actions } } : {}),
+        ...(w.reload ? { timeoutMs: this.d.reloadTimeoutMs + this.d.timeoutMs } : {}),
+        signal,
+      });
+      this.d.reads.wrote(versionOf(pushed.headers), text);
+      version = versionOf(pushed.headers) ?? version + 1;
+    }
     if (w.reload) await this.d.workers.awaitNewWorkers(before, counter);
     return w.reload;
   }
@@ -145,16 +150,23 @@ function withoutDraining(b: BackendState, draining: ReadonlySet<string>): Backen
   return { ...b, servers: b.servers.filter((s) => !draining.has(`${b.name}/${s.name}`)) };
 }
 
-/** `SetServerAddr <backend> <server> <address> <port>;…`: what HAProxy runs at once as the file is taken. */
-function runtimeActions(moves: readonly Move[]): string {
-  const actions = moves.map(
-    (m) =>
-      `SetServerAddr ${checkedName(m.backend, 'backend')} ${checkedName(m.server.name, 'server')} ${checkedServerAddress(m.server.address)} ${checkedPort(m.server.port, 'server')}`,
-  );
-  const header = actions.join(';');
-  if (Buffer.byteLength(header) > ACTIONS_MAX_BYTES)
-    throw new RangeError(`${moves.length} moves in place are more than one push carries`);
-  return header;
+/**
+ * `SetServerAddr <backend> <server> <address> <port>;…`: what HAProxy runs at once as the file is taken, in
+ * headers of at most `ACTIONS_MAX_BYTES` each.
+ */
+function runtimeActions(moves: readonly Move[]): string[] {
+  const parts: string[] = [];
+  let part = '';
+  for (const m of moves) {
+    const action = `SetServerAddr ${checkedName(m.backend, 'backend')} ${checkedName(m.server.name, 'server')} ${checkedServerAddress(m.server.address)} ${checkedPort(m.server.port, 'server')}`;
+    if (part !== '' && Buffer.byteLength(part) + 1 + Buffer.byteLength(action) > ACTIONS_MAX_BYTES) {
+      parts.push(part);
+      part = '';
+    }
+    part = part === '' ? action : `${part};${action}`;
+  }
+  if (part !== '') parts.push(part);
+  return parts;
 }
 
 /**

@@ -10,7 +10,7 @@ import type { Counter } from './reload.js';
  * The runtime path: servers of slot backends and SNI map entries changed through HAProxy's runtime API
  * (`/services/haproxy/runtime/...`), no configuration write, no reload. Steps run in plan order (a new
  * route's servers before its map entry; a deleted route's entry before its servers; steps of one kind side by
- * side), one request each, with no undo: when one fails, what ran stays, and the loop reads and plans again.
+ * side), one to four requests each (`runtimeRequests`), with no undo: when one fails, what ran stays, and the loop reads and plans again.
  * Map entries are sent without `force_sync` (with it the API compares the whole running map with its file on
  * every entry: O(N) per change); the map files and the servers are written soon after, batched
  * (`persist.ts`). A new server takes two requests (`add server`, then ready): HAProxy 3.0 refuses `enabled` on

@@ -226,35 +226,6 @@ export class SlotsFile {
     return changed.length > 0;
   }
 
-  /**
-   * The servers of the backends named (those not held are skipped) written to the files they are in, and
-   * only those files rendered: persistence at 20000 slots touches a few of 28 files, not every backend.
-   */
-  async writeServers(
-    servers: ReadonlyMap<string, readonly RawServer[]>,
-    signal: AbortSignal,
-    counter: Counter,
-  ): Promise<void> {
-    const held = this.held;
-    if (!held) throw new Error('the slots files are written before they are read');
-    const dirty = new Set<number>();
-    for (const [name, list] of servers) {
-      const b = held.backends.get(name);
-      if (!b) continue;
-      const k = shardOf(name);
-      const next = { ...b, servers: list };
-      held.backends.set(name, next);
-      held.shards.get(k)?.set(name, next);
-      dirty.add(k);
-    }
-    for (const k of [...dirty].sort((a, b) => a - b)) {
-      const text = renderSlots([...(held.shards.get(k)?.values() ?? [])]);
-      if (held.texts.get(k) === text && this.stored?.has(k)) continue;
-      await this.sendOne(k, text, 'skip', signal, counter);
-      held.texts.set(k, text);
-    }
-  }
-
   private async sendOne(
     k: number,
     text: string,

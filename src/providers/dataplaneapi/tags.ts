@@ -13,7 +13,7 @@ import type { Schemas, SchemasV3_0 } from './client.js';
  *   carry the tags in HAProxy's own `description` keyword, as `kubebyon owner=<id> cluster=<c>` (keys and
  *   values as `TAG_KEY`/`TAG_VALUE`, so nothing needs escaping in haproxy.cfg); servers keep `metadata` where
  *   the version has it on servers (v3.0.23 does). Binds and rules carry nothing and are known by shape
- *   (`mapping.ts`).
+ *   (`config-text.ts`).
  */
 export type Metadata = NonNullable<Schemas['backend_base']['metadata']>;
 /** Where v3.0's document lets frontends and backends hold text of ours. */

@@ -7,7 +7,7 @@ import type { ApplyReport, Change, Provider, ProviderInfo, RawRead } from '../pr
  * The reference provider: HAProxy's objects in memory, a change's target (`applyOperations`, which throws on
  * an operation on a missing object and so leaves the state as it was) kept as it is. Like external-dns's
  * `provider/inmemory`, it pins the contract that the real providers are checked against, and serves unit
- * tests of the reconcile loop; no configuration selects it.
+ * tests of the reconcile loop; `KUBEBYON_PROVIDER=memory` runs the service on it, to try the webhook API.
  */
 export class MemoryProvider implements Provider {
   readonly name = 'memory';
