@@ -16,6 +16,10 @@ import { createApp, DEFAULT_BODY_TIMEOUT_MS } from './webhook/app.js';
 import { WebhookAuthenticator } from './webhook/auth.js';
 import type { Readiness } from './webhook/readiness.js';
 import { createWebhookServer, listen, serverTimes } from './webhook/server.js';
+
+/** How long a scrape of /metrics waits for HAProxy's refusal counts before it answers without them. */
+const REFUSALS_READ_MS = 2000;
+
 import { createLogger, createTopology, laneFactory, type OpenedStore, openStore } from './wiring.js';
 
 export const VERSION = '0.1.0';
@@ -139,6 +143,15 @@ export async function startService(config: Config, deps: ServiceDeps = {}): Prom
     waitTimeoutMs: config.webhook.waitTimeoutMs,
   });
   fleet = loops;
+  metrics.beforeScrape.refusals = async () => {
+    const rows = await loops.refusals(AbortSignal.timeout(REFUSALS_READ_MS));
+    metrics.refusedConnections.reset();
+    for (const r of rows)
+      metrics.refusedConnections.set(
+        { cluster: r.cluster, host: r.host, ...(single ? {} : { haproxy: r.instance }) },
+        r.count,
+      );
+  };
   // A change another replica stored: the leader applies it (its own writes come back too, and find nothing).
   store.onChange?.((clusters) => loops.nudge('webhook', { clusters }));
   const auth = await WebhookAuthenticator.open({

@@ -154,6 +154,21 @@ export class Fleet<T extends InstanceTarget = InstanceTarget> implements Loop {
     );
   }
 
+  /** Each lane's refusal counts (`Reconciler.refusals`), by instance; none while standing by. */
+  async refusals(
+    signal: AbortSignal,
+  ): Promise<Array<{ instance: string; cluster: string; host: string; count: number }>> {
+    if (!this.leading) return [];
+    const per = await Promise.all(
+      this.lanes
+        .entries()
+        .map(async ([instance, lane]) =>
+          (await lane.loop.refusals(signal).catch(() => [])).map((r) => ({ instance, ...r })),
+        ),
+    );
+    return per.flat();
+  }
+
   async preview(): Promise<{ plan: Plan; text: string; routes: Map<string, RouteBackend> }> {
     if (!this.leading) throw new NotLeadingError('this replica does not lead: ask the leader for its plan');
     await this.lanes.settled();

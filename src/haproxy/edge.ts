@@ -291,3 +291,17 @@ export function isAllowKey(key: string): boolean {
 
 /** The value of every allow-map key. */
 export const ALLOW_VALUE = '1';
+
+/**
+ * The entries of the refusals table as HAProxy's `show table <name>` lists them (`0x...: key=<slot> use=0
+ * exp=0 [shard=0] gpc0=<n>`): slot -> connections refused. Lines it does not know are skipped.
+ */
+export function parseShowTable(text: string): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const line of text.split('\n')) {
+    const key = / key=(\S+)/.exec(line)?.[1];
+    const count = / gpc0=([0-9]+)/.exec(line)?.[1];
+    if (key !== undefined && count !== undefined) out.set(key, Number(count));
+  }
+  return out;
+}

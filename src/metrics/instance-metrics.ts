@@ -50,6 +50,13 @@ export function instanceMetrics(root: Metrics, instance: string): InstanceMetric
     get hook() {
       return root.beforeScrape.instances.get(instance);
     },
+    // The fleet reads every instance's refusals at once: one hook, the root's.
+    get refusals() {
+      return root.beforeScrape.refusals;
+    },
+    set refusals(fn: (() => Promise<void>) | undefined) {
+      root.beforeScrape.refusals = fn;
+    },
   };
   const metrics = view as unknown as Metrics;
   initInstanceSeries(metrics, {});

@@ -22,6 +22,8 @@ export function createMetrics(options: { perInstance?: boolean } = {}) {
       hook: undefined as (() => void) | undefined,
       /** The same, of each HAProxy instance's loop (several instances). */
       instances: new Map<string, () => void>(),
+      /** Reads what HAProxy counted (the refusals of authorized networks) into their gauge. */
+      refusals: undefined as (() => Promise<void>) | undefined,
     },
     reconciles: new Counter({
       name: `${NS}_reconciles_total`,
@@ -97,6 +99,13 @@ export function createMetrics(options: { perInstance?: boolean } = {}) {
       name: `${NS}_route_backend_info`,
       help: 'Which HAProxy backend serves each routed cluster (value 1): cluster, host (the SNI) and backend.',
       labelNames: ['cluster', 'host', 'backend', 'haproxy'] as const,
+      registers: [registry],
+    }),
+    // One series per cluster that had a connection refused: bounded like route_backend_info.
+    refusedConnections: new Gauge({
+      name: `${NS}_refused_connections`,
+      help: "Connections a cluster's authorized networks refused (right after their ClientHello), since HAProxy last loaded its configuration: read from HAProxy at each scrape (the refusals table).",
+      labelNames: ['cluster', 'host', 'haproxy'] as const,
       registers: [registry],
     }),
     slotPoolSize: new Gauge({
@@ -181,10 +190,12 @@ export function initInstanceSeries(
     for (const reason of RELOAD_REASONS) metrics.reloads.inc({ result, reason, ...labels }, 0);
 }
 
-/** Brings every loop's gauges up to date (see `beforeScrape`). */
-export function runBeforeScrape(metrics: Metrics): void {
+/** Brings every loop's gauges up to date (see `beforeScrape`), and reads HAProxy's refusal counts. */
+export async function runBeforeScrape(metrics: Metrics): Promise<void> {
   metrics.beforeScrape.hook?.();
   for (const hook of metrics.beforeScrape.instances.values()) hook();
+  // A scrape never fails for HAProxy: the gauge keeps what it last read.
+  await metrics.beforeScrape.refusals?.().catch(() => {});
 }
 
 /** Why a plan reloaded HAProxy; the values of `reloads_total`'s `reason`. */

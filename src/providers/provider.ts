@@ -106,6 +106,11 @@ export interface Provider {
    * runs, for the owned objects (a crash or a reload before the last persistence leaves them behind).
    */
   settle?(reading: Reading, signal: AbortSignal): Promise<void>;
+  /**
+   * Connections authorized networks refused, per slot backend, since HAProxy last loaded its configuration:
+   * the entries of the refusals table `table` (`src/haproxy/edge.ts`). Read at a scrape of `/metrics`.
+   */
+  refusals?(table: string, signal: AbortSignal): Promise<Map<string, number>>;
   /** A cheap request that proves HAProxy answers, for readiness. */
   ping(signal: AbortSignal): Promise<ProviderInfo>;
   /**

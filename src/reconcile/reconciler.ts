@@ -1,3 +1,4 @@
+import { refusalsBackendFor } from '../naming/names.js';
 import { formatPlan } from '../plan/format.js';
 import type { Plan } from '../plan/plan.js';
 import { RoutingIndexCache } from '../plan/routing-index.js';
@@ -157,6 +158,19 @@ export class Reconciler implements Loop {
   /** One cluster's status, or undefined when the store has no such cluster. */
   status(name: string): ClusterStatus | undefined {
     return this.ledger.status(name);
+  }
+
+  /**
+   * Connections each cluster's authorized networks refused since HAProxy last loaded its configuration: the
+   * refusals table read from HAProxy, joined with the backend each cluster holds.
+   */
+  async refusals(signal: AbortSignal): Promise<Array<{ cluster: string; host: string; count: number }>> {
+    const counts = await this.o.provider.refusals(refusalsBackendFor(this.o.render.namePrefix), signal);
+    if (counts.size === 0) return [];
+    return this.statuses().flatMap((s) => {
+      const count = s.backend === null ? undefined : counts.get(s.backend);
+      return count === undefined ? [] : [{ cluster: s.name, host: s.host, count }];
+    });
   }
 
   /** What the next pass would apply, without applying it, and which backend would serve each cluster after. */

@@ -58,6 +58,11 @@ export class OwnedProvider {
     return reading;
   }
 
+  /** Refused connections per slot (`Provider.refusals`); empty where the provider cannot say. */
+  async refusals(table: string, signal: AbortSignal): Promise<Map<string, number>> {
+    return (await this.inner.refusals?.(table, signal)) ?? new Map();
+  }
+
   /** The provider's revision token (`Provider.revision`). */
   revision(signal: AbortSignal): Promise<string> {
     return this.inner.revision(signal);

@@ -86,7 +86,7 @@ function publicRoutes(o: Pick<AppOptions, 'metrics' | 'readiness' | 'version'>):
     res.status(r.ready ? 200 : 503).json({ ready: r.ready, checks });
   });
   router.get('/metrics', async (_req, res) => {
-    runBeforeScrape(o.metrics);
+    await runBeforeScrape(o.metrics);
     res.type(o.metrics.registry.contentType).send(await o.metrics.registry.metrics());
   });
   router.get('/openapi.json', (_req, res) => {

@@ -25,6 +25,8 @@ export interface FakeRuntime {
   loaded: Map<string, Obj & { name: string }>;
   /** Whether HAProxy is started with that `-f` (default true). */
   loadsGeneral: boolean;
+  /** Stick tables' entries by table (the refusals table: slot -> gpc0), as a test sets them. */
+  tables: Map<string, Map<string, number>>;
 }
 
 export function newFakeRuntime(): FakeRuntime {
@@ -39,6 +41,7 @@ export function newFakeRuntime(): FakeRuntime {
     general: new Map(),
     loaded: new Map(),
     loadsGeneral: true,
+    tables: new Map(),
   };
 }
 
@@ -125,6 +128,12 @@ export function runtimeRoute(
   const backends = runningBackends(rt);
   const general = generalRoute(rt, method, path, rawBody, query);
   if (general) return general;
+  const table = /^\/services\/haproxy\/runtime\/stick_tables\/([^/]+)\/entries$/.exec(path);
+  if (table && method === 'GET') {
+    const entries = rt.tables.get(decodeURIComponent(table[1] as string));
+    if (!entries) return { status: 404, body: { code: 404, message: 'stick table not found' } };
+    return { status: 200, body: [...entries].map(([key, gpc0], i) => ({ id: `0x${i}`, key, gpc0, use: 0 })) };
+  }
   if (path === '/services/haproxy/storage/maps') {
     if (method === 'GET') return { status: 200, body: mapList(rt) };
     const part = /filename="([^"]+)"[\s\S]*?\r\n\r\n([\s\S]*?)\r\n--/.exec(rawBody);

@@ -100,6 +100,17 @@ describe('Data Plane API provider, against a fake API checked by its OpenAPI doc
     expect(entriesOf(await b.routes()).get('a.example.com')).toBe('kubebyon_slot_00001');
   });
 
+  it("reads the refusals table through the API's runtime stick tables", async () => {
+    b = await bed();
+    b.fake.runtime.tables.set('kubebyon_refusals', new Map([['kubebyon_slot_00001', 4]]));
+    expect(await b.owned.refusals('kubebyon_refusals', signal())).toEqual(
+      new Map([['kubebyon_slot_00001', 4]]),
+    );
+    await expect(b.owned.refusals('none_here', signal())).rejects.toThrow();
+    expect(b.fake.violations).toEqual([]);
+    await b.close();
+  });
+
   it('a new route is runtime only, the same few requests at any N; the files follow in one push without a reload', async () => {
     b = await bed({ minSlots: 40 });
     const many = Array.from({ length: 30 }, (_, i) => claim(`c${i}`, 30100 + i));

@@ -94,7 +94,9 @@ describe('the slots files, as text', () => {
       b.name === name(SHARD_SIZE + 5)
         ? {
             ...b,
-            servers: [{ name: 'srv1', address: '127.0.0.1', port: 30001, check: false, tags: registry.tags() }],
+            servers: [
+              { name: 'srv1', address: '127.0.0.1', port: 30001, check: false, tags: registry.tags() },
+            ],
           }
         : b,
     );

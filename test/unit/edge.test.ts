@@ -1,6 +1,13 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { allowKeys, type Edge, edgeLines, isAllowKey, readEdge } from '../../src/haproxy/edge.js';
+import {
+  allowKeys,
+  type Edge,
+  edgeLines,
+  isAllowKey,
+  parseShowTable,
+  readEdge,
+} from '../../src/haproxy/edge.js';
 import { PROPERTY_TIMEOUT_MS } from '../support/property.js';
 
 const FILES = { sniMap: '/etc/haproxy/o.sni.map', allowMap: '/etc/haproxy/o.allow.map' };
@@ -91,5 +98,20 @@ describe('the SNI frontend guard', () => {
       '198.18.0.0/15|s\nx',
     ])
       expect(isAllowKey(bad), JSON.stringify(bad)).toBe(false);
+  });
+
+  it('reads the refusals table as 2.6 and 3.x list it', () => {
+    const answer = [
+      '# table: kubebyon_refusals, type: string, size:102400, used:2',
+      '0x55d0c1a0: key=kubebyon_slot_00001 use=0 exp=0 gpc0=3',
+      '0x55d0c1b0: key=kubebyon_slot_00042 use=0 exp=0 shard=0 gpc0=17',
+      '',
+    ].join('\n');
+    expect(parseShowTable(answer)).toEqual(
+      new Map([
+        ['kubebyon_slot_00001', 3],
+        ['kubebyon_slot_00042', 17],
+      ]),
+    );
   });
 });

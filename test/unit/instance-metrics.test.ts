@@ -110,7 +110,7 @@ describe('instanceMetrics', () => {
     expect(() => a.routeBackendInfo.reset()).toThrow(/cannot be reset/);
   });
 
-  it('runs each instance`s beforeScrape hook once per scrape, until it is removed or disposed', () => {
+  it('runs each instance`s beforeScrape hook once per scrape, until it is removed or disposed', async () => {
     const root = createMetrics({ perInstance: true });
     const a = instanceMetrics(root, 'a');
     const b = instanceMetrics(root, 'b');
@@ -120,18 +120,18 @@ describe('instanceMetrics', () => {
     b.metrics.beforeScrape.hook = () => ran.push('b');
     // Setting one view's hook replaces none of the others'.
     expect(root.beforeScrape.hook).toBeTypeOf('function');
-    runBeforeScrape(root);
+    await runBeforeScrape(root);
     expect(ran.sort()).toEqual(['a', 'b', 'root']);
 
     ran.length = 0;
     b.metrics.beforeScrape.hook = undefined;
-    runBeforeScrape(root);
+    await runBeforeScrape(root);
     expect(ran.sort()).toEqual(['a', 'root']);
 
     ran.length = 0;
     b.metrics.beforeScrape.hook = () => ran.push('b');
     a.dispose();
-    runBeforeScrape(root);
+    await runBeforeScrape(root);
     expect(ran.sort()).toEqual(['b', 'root']);
     expect(a.metrics.beforeScrape.hook).toBeUndefined();
   });

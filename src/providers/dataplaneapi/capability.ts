@@ -51,6 +51,7 @@ const ENDPOINTS = [
   '/services/haproxy/runtime/backends/{parent_name}/servers/{name}',
   '/services/haproxy/runtime/maps/{parent_name}/entries',
   '/services/haproxy/runtime/maps/{parent_name}/entries/{id}',
+  '/services/haproxy/runtime/stick_tables/{parent_name}/entries',
   '/services/haproxy/stats/native',
   '/services/haproxy/storage/maps',
   '/services/haproxy/storage/maps/{name}',

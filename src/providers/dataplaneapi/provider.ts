@@ -9,6 +9,7 @@ import type { ApplyReport, Change, CloseOptions, Provider, ProviderInfo, RawRead
 import { checkApi } from './api-check.js';
 import type { Capabilities } from './capability.js';
 import { changedSections, touchedBy } from './changes.js';
+import { checkedName } from './checked.js';
 import { choosePath, type Path } from './choose.js';
 import { createClient, type DataplaneClient } from './client.js';
 import { type DataplaneProviderOptions, RUNTIME_MAX_REQUESTS } from './config.js';
@@ -341,6 +342,22 @@ export class DataplaneProvider implements Provider {
     if (path.kind === 'reload') await this.storage?.ensureLoaded(target, signal, counter);
     const revision = await this.revisionNow(signal, counter);
     return { reload: path.kind === 'reload' ? 'succeeded' : 'none', requests: counter.requests, revision };
+  }
+
+  /** The refusals table's entries (`GET /runtime/stick_tables/{table}/entries`): slot -> connections refused. */
+  async refusals(table: string, signal: AbortSignal): Promise<Map<string, number>> {
+    try {
+      const res = await this.client.GET('/services/haproxy/runtime/stick_tables/{parent_name}/entries', {
+        params: { path: { parent_name: checkedName(table, 'table') } },
+        signal,
+      });
+      const out = new Map<string, number>();
+      for (const e of res.data ?? [])
+        if (e.key !== undefined && typeof e.gpc0 === 'number') out.set(e.key, e.gpc0);
+      return out;
+    } catch (err) {
+      throw this.translate(err);
+    }
   }
 
   /** Resolves once what was changed at runtime is in the files. */

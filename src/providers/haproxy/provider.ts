@@ -1,8 +1,10 @@
 import { dirname } from 'node:path';
 import type { Logger } from 'pino';
 import { PERSIST_DELAY_MS } from '../../config/settings.js';
+import { parseShowTable } from '../../haproxy/edge.js';
 import type { RawState, Tagger } from '../../haproxy/model.js';
 import { ConcurrentChangeError, errorText, TerminalError } from '../../model/errors.js';
+import { isHaproxyName } from '../../naming/names.js';
 import type { Plan } from '../../plan/plan.js';
 import { removeTemporaries } from '../../store/atomic-file.js';
 import { type Clock, systemClock } from '../../timing/clock.js';
@@ -266,6 +268,13 @@ export class StockHaproxyProvider implements Provider {
       .finally(() => {
         this.persisting = undefined;
       });
+  }
+
+  /** The refusals table's entries (`show table`): slot -> connections refused. */
+  async refusals(table: string, signal: AbortSignal): Promise<Map<string, number>> {
+    if (!isHaproxyName(table))
+      throw new UnsafeValueError(`refusing to send table name ${JSON.stringify(table)}`);
+    return parseShowTable(await readCommand(this.session, `@1 show table ${table}`, signal));
   }
 
   /** A persistence that failed: nothing this provider knows is trusted until a full read. */
