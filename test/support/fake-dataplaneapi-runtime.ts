@@ -113,9 +113,34 @@ const mapList = (rt: FakeRuntime) =>
   [...rt.storage.keys()].map((n) => ({ storage_name: n, file: `/etc/haproxy/maps/${n}`, description: '' }));
 
 /** `reload`: the request reloads HAProxy before it is answered (the fake's caller does it). */
-export type Answer = { status: number; body: unknown; reload?: boolean } | undefined;
+/** `type`: the answer's `Content-Type` when not the fake's default (text/plain for a string, else JSON). */
+export type Answer = { status: number; body: unknown; reload?: boolean; type?: string } | undefined;
 
 /** The answer to a runtime/storage/stats request, or undefined when the path is not one of them. */
+/** What the request asked for beyond its path and body: its `Accept`, and the API version the fake plays. */
+export interface Asked {
+  accept?: string;
+  version?: string;
+}
+
+/**
+ * `GET /storage/maps/{name}` as each version answers it (seen on the real binaries, 2026-12-04): v3.0.23 and
+ * v3.2.15 pick the type from `Accept`: `application/json` listed first (axios' default
+ * `application/json, text/plain, *\/*`) gets 200 `{}` as JSON (the open file encoded as JSON), otherwise
+ * (`application/octet-stream`, `*\/*`) the text; v3.4 answers the text whatever is asked. `text/plain`
+ * alone: 406 on all three.
+ */
+function storedMapAnswer(text: string, asked: Asked): Answer {
+  const types = (asked.accept ?? '*/*').split(',').map((t) => t.split(';')[0]?.trim() ?? '');
+  const served = ['application/octet-stream', 'application/json', '*/*'];
+  if (!types.some((t) => served.includes(t)))
+    return { status: 406, body: { code: 406, message: 'unsupported media type requested' } };
+  const json = asked.version !== '3.4' && types.find((t) => served.includes(t)) === 'application/json';
+  return json
+    ? { status: 200, body: {}, type: 'application/json' }
+    : { status: 200, body: text, type: 'application/octet-stream' };
+}
+
 export function runtimeRoute(
   rt: FakeRuntime,
   method: string,
@@ -123,6 +148,7 @@ export function runtimeRoute(
   body: unknown,
   rawBody: string,
   query: URLSearchParams = new URLSearchParams(),
+  asked: Asked = {},
 ): Answer {
   let m: RegExpExecArray | null;
   const backends = runningBackends(rt);
@@ -158,7 +184,7 @@ export function runtimeRoute(
   if ((m = /^\/services\/haproxy\/storage\/maps\/([^/]+)$/.exec(path)) && method === 'GET') {
     const text = rt.storage.get(m[1] as string);
     if (text === undefined) return { status: 404, body: { code: 404, message: 'not found' } };
-    return { status: 200, body: text };
+    return storedMapAnswer(text, asked);
   }
   // biome-ignore lint/suspicious/noAssignInExpressions: a small regex router, one match per branch
   if ((m = /^\/services\/haproxy\/runtime\/maps\/([^/]+)\/entries(?:\/([^/]+))?$/.exec(path))) {

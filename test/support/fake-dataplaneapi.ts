@@ -233,9 +233,13 @@ export async function startFakeDataplaneApi(
         ? error(res, 404, 'transaction not found')
         : send(res, 204, undefined);
     }
-    const answer = runtimeRoute(fake.runtime, method, path, body, rawBody, q);
+    const answer = runtimeRoute(fake.runtime, method, path, body, rawBody, q, {
+      accept: String(req.headers.accept ?? '*/*'),
+      version: apiVersion,
+    });
     if (answer?.reload) reload();
-    if (answer) return send(res, answer.status, answer.body);
+    if (answer)
+      return send(res, answer.status, answer.body, answer.type ? { 'Content-Type': answer.type } : {});
     return error(res, 404, `the fake does not serve ${method} ${path}`);
   }
 

@@ -2,7 +2,12 @@ import type { HaproxyState, RawBackend, RawMap, RawServer, RawState } from '../.
 import type { DataplaneClient } from './client.js';
 import { mapsOf } from './maps.js';
 import type { Counter } from './reload.js';
-import { type RunningServer, readMapEntries, readRunningServers } from './runtime-reads.js';
+import {
+  type RunningServer,
+  readRunningEntries,
+  readRunningServers,
+  readStoredEntries,
+} from './runtime-reads.js';
 
 /** What HAProxy runs beside the files, and where the files are behind it. */
 export interface Running {
@@ -34,19 +39,26 @@ export async function withRunning(
   const none: Running['drift'] = { backends: new Set(), maps: new Set() };
   if (names.length === 0) return { raw, drift: none, draining: new Set() };
   if (!runtimeServers) {
-    const stored = await Promise.all(names.map((m) => readMapEntries(client, m, 'storage', signal, counter)));
-    const maps: RawMap[] = names.map((name, i) => ({ name, entries: stored[i] as Map<string, string> }));
+    // HAProxy 2.6: what runs is what the files hold; a file the API would not answer cannot be guessed.
+    const stored = await Promise.all(names.map((m) => readStoredEntries(client, m, signal, counter)));
+    const maps: RawMap[] = names.map((name, i) => {
+      const entries = stored[i];
+      if (!entries) throw new Error(`the Data Plane API did not answer the text of map ${name}`);
+      return { name, entries };
+    });
     return { raw: { ...raw, maps }, drift: none, draining: new Set() };
   }
   const [running, entries, stored] = await Promise.all([
     readRunningServers(client, signal, counter),
-    Promise.all(names.map((m) => readMapEntries(client, m, 'runtime', signal, counter))),
-    Promise.all(names.map((m) => readMapEntries(client, m, 'storage', signal, counter))),
+    Promise.all(names.map((m) => readRunningEntries(client, m, signal, counter))),
+    Promise.all(names.map((m) => readStoredEntries(client, m, signal, counter))),
   ]);
   const drift: Running['drift'] = { backends: new Set(), maps: new Set() };
   const maps: RawMap[] = names.map((name, i) => {
     const runs = entries[i] as Map<string, string>;
-    if (!sameEntries(runs, stored[i] as Map<string, string>)) drift.maps.add(name);
+    // A file whose text is unknown is never called behind: a repair from a misread would write stale entries.
+    const file = stored[i];
+    if (file && !sameEntries(runs, file)) drift.maps.add(name);
     return { name, entries: runs };
   });
   const knownServers = new Map(

@@ -49,35 +49,47 @@ function parseAddr(addr: string | undefined): { address: string; port: number } 
   return { address: m[1], port: Number(m[2]) };
 }
 
-/**
- * The entries of map `name` (logical), host -> backend: as HAProxy runs them (`runtime`), or as its file in
- * the API's storage holds them (`storage`).
- */
-export async function readMapEntries(
+/** The entries of map `name` (logical), key -> value, as HAProxy runs them. */
+export async function readRunningEntries(
   client: DataplaneClient,
   name: string,
-  from: 'runtime' | 'storage',
   signal: AbortSignal,
   counter: Counter,
 ): Promise<Map<string, string>> {
   const entries = new Map<string, string>();
   counter.requests++;
-  if (from === 'runtime') {
-    const res = await client.GET('/services/haproxy/runtime/maps/{parent_name}/entries', {
-      params: { path: { parent_name: storageName(name) } },
-      signal,
-    });
-    for (const e of res.data ?? []) if (e.key && e.value !== undefined) entries.set(e.key, e.value);
-    return entries;
-  }
+  const res = await client.GET('/services/haproxy/runtime/maps/{parent_name}/entries', {
+    params: { path: { parent_name: storageName(name) } },
+    signal,
+  });
+  for (const e of res.data ?? []) if (e.key && e.value !== undefined) entries.set(e.key, e.value);
+  return entries;
+}
+
+/**
+ * The entries of map `name` as its file in the API's storage holds them; undefined when the API did not
+ * answer the file's text (v3.0.23 and v3.2.15 answer `{}` as JSON when JSON is preferred: the client asks
+ * for `application/octet-stream`, and an answer that is not the text is never read as an empty map).
+ */
+export async function readStoredEntries(
+  client: DataplaneClient,
+  name: string,
+  signal: AbortSignal,
+  counter: Counter,
+): Promise<Map<string, string> | undefined> {
+  counter.requests++;
   const res = await client.GET('/services/haproxy/storage/maps/{name}', {
     params: { path: { name: storageName(name) } },
     signal,
     text: true,
   });
-  for (const line of String(typeof res.data === 'string' ? res.data : '').split('\n')) {
-    const [host, backend] = line.trim().split(/\s+/);
-    if (host && backend && !host.startsWith('#')) entries.set(host, backend);
+  const text: unknown = res.data;
+  if (typeof text !== 'string' || String(res.headers['content-type'] ?? '').includes('json'))
+    return undefined;
+  const entries = new Map<string, string>();
+  for (const line of text.split('\n')) {
+    const [key, value] = line.trim().split(/\s+/);
+    if (key && value && !key.startsWith('#')) entries.set(key, value);
   }
   return entries;
 }
