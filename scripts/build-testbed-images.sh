@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the local HAProxy test-bed images, one per HAProxy version, from Debian's packages only:
 #   kubebyon-testbed/haproxy:3.0  (Debian trixie)      kubebyon-testbed/haproxy:2.6  (Debian bookworm)
-#   kubebyon-testbed/haproxy:3.2  (Debian forky, HAProxy 3.2 LTS; built only when asked: `$0 3.2`)
+#   kubebyon-testbed/haproxy:3.2  (Debian forky, HAProxy 3.2 LTS)
 # No registry is reachable, so each image is a root fs assembled here and built `FROM scratch` with COPY only.
 # The package closure is resolved by apt against an empty dpkg status, in a private apt state directory per
 # suite, so the machine itself is never upgraded. Downloads are cached under $KUBEBYON_TESTBED_CACHE.
@@ -10,7 +10,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 cache=${KUBEBYON_TESTBED_CACHE:-/var/cache/kubebyon-testbed}
-versions=${1:-"3.0 2.6"}
+versions=${1:-"3.0 2.6 3.2"}
 
 log() { echo "[testbed-images] $*" >&2; }
 

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Runs every check and test: type check, lint, unit tests, the Kubernetes suite against a real
-# kube-apiserver + etcd on loopback, the integration suite against a real HAProxy 3.0 and then 2.6
-# (each in a local container with host networking), the end-to-end suite on both versions, the ship
+# kube-apiserver + etcd on loopback, the integration suite against a real HAProxy 3.0, 2.6 and 3.2
+# (each in a local container with host networking), the end-to-end suite on the three versions, the ship
 # suite (the built CLI, the adapter's image in compose.yaml driven through the signed webhook, and
 # scripts/run-local.sh), the fault suite, then, when a Data Plane API is given, the dataplaneapi suite on
-# 3.0 and 2.6 and the fault suite again with the dataplaneapi provider. Prints one closing line
+# 3.0, 2.6 and 3.2 and the fault suite again with the dataplaneapi provider. Prints one closing line
 # "tests: N passed, N failed".
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -21,14 +21,14 @@ npm run --silent lint
 status=0
 npx vitest run --project unit --reporter=default --reporter=json --outputFile="$results/unit.json" || status=1
 npx vitest run --project kubernetes --reporter=default --reporter=json --outputFile="$results/kubernetes.json" || status=1
-for v in 3.0 2.6; do
+for v in 3.0 2.6 3.2; do
   echo "== integration suite against HAProxy $v"
   KUBEBYON_TEST_HAPROXY_VERSION=$v npx vitest run --project integration \
     --reporter=default --reporter=json --outputFile="$results/integration-$v.json" || status=1
 done
 # End to end: the built service (npm run build in the suite's setup) as its own process, against HAProxy
-# 3.0 and 2.6 with the haproxy provider, a real kube-apiserver for the Kubernetes cases.
-for v in 3.0 2.6; do
+# 3.0, 2.6 and 3.2 with the haproxy provider, a real kube-apiserver for the Kubernetes cases.
+for v in 3.0 2.6 3.2; do
   echo "== end-to-end suite against HAProxy $v"
   KUBEBYON_TEST_HAPROXY_VERSION=$v npx vitest run --project e2e \
     --reporter=default --reporter=json --outputFile="$results/e2e-$v.json" || status=1
@@ -40,7 +40,7 @@ npx vitest run --project ship --reporter=default --reporter=json --outputFile="$
 # bundles it); no registry serves it, so without either it is skipped and says so.
 dpapi_results=()
 if [ -n "${KUBEBYON_TEST_DATAPLANEAPI_BIN:-}${KUBEBYON_TEST_DATAPLANEAPI_IMAGE:-}" ]; then
-  for v in 3.0 2.6; do
+  for v in 3.0 2.6 3.2; do
     echo "== dataplaneapi suite against HAProxy $v"
     KUBEBYON_TEST_HAPROXY_VERSION=$v npx vitest run --project dataplaneapi \
       --reporter=default --reporter=json --outputFile="$results/dataplaneapi-$v.json" || status=1
@@ -67,6 +67,7 @@ else
 fi
 
 node scripts/lib/count-results.mjs "$results/unit.json" "$results/kubernetes.json" "$results/integration-3.0.json" \
-  "$results/integration-2.6.json" "$results/e2e-3.0.json" "$results/e2e-2.6.json" "$results/ship.json" \
+  "$results/integration-2.6.json" "$results/integration-3.2.json" "$results/e2e-3.0.json" "$results/e2e-2.6.json" \
+  "$results/e2e-3.2.json" "$results/ship.json" \
   "$results/faults.json" ${dpapi_results[@]+"${dpapi_results[@]}"}
 exit $status
