@@ -152,7 +152,7 @@ export function runtimeRoute(
 ): Answer {
   let m: RegExpExecArray | null;
   const backends = runningBackends(rt);
-  const general = generalRoute(rt, method, path, rawBody, query);
+  const general = generalRoute(rt, method, path, rawBody, query, asked);
   if (general) return general;
   const table = /^\/services\/haproxy\/runtime\/stick_tables\/([^/]+)\/entries$/.exec(path);
   if (table && method === 'GET') {
@@ -243,13 +243,14 @@ export function runtimeRoute(
   return undefined;
 }
 
-/** The general storage, as v3.0.23 and v3.4 serve it (multipart uploads, `skip_reload`/`force_reload`). */
+/** The general storage, as v3.0.23, v3.2.15 and v3.4 serve it (multipart uploads, `skip_reload`/`force_reload`). */
 function generalRoute(
   rt: FakeRuntime,
   method: string,
   path: string,
   rawBody: string,
   query: URLSearchParams,
+  asked: Asked,
 ): Answer {
   const part = () => /filename="([^"]+)"[\s\S]*?\r\n\r\n([\s\S]*?)\r\n--/.exec(rawBody);
   if (path === '/services/haproxy/storage/general') {
@@ -268,7 +269,8 @@ function generalRoute(
   if (!m) return undefined;
   const name = decodeURIComponent(m[1] as string);
   if (!rt.general.has(name)) return { status: 404, body: { code: 404, message: 'file not found' } };
-  if (method === 'GET') return { status: 200, body: rt.general.get(name) };
+  // Negotiated as a stored map's text is (`storedMapAnswer`): seen the same on the real binaries.
+  if (method === 'GET') return storedMapAnswer(rt.general.get(name) ?? '', asked);
   if (method === 'DELETE') {
     rt.general.delete(name);
     return { status: 204, body: undefined };

@@ -22,8 +22,8 @@ export async function checkApi(
   const caps = check.capabilities;
   if (o.storage && !caps.generalFiles)
     throw new MissingCapabilityError(
-      `the Data Plane API at ${client.url} (document ${caps.document}) cannot read back the files of its ` +
-        'general storage (v3.0 and v3.2 answer {} for any file; v3.4 or newer can): set KUBEBYON_DATAPLANE_SLOTS=config',
+      `the Data Plane API at ${client.url} (document ${caps.document}) has no general storage to read the ` +
+        'slots files back from: set KUBEBYON_DATAPLANE_SLOTS=config',
     );
   o.logger.info({ api: o.version, ...caps }, `Data Plane API ${o.version}: ${describeCapabilities(caps)}`);
   return caps;

@@ -24,8 +24,9 @@ export interface Capabilities extends TagStore {
   /** The document's `info.version`, e.g. `3.0`. */
   document: string;
   /**
-   * `GET /storage/general/{name}` answers the file's text (v3.4): the slots files can be read back.
-   * v3.0.23 and v3.2.15 answer `{}` whatever the file holds (checked on the test bed).
+   * `GET /storage/general/{name}` answers the file's text: the slots files can be read back. Every
+   * document with that path (v3.0.23, v3.2.15 and v3.4 checked on the real binaries, asked for
+   * `application/octet-stream`: v3.0.23 and v3.2.15 answer `{}` as JSON when JSON is preferred).
    */
   generalFiles: boolean;
 }
@@ -86,14 +87,6 @@ function parameterNames(doc: Doc, path: string, method: string): Set<string> {
   );
 }
 
-/** Whether a document version (`3.4`, `3.4.0`) is at least `major.minor`. */
-function atLeast(version: string | undefined, major: number, minor: number): boolean {
-  const m = /^v?(\d+)\.(\d+)/.exec(version ?? '');
-  if (!m) return false;
-  const [a, b] = [Number(m[1]), Number(m[2])];
-  return a > major || (a === major && b >= minor);
-}
-
 /** What the API can do for this service, or what it lacks, in words. */
 export function readCapabilities(spec: unknown): CapabilityCheck {
   const doc = (spec ?? {}) as Doc;
@@ -118,7 +111,7 @@ export function readCapabilities(spec: unknown): CapabilityCheck {
       document: doc.info?.version ?? 'unknown',
       ownership: noMetadata.length === 0 ? 'metadata' : 'description',
       serverTags: hasProperty(schemas, 'server', 'metadata'),
-      generalFiles: atLeast(doc.info?.version, 3, 4),
+      generalFiles: doc.paths?.['/services/haproxy/storage/general/{name}'] !== undefined,
     },
   };
 }

@@ -155,8 +155,13 @@ export class SlotsFile {
           const res = await this.client.GET('/services/haproxy/storage/general/{name}', {
             params: { path: { name: this.fileName(k) } },
             signal,
+            text: true,
           });
-          texts.set(k, String(res.data ?? ''));
+          const text: unknown = res.data;
+          // Asked for as a file: v3.0.23 and v3.2.15 answer `{}` as JSON to a JSON-first `Accept`.
+          if (typeof text !== 'string' || String(res.headers['content-type'] ?? '').includes('json'))
+            throw new Error(`the Data Plane API did not answer the text of ${this.fileName(k)}`);
+          texts.set(k, text);
         } catch (err) {
           // Deleted between the list and the read: as if it were not there.
           if (!(err instanceof DataplaneHttpError && err.status === 404)) throw err;
