@@ -1,7 +1,7 @@
 import { execFile } from 'node:child_process';
-import { mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import axios, { type AxiosInstance } from 'axios';
@@ -105,7 +105,6 @@ export async function startOurs(
     secret,
   );
   const metric = async (name: string) => (await svc.metrics()).get(name) ?? 0;
-  const provider = target.provider;
   const expectOk = async (p: Promise<{ status: number; body: string }>, what: string) => {
     const res = await p;
     if (res.status !== 200) throw new Error(`${what}: ${res.status} ${res.body.slice(0, 500)}`);
@@ -144,16 +143,22 @@ export async function startOurs(
     moveNode: (address) => kube.setNodeAddress(address),
     resync: () => expectOk(callRetrying('POST', '/v1/reconcile?wait=true'), 'POST /v1/reconcile'),
     async settle() {
-      // Quiet once the pass count and the requests sent stay still for a second and no request is in flight.
+      // Quiet once the passes and the writes to HAProxy stay still for a second and no request is in flight.
+      // Not every request: the revision watch reads HAProxy every 500 ms (LOOP.watchMs), so the request
+      // count never stays still. The writes: the API's non-GET requests, or the stock provider's files.
       const deadline = Date.now() + 600_000;
       let last = '';
       let stillSince = Date.now();
       while (Date.now() < deadline) {
         const m = await svc.metrics();
         const now = [
-          m.get(`kubebyon_haproxy_adapter_provider_requests_total{provider="${provider}"}`),
+          target.dataplane ? target.dataplane.proxy.counts().writes : stockFiles(target),
           [...m.entries()]
-            .filter(([k]) => k.startsWith('kubebyon_haproxy_adapter_reconciles_total'))
+            .filter(
+              ([k]) =>
+                k.startsWith('kubebyon_haproxy_adapter_reconciles_total') ||
+                k.startsWith('kubebyon_haproxy_adapter_reconcile_duration_seconds_count'),
+            )
             .map(([, v]) => v)
             .join(','),
           target.dataplane?.proxy.inFlight() ?? 0,
@@ -190,6 +195,21 @@ export async function startOurs(
       rmSync(dir, { recursive: true, force: true });
     },
   };
+}
+
+/** The stock provider's files as they are on disk now (each one's name, size and modification time). */
+function stockFiles(target: Target): string {
+  const owned = target.stock?.ownedFile;
+  if (!owned) return '';
+  const dir = dirname(owned);
+  return readdirSync(dir)
+    .filter((f) => join(dir, f) === owned || f.endsWith('.map'))
+    .sort()
+    .map((f) => {
+      const st = statSync(join(dir, f));
+      return `${f}:${st.size}:${st.mtimeMs}`;
+    })
+    .join(',');
 }
 
 // ---- baselines: one apply per change, in order, each carrying exactly the changes up to its own -------
