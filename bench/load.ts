@@ -15,6 +15,9 @@ import { sweepTestbedContainers } from '../test/support/haproxy-testbed.js';
 import { startServiceProcess } from '../test/support/service-process.js';
 import { type NamedTlsServer, sniProbe, startNamedTlsServer } from '../test/support/tls.js';
 import { waitFor } from '../test/support/wait.js';
+import { useLoopbackTestcontainers } from './compare/cli.js';
+
+useLoopbackTestcontainers();
 
 const CLIENTS = 20;
 const CHANGES = 2000;
