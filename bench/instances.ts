@@ -132,14 +132,13 @@ function serviceEnv(beds: Bed[], dir: string, password: string): Record<string, 
           KUBEBYON_DATAPLANE_USERNAME: DPAPI_USER,
           KUBEBYON_DATAPLANE_PASSWORD: password,
           KUBEBYON_DATAPLANE_TIMEOUT_MS: '600000',
-          KUBEBYON_DATAPLANE_RELOAD_TIMEOUT_MS: '600000',
+          KUBEBYON_HAPROXY_RELOAD_TIMEOUT_MS: '600000',
           // As the zero-reload bench and the deployment guide run it (Data Plane API v3.4+).
           KUBEBYON_DATAPLANE_SLOTS: process.env.BENCH_DATAPLANE_SLOTS ?? 'storage',
         };
   return {
     ...providerEnv,
     KUBEBYON_HAPROXY_INSTANCES: JSON.stringify(beds.map((b, i) => b.entry(`h${i}`))),
-    KUBEBYON_HAPROXY_ROUTING: 'map',
     KUBEBYON_TOPOLOGY: 'static',
     KUBEBYON_STATIC_NODE_ADDRESSES: ADDRESS,
     KUBEBYON_STATE_FILE: join(dir, 'clusters.json'),

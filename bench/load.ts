@@ -9,18 +9,20 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { LOOP } from '../src/reconcile/reconciler-options.js';
 import { metric, random, startFaultBed } from '../test/faults/harness.js';
 import { sweepTestbedContainers } from '../test/support/haproxy-testbed.js';
 import { startServiceProcess } from '../test/support/service-process.js';
 import { type NamedTlsServer, sniProbe, startNamedTlsServer } from '../test/support/tls.js';
 import { waitFor } from '../test/support/wait.js';
+import { useLoopbackTestcontainers } from './compare/cli.js';
+
+useLoopbackTestcontainers();
 
 const CLIENTS = 20;
 const CHANGES = 2000;
 const DURATION_MS = 20_000;
 const CLUSTERS = 300;
-const DEBOUNCE_MS = 200;
-const MAX_DELAY_MS = 2000;
 
 type Want = { host: string; server: string } | null;
 
@@ -43,11 +45,8 @@ async function main(): Promise<void> {
   for (const name of ['a', 'b', 'c', 'd']) servers.push(await startNamedTlsServer(name));
   const bed = await startFaultBed();
   const service = await startServiceProcess(
-    bed.env({
-      KUBEBYON_RECONCILE_DEBOUNCE_MS: String(DEBOUNCE_MS),
-      KUBEBYON_RECONCILE_MAX_DELAY_MS: String(MAX_DELAY_MS),
-      KUBEBYON_LOG_LEVEL: 'warn',
-    }),
+    // The loop's debounce and maximum delay are constants now (LOOP; they were settings, 200 and 2000 ms here).
+    bed.env({ KUBEBYON_LOG_LEVEL: 'warn' }),
     bed.secret,
     { until: 'readyz' },
   );
@@ -58,7 +57,7 @@ async function main(): Promise<void> {
     const want = new Map<string, Want>();
     const latencies: number[] = [];
     const statuses = new Map<number, number>();
-    const loadsBefore = bed.haproxy.loadCount();
+    const loadsBefore = await bed.haproxy.loads();
     const reloadsBefore = await metric(service.url, 'kubebyon_haproxy_adapter_reloads_total', {
       result: 'succeeded',
     });
@@ -134,7 +133,7 @@ async function main(): Promise<void> {
       const r = await sniProbe(bed.sniPort, w.host);
       if ('reached' in r && r.reached === w.server) probesOk++;
     }
-    const loads = bed.haproxy.loadCount() - loadsBefore;
+    const loads = (await bed.haproxy.loads()) - loadsBefore;
     const reloads =
       (await metric(service.url, 'kubebyon_haproxy_adapter_reloads_total', { result: 'succeeded' })) -
       reloadsBefore;
@@ -149,7 +148,7 @@ async function main(): Promise<void> {
     });
     const peak = peakRssMiB(service.pid);
     latencies.sort((x, y) => x - y);
-    const windows = (streamMs + convergeMs) / DEBOUNCE_MS;
+    const seconds = (streamMs + convergeMs) / 1000;
     const result = {
       date: new Date().toISOString().slice(0, 10),
       haproxy: bed.haproxy.version,
@@ -169,10 +168,9 @@ async function main(): Promise<void> {
       transactions,
       reloadsByService: reloads,
       reloadsByHaproxy: loads,
-      debounceMs: DEBOUNCE_MS,
-      maxDelayMs: MAX_DELAY_MS,
-      debounceWindows: Math.round(windows),
-      reloadsPerDebounceWindow: loads / windows,
+      debounceMs: LOOP.debounceMs,
+      maxDelayMs: LOOP.maxDelayMs,
+      reloadsPerSecond: loads / seconds,
       convergeSecondsAfterStream: convergeMs / 1000,
       finalRoutes: finalSet.size,
       sniProbesReached: probesOk,
@@ -183,7 +181,7 @@ async function main(): Promise<void> {
 
 ${CLIENTS} concurrent clients, ${result.changes} signed changes (PUT/DELETE over ${CLUSTERS} clusters, 15% deletes)
 paced over ${DURATION_MS / 1000} s, against the service (\`dist/\`, own process, \`KUBEBYON_PROVIDER=haproxy\`,
-debounce ${DEBOUNCE_MS} ms, max delay ${MAX_DELAY_MS} ms) and a real HAProxy ${result.haproxy} test bed, loopback only.
+loop debounce ${LOOP.debounceMs} ms, max delay ${LOOP.maxDelayMs} ms) and a real HAProxy ${result.haproxy} test bed, loopback only.
 \`npm run build && KUBEBYON_TEST_HAPROXY_VERSION=${result.haproxy} npx tsx bench/load.ts\`
 
 machine: ${result.machine} (shared with other work while measured)
@@ -196,7 +194,7 @@ machine: ${result.machine} (shared with other work while measured)
 | reconcile passes that changed HAProxy | ${passes} (failed passes: ${failedPasses}) |
 | transactions committed | ${transactions} |
 | reloads (HAProxy's own "Loading success" count) | ${loads} (service's count: ${reloads}) |
-| reloads per ${DEBOUNCE_MS} ms debounce window | ${result.reloadsPerDebounceWindow.toFixed(3)} over ${result.debounceWindows} windows (target ≤ 1) |
+| reloads per second (stream and convergence) | ${result.reloadsPerSecond.toFixed(3)} over ${seconds.toFixed(1)} s (target ≤ 1) |
 | converged after the stream ended | ${result.convergeSecondsAfterStream.toFixed(1)} s |
 | HAProxy at the final set | ${finalSet.size} routes, exactly the final set (master CLI); ${probesOk}/${finalSet.size} SNI handshakes reached the right server |
 | service peak RSS (VmHWM) | ${peak.toFixed(0)} MiB |

@@ -1,9 +1,10 @@
 // The built service's memory and cold start at N clusters: a state file of N clusters, the service started
-// on it (memory provider, static topology, map routing by default, no debounce), timed until a pass has applied every
+// on it (memory provider, static topology, map routing, the loop's debounce 0), timed until a pass has applied every
 // route, then 20 signed webhook changes with ?wait=true (their p50 latency), then RSS (current and peak, from
 // /proc) and the V8 heap (from /metrics). Bounded: 180 s per size at most. Loopback only.
 // Run: npm run build (or tsc to another outDir), then
-//   npx tsx bench/service-memory.ts <path to dist/cli/main.js> [sizes, e.g. 1000,5000,20000] [map|rules]
+//   npx tsx bench/service-memory.ts <path to dist/cli/main.js> [sizes, e.g. 1000,5000,20000]
+// (A third argument chose map or rules routing while KUBEBYON_HAPROXY_ROUTING was a setting: retired.)
 // BENCH_NODE_ARGS (e.g. "--max-old-space-size=256") is passed to the service's node.
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -13,9 +14,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { sign } from '../src/webhook/auth.js';
 
 const main = process.argv[2] ?? '';
-if (!main) throw new Error('usage: service-memory <dist/cli/main.js> [sizes] [map|rules]');
+if (!main) throw new Error('usage: service-memory <dist/cli/main.js> [sizes]');
 const SIZES = (process.argv[3] ?? '1000,5000,20000').split(',').map(Number);
-const ROUTING = process.argv[4] ?? 'map';
 const SECRET = 'a-long-enough-bench-secret';
 const LIMIT_MS = 180_000;
 
@@ -69,10 +69,7 @@ async function measure(n: number, port: number) {
         KUBEBYON_STATE_FILE: join(dir, 'clusters.json'),
         KUBEBYON_LISTEN_ADDR: `127.0.0.1:${port}`,
         KUBEBYON_WEBHOOK_SECRET: SECRET,
-        KUBEBYON_HAPROXY_ROUTING: ROUTING,
         KUBEBYON_LOG_LEVEL: 'error',
-        // The debounce is a setting, not work: 0 so that the latency is the pass's own.
-        KUBEBYON_RECONCILE_DEBOUNCE_MS: '0',
       },
       stdio: ['ignore', 'ignore', 'inherit'],
     },
@@ -138,7 +135,7 @@ for (const [i, n] of SIZES.entries()) {
   );
   console.error(rows[rows.length - 1]);
 }
-console.log(`service: ${main}, routing ${ROUTING}, memory provider, static topology\n`);
+console.log(`service: ${main}, map routing, memory provider, static topology\n`);
 console.log(
   '| N | cold start to routable s | webhook ?wait=true p50 ms (20 adds) | max ms | pass ms (mean) | RSS MiB | peak RSS MiB | V8 heap used MiB |',
 );

@@ -1,7 +1,7 @@
 import { execFile } from 'node:child_process';
-import { mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import axios, { type AxiosInstance } from 'axios';
@@ -17,9 +17,11 @@ import { renderOwnedFile } from '../../src/providers/haproxy/owned-file.js';
 import { StockHaproxyProvider } from '../../src/providers/haproxy/provider.js';
 import { parseReloadAnswer, parseShowProc } from '../../src/providers/haproxy/runtime-text.js';
 import type { Provider, ProviderTraffic } from '../../src/providers/provider.js';
+import { OwnedProvider } from '../../src/registry/owned-provider.js';
 import { resolveRoutes } from '../../src/routes/route.js';
 import { DPAPI_USER } from '../../test/support/dataplaneapi-testbed.js';
-import { interpret, ownerTags, registry } from '../../test/support/owner.js';
+import { legacyBackendName } from '../../test/support/legacy-stock-file.js';
+import { ownerTags, registry } from '../../test/support/owner.js';
 import { waitFor } from '../../test/support/wait.js';
 import { type Counts, zeroCounts } from './counting-proxy.js';
 import type { BenchKube } from './kube.js';
@@ -103,7 +105,6 @@ export async function startOurs(
     secret,
   );
   const metric = async (name: string) => (await svc.metrics()).get(name) ?? 0;
-  const provider = target.provider;
   const expectOk = async (p: Promise<{ status: number; body: string }>, what: string) => {
     const res = await p;
     if (res.status !== 200) throw new Error(`${what}: ${res.status} ${res.body.slice(0, 500)}`);
@@ -142,16 +143,22 @@ export async function startOurs(
     moveNode: (address) => kube.setNodeAddress(address),
     resync: () => expectOk(callRetrying('POST', '/v1/reconcile?wait=true'), 'POST /v1/reconcile'),
     async settle() {
-      // Quiet once the pass count and the requests sent stay still for a second and no request is in flight.
+      // Quiet once the passes and the writes to HAProxy stay still for a second and no request is in flight.
+      // Not every request: the revision watch reads HAProxy every 500 ms (LOOP.watchMs), so the request
+      // count never stays still. The writes: the API's non-GET requests, or the stock provider's files.
       const deadline = Date.now() + 600_000;
       let last = '';
       let stillSince = Date.now();
       while (Date.now() < deadline) {
         const m = await svc.metrics();
         const now = [
-          m.get(`kubebyon_haproxy_adapter_provider_requests_total{provider="${provider}"}`),
+          target.dataplane ? target.dataplane.proxy.counts().writes : stockFiles(target),
           [...m.entries()]
-            .filter(([k]) => k.startsWith('kubebyon_haproxy_adapter_reconciles_total'))
+            .filter(
+              ([k]) =>
+                k.startsWith('kubebyon_haproxy_adapter_reconciles_total') ||
+                k.startsWith('kubebyon_haproxy_adapter_reconcile_duration_seconds_count'),
+            )
             .map(([, v]) => v)
             .join(','),
           target.dataplane?.proxy.inFlight() ?? 0,
@@ -188,6 +195,21 @@ export async function startOurs(
       rmSync(dir, { recursive: true, force: true });
     },
   };
+}
+
+/** The stock provider's files as they are on disk now (each one's name, size and modification time). */
+function stockFiles(target: Target): string {
+  const owned = target.stock?.ownedFile;
+  if (!owned) return '';
+  const dir = dirname(owned);
+  return readdirSync(dir)
+    .filter((f) => join(dir, f) === owned || f.endsWith('.map'))
+    .sort()
+    .map((f) => {
+      const st = statSync(join(dir, f));
+      return `${f}:${st.size}:${st.mtimeMs}`;
+    })
+    .join(',');
 }
 
 // ---- baselines: one apply per change, in order, each carrying exactly the changes up to its own -------
@@ -278,38 +300,40 @@ class LocalTraffic implements ProviderTraffic {
  */
 class Naive extends PerChange {
   readonly name = 'naive' as const;
-  private readonly provider: Provider;
+  private readonly inner: Provider;
+  /** The provider behind the registry, as the service runs it. */
+  private readonly provider: OwnedProvider;
   private readonly traffic = new LocalTraffic();
 
   constructor(target: Target, address: string) {
     super(target, address);
     const logger = pino({ level: 'silent' });
     if (target.dataplane) {
-      this.provider = new DataplaneProvider({
+      this.inner = new DataplaneProvider({
         url: target.dataplane.proxy.url,
         username: DPAPI_USER,
         password: target.dataplane.password,
         timeoutMs: 600_000,
         reloadTimeoutMs: 600_000,
-        runtimeMaxServers: 4,
         owner: registry,
         logger,
       });
     } else if (target.stock) {
-      this.provider = new StockHaproxyProvider(target.stock, {
+      this.inner = new StockHaproxyProvider(target.stock, {
         logger,
         owner: registry,
         traffic: this.traffic,
       });
     } else throw new Error('no provider for the target');
+    this.provider = new OwnedProvider(this.inner, registry);
   }
 
   protected async apply(config: DesiredConfig): Promise<void> {
     for (let attempt = 1; ; attempt++) {
       try {
         const signal = AbortSignal.timeout(600_000);
-        const current = await this.provider.readState(signal);
-        const p = plan(config, interpret(current));
+        const current = await this.provider.read(signal);
+        const p = plan(config, current.state);
         if (p.operations.length === 0) return;
         await this.provider.apply(p, current, signal);
         this.applied++;
@@ -327,11 +351,11 @@ class Naive extends PerChange {
 
   /** Its start-up reads (the API's document, a first state), as the service does them before any change. */
   async warm(): Promise<void> {
-    await this.provider.readState(AbortSignal.timeout(600_000));
+    await this.provider.read(AbortSignal.timeout(600_000), { fresh: true });
   }
 
   async stop() {
-    await this.provider.close?.();
+    await this.provider.close();
   }
 }
 
@@ -456,9 +480,19 @@ export async function startBaseline(
   return naive;
 }
 
-/** The owned file's objects for a desired configuration: what the stock provider would end up writing. */
+/**
+ * What a tool that rewrites the whole configuration on every change writes for the routes: one backend and one
+ * `use_backend ... if { req.ssl_sni -i <host> }` rule per cluster (the plainest layout, the one this service
+ * wrote before map routing), named as the service named them.
+ */
+function perCluster(d: DesiredConfig) {
+  return d.routing.routes.map((r) => ({ route: r, backend: legacyBackendName(r.cluster) }));
+}
+
+/** The owned file's objects for a desired configuration, rewritten whole (see `perCluster`). */
 function rawOf(d: DesiredConfig): RawState {
   const f = d.frontend;
+  const routes = perCluster(d);
   return {
     frontends: [
       {
@@ -467,41 +501,42 @@ function rawOf(d: DesiredConfig): RawState {
         inspectDelayMs: f.inspectDelayMs,
         acceptsTlsHello: true,
         defaultBackend: f.defaultBackend,
-        rules: f.rules.map((r) => ({ backend: r.backend, host: r.host, tags: ownerTags() })),
+        rules: routes.map(({ route, backend }) => ({ backend, host: route.host, tags: ownerTags() })),
         tags: ownerTags(),
       },
     ],
-    backends: d.backends.map((b) => ({
-      name: b.name,
-      balance: b.balance,
-      servers: b.servers.map((s, i) => ({
+    backends: routes.map(({ route, backend }) => ({
+      name: backend,
+      balance: d.routing.balance,
+      servers: route.servers.map((s, i) => ({
         name: serverSlotName(i + 1),
         address: s.address,
         port: s.port,
         check: s.check,
         tags: ownerTags(),
       })),
-      tags: ownerTags(b.cluster),
+      tags: ownerTags(route.cluster),
     })),
   };
 }
 
-/** The service's sections as plain haproxy.cfg text (the values were validated when the routes were). */
+/** The same sections as plain haproxy.cfg text (the values were validated when the routes were). */
 function dataplaneText(d: DesiredConfig): string {
   const f = d.frontend;
+  const routes = perCluster(d);
   const lines = [
     `frontend ${f.name}`,
     '  mode tcp',
     `  bind ${f.bind.address}:${f.bind.port}`,
     `  tcp-request inspect-delay ${f.inspectDelayMs}`,
     '  tcp-request content accept if { req.ssl_hello_type 1 }',
-    ...f.rules.map((r) => `  use_backend ${r.backend} if { req.ssl_sni -i ${r.host} }`),
+    ...routes.map(({ route, backend }) => `  use_backend ${backend} if { req.ssl_sni -i ${route.host} }`),
     ...(f.defaultBackend ? [`  default_backend ${f.defaultBackend}`] : []),
     '',
   ];
-  for (const b of d.backends) {
-    lines.push(`backend ${b.name}`, '  mode tcp', `  balance ${b.balance}`);
-    b.servers.forEach((s, i) => {
+  for (const { route, backend } of routes) {
+    lines.push(`backend ${backend}`, '  mode tcp', `  balance ${d.routing.balance}`);
+    route.servers.forEach((s, i) => {
       lines.push(`  server ${serverSlotName(i + 1)} ${s.address}:${s.port}${s.check ? ' check' : ''}`);
     });
     lines.push('');

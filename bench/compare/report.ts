@@ -149,10 +149,12 @@ export function targets(report: Report): Array<{ provider: ProviderName; rows: T
       // Polls while a reload runs are the one part that may vary.
       met: o1?.change && o5?.change ? Math.abs(o1.change.mean.requests - o5.change.mean.requests) <= 1 : null,
     });
+    // Exactly one while every new cluster got a backend and a rule of its own (rules routing, retired); on the
+    // map a new cluster takes a free slot at runtime, and only a pool's growth reloads.
     rows.push({
-      what: `one-cluster change: 1 reload (N = ${big}, most over the changes)`,
+      what: `one-cluster change: at most 1 reload (N = ${big}, most over the changes)`,
       measured: fmtN(o5?.change?.max.reloads),
-      met: o5?.change ? o5.change.max.reloads === 1 : null,
+      met: o5?.change ? o5.change.max.reloads <= 1 : null,
     });
     rows.push({
       what: 'burst of 200 at N = 1000: ≤ 2 reloads, converged within 3 s',
@@ -208,7 +210,7 @@ export function markdown(report: Report, chartFile: string): string {
     `Load (\`uptime\`) at the start: \`${e.uptime.start}\`; at the end: \`${e.uptime.end ?? '?'}\`.`,
     '',
     '- **ours**: the service (`node dist/cli/main.js serve`), Kubernetes topology against a real kube-apiserver, ' +
-      'default debounce (200 ms), every change a signed webhook answered with `?wait=true`.',
+      "the loop's debounce (0 ms, at most 2 s: constants), every change a signed webhook answered with `?wait=true`.",
     '- **rewrite**: render the whole configuration and push it on every change (Data Plane API: ' +
       '`POST /configuration/raw?force_reload=true`; stock HAProxy: write the owned file, `haproxy -c`, ' +
       '`reload`); a resync compares with what is deployed and pushes only a difference.',

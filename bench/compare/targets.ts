@@ -75,7 +75,7 @@ export async function startTarget(
         KUBEBYON_DATAPLANE_USERNAME: DPAPI_USER,
         KUBEBYON_DATAPLANE_PASSWORD: tb.password,
         KUBEBYON_DATAPLANE_TIMEOUT_MS: '600000',
-        KUBEBYON_DATAPLANE_RELOAD_TIMEOUT_MS: '600000',
+        KUBEBYON_HAPROXY_RELOAD_TIMEOUT_MS: '600000',
       }),
       dataplane: { proxy, apiUrl: tb.url, password: tb.password },
       async stop() {

@@ -9,11 +9,12 @@ import type { BenchKube } from '../compare/kube.js';
 import { benchServiceEnv, type Resources, startService } from '../compare/service.js';
 import type { Target } from '../compare/targets.js';
 
-/** One provider at one N, in one routing mode: what issue 21's targets ask, measured end to end. */
+/** One provider at one N: what issue 21's targets ask, measured end to end. */
 export interface ZeroReloadResult {
   provider: string;
   /** The Data Plane API's `KUBEBYON_DATAPLANE_SLOTS`. */
   slots?: string;
+  /** Always `map` now; `rules` in results measured while KUBEBYON_HAPROXY_ROUTING was a setting. */
   routing: 'map' | 'rules';
   n: number;
   cold: { putAllMs: number; routableMs: number | null; reloads: number; restartReadyMs: number };
@@ -37,7 +38,6 @@ export interface Latencies {
 
 export interface RunOptions {
   n: number;
-  routing: 'map' | 'rules';
   /** Sequential adds, moves and deletes timed one by one. */
   changes: number;
   burst: number;
@@ -132,7 +132,6 @@ export async function runZeroReload(
   const secret = `zr-${Math.random().toString(36).slice(2)}-secret`;
   const env = {
     ...benchServiceEnv(target, kube.kubeconfig, dir),
-    KUBEBYON_HAPROXY_ROUTING: o.routing,
     // The Data Plane API as the deployment guide sets it up: slot backends in its general storage
     // (`BENCH_DATAPLANE_SLOTS=config` measures them in the configuration file).
     ...(target.provider === 'dataplaneapi'
@@ -164,7 +163,7 @@ export async function runZeroReload(
   const result: Partial<ZeroReloadResult> = {
     provider: target.provider,
     ...('KUBEBYON_DATAPLANE_SLOTS' in env ? { slots: env.KUBEBYON_DATAPLANE_SLOTS } : {}),
-    routing: o.routing,
+    routing: 'map',
     n: o.n,
   };
   try {

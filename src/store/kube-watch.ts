@@ -47,12 +47,20 @@ export class RouteWatch {
       this.firstSync = resolve;
     });
     void this.watch.start();
-    const timeout = sleep(timeoutMs, 'timeout', { ref: false });
-    if ((await Promise.race([synced, timeout])) === 'timeout') {
-      await this.stop();
-      throw new Error(
-        `ClusterRoutes not listed within ${timeoutMs} ms: ${this.watch.lastError ?? 'no answer'}`,
-      );
+    // A timer that keeps the process alive while it waits: the watch's retries run on the clock's timers,
+    // which do not, and nothing else does yet at start (a first list that failed, e.g. 429 while the API's
+    // storage initializes, left the event loop empty: Node exited with 13, a top-level await unsettled).
+    const waiting = new AbortController();
+    const timeout = sleep(timeoutMs, 'timeout', { signal: waiting.signal }).catch(() => 'synced');
+    try {
+      if ((await Promise.race([synced, timeout])) === 'timeout') {
+        await this.stop();
+        throw new Error(
+          `ClusterRoutes not listed within ${timeoutMs} ms: ${this.watch.lastError ?? 'no answer'}`,
+        );
+      }
+    } finally {
+      waiting.abort();
     }
   }
 

@@ -142,6 +142,33 @@ describe(`haproxy provider, map routing, on HAProxy ${version}`, () => {
     expect(await owned.read(signal())).not.toBe(cached);
   });
 
+  it('never has its own reload taken for someone else’s: a revision read meanwhile answers once the apply is done', async () => {
+    await converge([claim('x', a.port)]);
+    const before = await provider.revision(signal());
+    // A change of the frontend: a reload. The revision watch polls HAProxy all along (every 500 ms).
+    const current = await owned.read(signal());
+    const p = plan(
+      renderDesired(resolveRoutes([claim('x', a.port)]).routes, { ...render, inspectDelayMs: 4000 }),
+      current.state,
+    );
+    expect(p.operations.map((o) => o.kind)).toEqual(['update_frontend']);
+    let done = false;
+    const applying = owned.apply(p, current, signal()).finally(() => {
+      done = true;
+    });
+    const seen: Array<{ token: string; ours: boolean }> = [];
+    for (let i = 0; i < 2_000 && !done; i++) {
+      const token = await provider.revision(signal());
+      // What the watch asks the moment it has a token: is it the one before, or this service's own?
+      seen.push({ token, ours: owned.isOwnRevision(token) });
+    }
+    const report = await applying;
+    expect(report.reload).toBe('succeeded');
+    expect(report.revision).not.toBe(before);
+    expect(seen.filter((x) => x.token !== before && !x.ours)).toEqual([]);
+    expect(seen.at(-1)).toEqual({ token: report.revision, ours: true });
+  });
+
   it('a reload by someone else right after a runtime change loses nothing once the next pass has run', async () => {
     await converge([claim('x', a.port)]);
     const before = await reloads();

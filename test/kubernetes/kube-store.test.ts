@@ -1,7 +1,8 @@
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { CustomObjectsApi, KubernetesObjectApi, loadAllYaml, Watch } from '@kubernetes/client-node';
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -327,5 +328,46 @@ describe('KubeClusterStore against a real kube-apiserver', () => {
       await c.close();
       await d.close();
     }
+  });
+});
+
+// Outside vitest, whose own handles keep any process alive: a process whose only work is opening the store.
+describe('KubeClusterStore.open in a process of its own', () => {
+  it('keeps the process alive while the first list fails and is tried again, until its timeout', async () => {
+    const { freeLoopbackPort } = await import('../support/ports.js');
+    // Nothing listens there: every list fails at once, and the watch waits (on unref'd timers) to retry.
+    const server = `https://127.0.0.1:${await freeLoopbackPort()}`;
+    const store = pathToFileURL(join(import.meta.dirname, '../../src/store/kube-store.ts')).href;
+    const script = `
+import { KubeConfig } from '@kubernetes/client-node';
+import pino from 'pino';
+import { KubeClusterStore } from ${JSON.stringify(store)};
+const kc = new KubeConfig();
+kc.loadFromOptions({
+  clusters: [{ name: 'c', server: ${JSON.stringify(server)}, skipTLSVerify: true }],
+  users: [{ name: 'u', token: 't' }],
+  contexts: [{ name: 'x', cluster: 'c', user: 'u' }],
+  currentContext: 'x',
+});
+try {
+  await KubeClusterStore.open(kc, { namespace: 'ns', logger: pino({ level: 'silent' }), syncTimeoutMs: 3000 });
+  console.log('opened');
+} catch (err) {
+  console.log('refused:', err.message);
+  process.exitCode = 1;
+}
+`;
+    const started = Date.now();
+    const r = spawnSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], {
+      cwd: join(import.meta.dirname, '../..'),
+      encoding: 'utf8',
+      timeout: 60_000,
+    });
+    // Before: exit 13 (a top-level await left unsettled) within a second, the event loop left empty.
+    expect({ status: r.status, stdout: r.stdout.trim() }, r.stderr).toEqual({
+      status: 1,
+      stdout: expect.stringMatching(/^refused: ClusterRoutes not listed within 3000 ms/),
+    });
+    expect(Date.now() - started).toBeGreaterThanOrEqual(3000);
   });
 });

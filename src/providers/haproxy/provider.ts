@@ -108,9 +108,16 @@ export class StockHaproxyProvider implements Provider {
 
   /**
    * The master's reload count, the current worker and its start (any reload or restart, by anyone, moves
-   * them), and how often someone else changed the owned file.
+   * them), and how often someone else changed the owned file. Waits for an apply under way: its reload moves
+   * the count, and only its answer says that the new revision is this service's own (the revision watch
+   * polling meanwhile took it for a reload by someone else, and asked for a full read and a repair pass).
    */
   async revision(signal: AbortSignal): Promise<string> {
+    await this.queue;
+    return this.revisionNow(signal);
+  }
+
+  private async revisionNow(signal: AbortSignal): Promise<string> {
     const g = await workerGeneration(this.session, signal);
     const { text } = await this.owned.read();
     const ours =
@@ -171,7 +178,7 @@ export class StockHaproxyProvider implements Provider {
     const sentBefore = this.cli.sent;
     const requests = () => this.cli.sent - sentBefore;
     const reading = this.latest;
-    if (!reading || (await this.revision(signal)) !== change.revision)
+    if (!reading || (await this.revisionNow(signal)) !== change.revision)
       throw new ConcurrentChangeError('HAProxy or the owned file changed since the plan was made');
     const target = change.to.state;
 
@@ -218,7 +225,7 @@ export class StockHaproxyProvider implements Provider {
       this.reloadWriting = false;
       this.fileEpoch++;
     }
-    const revision = await this.revision(AbortSignal.timeout(this.config.reloadTimeoutMs)).catch(
+    const revision = await this.revisionNow(AbortSignal.timeout(this.config.reloadTimeoutMs)).catch(
       () => undefined,
     );
     return { reload: 'succeeded', requests: requests(), ...(revision !== undefined ? { revision } : {}) };
