@@ -44,6 +44,15 @@ export interface Network {
 const IPV4 = /^(0|[1-9][0-9]{0,2})\.(0|[1-9][0-9]{0,2})\.(0|[1-9][0-9]{0,2})\.(0|[1-9][0-9]{0,2})$/;
 const LEADING_ZERO_IPV4 = /^(?=(?:.*\.)?0[0-9])[0-9]{1,3}(?:\.[0-9]{1,3}){3}$/;
 
+/**
+ * A first, textual check of an entry (for the OpenAPI document and the CRD schema, RE2 and ECMAScript alike):
+ * dotted IPv4 without leading zeros, or hex digits, colons and dots with at least one colon, each with an
+ * optional prefix length in range. Everything `parseNetwork` takes matches it; not all that matches is taken.
+ */
+export const NETWORK_PATTERN =
+  '^(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(?:[.](?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}' +
+  '(?:/(?:3[0-2]|[12]?[0-9]))?|[0-9A-Fa-f.]*:[0-9A-Fa-f:.]*(?:/(?:12[0-8]|1[01][0-9]|[1-9]?[0-9]))?)$';
+
 /** The longest entry taken: an IPv6 CIDR with an embedded IPv4 is at most 49 characters. */
 export const MAX_NETWORK_LENGTH = 64;
 
@@ -174,6 +183,13 @@ export function formatAddress(family: 4 | 6, bits: bigint): string {
     parts.push((words[i] as number).toString(16));
   }
   return parts.join(':');
+}
+
+/** Whether two canonical lists are the same, absent reading as empty (open to all). */
+export function sameNetworks(a: readonly string[] | undefined, b: readonly string[] | undefined): boolean {
+  const x = a ?? [];
+  const y = b ?? [];
+  return x.length === y.length && x.every((n, i) => n === y[i]);
 }
 
 /** IPv4 first, then by address, then by prefix: a stable order for what is stored and shown. */
