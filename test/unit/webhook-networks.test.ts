@@ -255,7 +255,10 @@ describe('the OpenAPI document describes authorized_networks', () => {
     const set = doc.paths['/v1/clusters'].put.requestBody.content['application/json'].schema;
     const status = doc.paths['/v1/clusters/{name}'].get.responses['200'].content['application/json'].schema;
     const list = doc.paths['/v1/clusters'].get.responses['200'].content['application/json'].schema;
-    const [checkOne, checkSet, checkStatus, checkList] = [one, set, status, list].map((s) => ajv.compile(s));
+    const checkOne = ajv.compile(one);
+    const checkSet = ajv.compile(set);
+    const checkStatus = ajv.compile(status);
+    const checkList = ajv.compile(list);
     const field = one.properties.authorized_networks;
     expect(JSON.stringify(field)).toContain('"maxItems":64');
     expect(field.description).toMatch(/network_host_bits_set/);
