@@ -53,7 +53,9 @@ export function networksCell(networks: readonly string[]): string {
     width = next;
     shown++;
   }
-  return shown === networks.length ? all : `${networks.slice(0, shown).join(',')},+${networks.length - shown}`;
+  return shown === networks.length
+    ? all
+    : `${networks.slice(0, shown).join(',')},+${networks.length - shown}`;
 }
 
 /**
