@@ -16,7 +16,7 @@ import type { Topology } from '../topology/topology.js';
 import { checkClusterSet } from '../webhook/clusters.js';
 import { ClusterSetBody } from '../webhook/schemas.js';
 import { createConfiguredProvider, createLogger, createTopology } from '../wiring.js';
-import { clusterTable, type Output, routeSection, routesOf } from './output.js';
+import { clusterTable, networksSection, type Output, routeSection, routesOf } from './output.js';
 import { readJson } from './render.js';
 
 /** What tests (and embedders) may put in place of what the configuration names. */
@@ -100,8 +100,12 @@ export async function planCommand(
       if (clusters.length > 0) {
         io.out('');
         io.out('after this plan:');
-        for (const line of [...clusterTable(clusters, false), ...routeSection(routesOf(clusters))])
-          io.out(line);
+        const lines = [
+          ...clusterTable(clusters, false),
+          ...networksSection(clusters),
+          ...routeSection(routesOf(clusters)),
+        ];
+        for (const line of lines) io.out(line);
       }
     }
     if (blocking) {
@@ -149,7 +153,12 @@ export async function applyCommand(
     const clusters = clusterStatuses(s.records, report.result, appliedAt, s.config.publicPort);
     if (clusters.length > 0) {
       io.out('');
-      for (const line of [...clusterTable(clusters), ...routeSection(routesOf(clusters))]) io.out(line);
+      const lines = [
+        ...clusterTable(clusters),
+        ...networksSection(clusters),
+        ...routeSection(routesOf(clusters)),
+      ];
+      for (const line of lines) io.out(line);
     }
     if (!report.result.ok) {
       io.err(

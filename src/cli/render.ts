@@ -18,6 +18,8 @@ const ClaimsFile = z
           cluster: z.string(),
           host: z.string(),
           endpoints: z.array(z.object({ address: z.string(), port: z.number() }).strict()),
+          /** Checked with the routes' own rules: a bad list rejects the cluster, as a bad host does. */
+          authorized_networks: z.array(z.string()).nullable().optional(),
         })
         .strict(),
     ),
@@ -44,10 +46,17 @@ export async function renderCommand(file: string, env: NodeJS.ProcessEnv, io: Ou
     for (const issue of parsed.error.issues) io.err(`${file}: ${issue.path.join('.')}: ${issue.message}`);
     return 1;
   }
-  const resolved = resolveRoutes(parsed.data.clusters.map((c, i) => ({ ...c, claimedAt: i })));
+  const resolved = resolveRoutes(
+    parsed.data.clusters.map(({ authorized_networks, ...c }, i) => ({
+      ...c,
+      claimedAt: i,
+      networks: authorized_networks ?? [],
+    })),
+  );
   for (const r of resolved.routes) {
     const state = resolved.degraded.includes(r.cluster) ? 'degraded (no endpoints)' : 'accepted';
     io.out(`cluster ${r.cluster}: ${state} -> https://${r.host}:${settings.publicPort}`);
+    io.out(`  authorized networks: ${r.networks.length > 0 ? r.networks.join(', ') : 'open to all'}`);
   }
   for (const r of resolved.rejected) io.out(`cluster ${r.cluster}: rejected: ${r.reason} (${r.detail})`);
   const desired = renderDesired(resolved.routes, settings.render);

@@ -82,6 +82,7 @@ export function fromPublished(record: ClusterRecord, published: PublishedStatus 
   return {
     name: record.name,
     host: record.host,
+    authorized_networks: record.authorizedNetworks ?? [],
     api_endpoint: current ? published.api_endpoint : null,
     state: current ? (published.state as ClusterState) : 'pending',
     reason: current ? published.reason : null,

@@ -10,6 +10,8 @@ export type ClusterState = (typeof CLUSTER_STATES)[number];
 export interface ClusterStatus {
   name: string;
   host: string;
+  /** Who may reach it, as stored (canonical, sorted); empty: open to all. */
+  authorized_networks: readonly string[];
   api_endpoint: string | null;
   state: ClusterState;
   reason: string | null;
@@ -84,6 +86,7 @@ export function clusterStatus(
   return {
     name: record.name,
     host: record.host,
+    authorized_networks: record.authorizedNetworks ?? OPEN,
     api_endpoint: route ? `https://${route.host}:${publicPort}` : null,
     last_applied_at: appliedAt.has(record.name)
       ? new Date(appliedAt.get(record.name) ?? 0).toISOString()
@@ -94,6 +97,8 @@ export function clusterStatus(
     reason,
   };
 }
+
+const OPEN: readonly string[] = Object.freeze([]);
 
 /** Only the state of `clusterStatus` (what the gauges count): no strings or dates made. */
 export function clusterState(record: ClusterRecord, last: PassResult | undefined): ClusterState {

@@ -42,6 +42,19 @@ export interface Network {
 }
 
 const IPV4 = /^(0|[1-9][0-9]{0,2})\.(0|[1-9][0-9]{0,2})\.(0|[1-9][0-9]{0,2})\.(0|[1-9][0-9]{0,2})$/;
+const LEADING_ZERO_IPV4 = /^(?=(?:.*\.)?0[0-9])[0-9]{1,3}(?:\.[0-9]{1,3}){3}$/;
+
+/**
+ * A first, textual check of an entry (for the OpenAPI document and the CRD schema, RE2 and ECMAScript alike):
+ * dotted IPv4 without leading zeros, or hex digits, colons and dots with at least one colon, each with an
+ * optional prefix length in range. Everything `parseNetwork` takes matches it; not all that matches is taken.
+ */
+export const NETWORK_PATTERN =
+  '^(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(?:[.](?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}' +
+  '(?:/(?:3[0-2]|[12]?[0-9]))?|[0-9A-Fa-f.]*:[0-9A-Fa-f:.]*(?:/(?:12[0-8]|1[01][0-9]|[1-9]?[0-9]))?)$';
+
+/** The longest entry taken: an IPv6 CIDR with an embedded IPv4 is at most 49 characters. */
+export const MAX_NETWORK_LENGTH = 64;
 
 /** Checks a list as the webhook receives it; its canonical entries, sorted, or the first problem. */
 export function validateNetworks(list: readonly string[]): NetworksResult {
@@ -73,18 +86,23 @@ export function validateNetworks(list: readonly string[]): NetworksResult {
 export function parseNetwork(
   entry: string,
 ): { ok: true; network: Network } | { ok: false; reason: NetworkRejection; detail: string } {
+  // Typed as a string, but read from JSON and from Kubernetes objects: anything else is refused, not thrown on.
+  const text = typeof entry === 'string' ? entry : String(JSON.stringify(entry));
   const bad = (reason: NetworkRejection, why: string) => ({
     ok: false as const,
     reason,
-    detail: `${JSON.stringify(entry.slice(0, 64))}: ${why}`,
+    detail: `${JSON.stringify(text.slice(0, 64))}: ${why}`,
   });
-  if (typeof entry !== 'string' || entry.length === 0 || entry.length > 64)
+  if (typeof entry !== 'string' || entry.length === 0 || entry.length > MAX_NETWORK_LENGTH)
     return bad('network_invalid', 'not an IPv4 or IPv6 address or CIDR');
   const slash = entry.indexOf('/');
   const address = slash < 0 ? entry : entry.slice(0, slash);
   const prefixText = slash < 0 ? undefined : entry.slice(slash + 1);
   let family: 4 | 6;
   let bits: bigint;
+  // Node's isIPv4 refuses `010.0.0.1` outright: said here so that the answer names the reason.
+  if (LEADING_ZERO_IPV4.test(address))
+    return bad('network_invalid', 'IPv4 octets are written without leading zeros');
   if (isIPv4(address)) {
     if (!IPV4.test(address)) return bad('network_invalid', 'IPv4 octets are written without leading zeros');
     family = 4;
@@ -165,6 +183,13 @@ export function formatAddress(family: 4 | 6, bits: bigint): string {
     parts.push((words[i] as number).toString(16));
   }
   return parts.join(':');
+}
+
+/** Whether two canonical lists are the same, absent reading as empty (open to all). */
+export function sameNetworks(a: readonly string[] | undefined, b: readonly string[] | undefined): boolean {
+  const x = a ?? [];
+  const y = b ?? [];
+  return x.length === y.length && x.every((n, i) => n === y[i]);
 }
 
 /** IPv4 first, then by address, then by prefix: a stable order for what is stored and shown. */

@@ -1,10 +1,11 @@
 import { access, constants, mkdir, readFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { z } from 'zod';
-import { ClusterRecord, type ClusterTarget } from '../model/cluster.js';
+import { ClusterRecord } from '../model/cluster.js';
+import { sameNetworks } from '../routes/networks.js';
 import { compareStrings } from '../routes/route.js';
 import { AtomicFile } from './atomic-file.js';
-import type { DesiredStore, WriteStamp } from './desired-store.js';
+import type { ClusterInput, DesiredStore, WriteStamp } from './desired-store.js';
 import { Draft } from './draft.js';
 import { Journal, type JournalIo, nodeJournalIo, readJournal } from './journal.js';
 
@@ -19,7 +20,7 @@ const StoreFile = z.object({
 export const COMPACT_ENTRIES = 1000;
 export const COMPACT_BYTES = 4 * 2 ** 20;
 
-type Input = { name: string; host: string; target: ClusterTarget };
+type Input = ClusterInput;
 
 export interface StoreOptions {
   /** Journal lines after which a write is a snapshot instead (default `COMPACT_ENTRIES`). */
@@ -119,11 +120,7 @@ export class ClusterStore implements DesiredStore {
   upsert(input: Input, _stamp?: WriteStamp, now = Date.now()): Promise<ClusterRecord> {
     return this.change((draft) => {
       const previous = draft.get(input.name);
-      const record: ClusterRecord = {
-        ...input,
-        claimedAt: claimedAt(previous, input.host, now),
-        updatedAt: nextStamp(previous, now),
-      };
+      const record = recordOf(input, claimedAt(previous, input.host, now), nextStamp(previous, now));
       draft.set(input.name, record);
       return record;
     });
@@ -143,11 +140,10 @@ export class ClusterStore implements DesiredStore {
       for (const input of inputs) {
         const previous = draft.get(input.name);
         if (previous && sameInput(previous, input)) continue;
-        draft.set(input.name, {
-          ...input,
-          claimedAt: claimedAt(previous, input.host, now),
-          updatedAt: nextStamp(previous, now),
-        });
+        draft.set(
+          input.name,
+          recordOf(input, claimedAt(previous, input.host, now), nextStamp(previous, now)),
+        );
       }
       return { removed };
     });
@@ -276,11 +272,29 @@ function parseStoreFile(path: string, text: string): { seq: number; clusters: Cl
   return { seq: parsed.data.seq ?? 0, clusters: parsed.data.clusters };
 }
 
+/** The record of an input: its authorized networks only when it has some (an empty list is no field). */
+function recordOf(input: Input, claimed: number, updatedAt: number): ClusterRecord {
+  const { name, host, target, authorizedNetworks } = input;
+  return {
+    name,
+    host,
+    target,
+    ...(authorizedNetworks && authorizedNetworks.length > 0 ? { authorizedNetworks } : {}),
+    claimedAt: claimed,
+    updatedAt,
+  };
+}
+
 // A claim on a host dates from when the cluster first asked for that host; a new host is a new claim.
 function claimedAt(previous: ClusterRecord | undefined, host: string, now: number): number {
   return previous && previous.host === host ? previous.claimedAt : now;
 }
 
-function sameInput(a: ClusterRecord, b: { host: string; target: ClusterTarget }): boolean {
-  return a.host === b.host && JSON.stringify(a.target) === JSON.stringify(b.target);
+// Lists are canonical and sorted (the webhook's check): the same networks in another order are no change.
+function sameInput(a: ClusterRecord, b: Input): boolean {
+  return (
+    a.host === b.host &&
+    JSON.stringify(a.target) === JSON.stringify(b.target) &&
+    sameNetworks(a.authorizedNetworks, b.authorizedNetworks)
+  );
 }

@@ -6,7 +6,13 @@ import type { ClusterRecord, ClusterTarget } from '../model/cluster.js';
  * ClusterRoute object per cluster, shared by every replica).
  */
 
-export type ClusterInput = { name: string; host: string; target: ClusterTarget };
+export type ClusterInput = {
+  name: string;
+  host: string;
+  target: ClusterTarget;
+  /** Canonical and sorted (`validateNetworks`); absent when the cluster is open to all (never empty). */
+  authorizedNetworks?: string[] | undefined;
+};
 
 /**
  * The signed write a change came from: the caller's timestamp (seconds) and signature. With it a store shared

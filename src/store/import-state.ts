@@ -24,7 +24,8 @@ export async function importStateFile(
     if (store.importRecord) created = await store.importRecord(record);
     else if (store.get(record.name)) created = false;
     else {
-      await store.upsert({ name: record.name, host: record.host, target: record.target });
+      const { name, host, target, authorizedNetworks } = record;
+      await store.upsert({ name, host, target, ...(authorizedNetworks ? { authorizedNetworks } : {}) });
       created = true;
     }
     if (created) imported++;

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import { type ClusterRecord, ClusterTarget } from '../model/cluster.js';
+import { sameNetworks, validateNetworks } from '../routes/networks.js';
 import type { ClusterInput, PublishedStatus, WriteStamp } from './desired-store.js';
 
 /**
@@ -20,6 +21,8 @@ export const RouteSpec = z.object({
   cluster: z.string(),
   host: z.string(),
   target: ClusterTarget,
+  /** Canonical and sorted as this store writes it; absent when open to all. */
+  authorizedNetworks: z.array(z.string()).optional(),
   claimedAt: z.number(),
   updatedAt: z.number(),
   deleted: z.boolean().optional(),
@@ -81,12 +84,21 @@ export function parseRoute(raw: RawRoute): { route: CachedRoute } | { problem: s
   if (!spec.success) return { problem: `invalid spec: ${spec.error.issues[0]?.message ?? 'unknown'}` };
   if (objectName(spec.data.cluster) !== name)
     return { problem: `spec.cluster ${JSON.stringify(spec.data.cluster)} does not map to this name` };
+  // The CRD's schema refuses most bad entries; what it lets through (`10.0.0.1` beside `10.0.0.1/32`, an
+  // IPv4-compatible IPv6) is refused here, like any invalid spec. A list written by hand in another order or
+  // spelling is read in the canonical form the webhook would have stored.
+  const { authorizedNetworks, ...rest } = spec.data;
+  const networks = validateNetworks(authorizedNetworks ?? []);
+  if (!networks.ok) {
+    const at = networks.index === undefined ? '' : `[${networks.index}]`;
+    return { problem: `invalid spec.authorizedNetworks${at}: ${networks.reason}: ${networks.detail}` };
+  }
   const status = RouteStatus.safeParse(raw.status ?? {});
   return {
     route: {
       name,
       resourceVersion: raw.metadata?.resourceVersion ?? '',
-      spec: spec.data,
+      spec: networks.networks.length > 0 ? { ...rest, authorizedNetworks: networks.networks } : rest,
       ...(status.success && raw.status ? { status: status.data } : {}),
     },
   };
@@ -95,8 +107,13 @@ export function parseRoute(raw: RawRoute): { route: CachedRoute } | { problem: s
 /** The cluster a (non-tombstone) spec describes. */
 export function toRecord(spec: RouteSpec): ClusterRecord | undefined {
   if (spec.deleted) return undefined;
-  const { cluster, host, target, claimedAt, updatedAt } = spec;
-  return { name: cluster, host, target, claimedAt, updatedAt };
+  const { cluster, host, target, authorizedNetworks, claimedAt, updatedAt } = spec;
+  return { name: cluster, host, target, ...listed(authorizedNetworks), claimedAt, updatedAt };
+}
+
+/** `{ authorizedNetworks }` when the list has entries, else nothing: an open cluster carries no field. */
+export function listed(networks: string[] | undefined): { authorizedNetworks?: string[] } {
+  return networks && networks.length > 0 ? { authorizedNetworks: networks } : {};
 }
 
 /** The whole object to create or replace (`resourceVersion` set for a replace: the API's precondition). */
@@ -155,6 +172,7 @@ export function upsertSpec(
     cluster: input.name,
     host: input.host,
     target: input.target,
+    ...listed(input.authorizedNetworks),
     claimedAt: live && previous.host === input.host ? previous.claimedAt : now,
     updatedAt: nextStamp(previous, now),
     ...stamped(previous, stamp),
@@ -178,7 +196,10 @@ export function restampedSpec(previous: RouteSpec, stamp: WriteStamp): RouteSpec
 
 export function sameInput(spec: RouteSpec, input: ClusterInput): boolean {
   return (
-    !spec.deleted && spec.host === input.host && JSON.stringify(spec.target) === JSON.stringify(input.target)
+    !spec.deleted &&
+    spec.host === input.host &&
+    JSON.stringify(spec.target) === JSON.stringify(input.target) &&
+    sameNetworks(spec.authorizedNetworks, input.authorizedNetworks)
   );
 }
 

@@ -17,6 +17,7 @@ import {
   type CachedRoute,
   fromStatus,
   GROUP,
+  listed,
   objectName,
   PLURAL,
   parseRoute,
@@ -194,8 +195,9 @@ export class KubeClusterStore implements DesiredStore {
   importRecord(record: ClusterRecord): Promise<boolean> {
     return this.write(objectName(record.name), (current) => {
       if (current) return { action: undefined, result: false };
-      const { name, host, target, claimedAt, updatedAt } = record;
-      return { action: { put: { cluster: name, host, target, claimedAt, updatedAt } }, result: true };
+      const { name, host, target, authorizedNetworks, claimedAt, updatedAt } = record;
+      const spec = { cluster: name, host, target, ...listed(authorizedNetworks), claimedAt, updatedAt };
+      return { action: { put: spec }, result: true };
     });
   }
 

@@ -79,7 +79,9 @@ function isJsonMediaType(header: string | undefined): boolean {
   return params.every((p) => !p.startsWith('charset=') || /^charset="?utf-8"?$/.test(p));
 }
 
-const UTF8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false });
+// ignoreBOM: true keeps a leading U+FEFF in the text (false would strip it), so JSON.parse refuses it: RFC 8259
+// forbids sending one, and the hostile-input property counts such a body as malformed.
+const UTF8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
 
 /**
  * The body as text, or undefined when it is not valid UTF-8. A lenient decode would turn bad bytes into

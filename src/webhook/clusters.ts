@@ -1,6 +1,8 @@
 import type { ClusterTarget } from '../model/cluster.js';
 import { validateHost } from '../routes/host.js';
+import { validateNetworks } from '../routes/networks.js';
 import { validateClusterName } from '../routes/route.js';
+import type { ClusterInput } from '../store/desired-store.js';
 import type { ClusterBody, ClusterSetBody } from './schemas.js';
 
 /** Only this mode is routed through HAProxy; a cluster with any other mode has no route. */
@@ -14,7 +16,7 @@ export interface FieldError {
 }
 
 export type CheckedCluster =
-  | { ok: true; routed: true; input: { name: string; host: string; target: ClusterTarget } }
+  | { ok: true; routed: true; input: ClusterInput }
   | { ok: true; routed: false }
   | { ok: false; error: FieldError };
 
@@ -45,7 +47,22 @@ export function checkCluster(name: string, body: ClusterBody, field = ''): Check
     };
   }
   const target: ClusterTarget = body.service ? { service: body.service } : { nodePort: body.node_port ?? 0 };
-  return { ok: true, routed: true, input: { name, host: host.host, target } };
+  const networks = validateNetworks(body.authorized_networks ?? []);
+  if (!networks.ok) {
+    const at = networks.index === undefined ? '' : `.${networks.index}`;
+    return {
+      ok: false,
+      error: {
+        status: 422,
+        field: `${field}authorized_networks${at}`,
+        reason: networks.reason,
+        detail: networks.detail,
+      },
+    };
+  }
+  // Canonical and sorted: the same list in any order or spelling is the same record. Empty: left out.
+  const authorized = networks.networks.length > 0 ? { authorizedNetworks: networks.networks } : {};
+  return { ok: true, routed: true, input: { name, host: host.host, target, ...authorized } };
 }
 
 /**
@@ -58,9 +75,7 @@ export function checkName(name: string, field = ''): FieldError | undefined {
   return { status: 400, field: `${field}name`, reason: 'cluster_name_invalid', detail: nameCheck.detail };
 }
 
-export type CheckedClusterSet =
-  | { ok: true; inputs: Array<{ name: string; host: string; target: ClusterTarget }> }
-  | { ok: false; error: FieldError };
+export type CheckedClusterSet = { ok: true; inputs: ClusterInput[] } | { ok: false; error: FieldError };
 
 /**
  * The full desired set (`PUT /v1/clusters`, or a clusters file given to the command line): every item

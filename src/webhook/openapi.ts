@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { CLUSTER_STATES } from '../reconcile/status.js';
+import { MAX_AUTHORIZED_NETWORKS, type NetworkRejection } from '../routes/networks.js';
 import { ClusterBody, ClusterSetBody } from './schemas.js';
 
 const schema = (s: z.ZodType) => {
@@ -18,11 +19,29 @@ const ErrorBody = {
   required: ['error'],
 };
 
+// Every reason an authorized_networks entry (or the list) is refused with: the 422's `reason`.
+const NETWORK_REJECTIONS: readonly NetworkRejection[] = [
+  'network_invalid',
+  'network_prefix_invalid',
+  'network_host_bits_set',
+  'network_ipv4_mapped',
+  'network_duplicate',
+  'too_many_networks',
+];
+
 const ClusterStatus = {
   type: 'object',
   properties: {
     name: { type: 'string' },
     host: { type: 'string' },
+    authorized_networks: {
+      type: 'array',
+      items: { type: 'string' },
+      maxItems: MAX_AUTHORIZED_NETWORKS,
+      description:
+        'Who may reach the cluster, as stored: canonical CIDRs (IPv4 first, then by address and prefix); empty: open to all',
+      examples: [['203.0.113.0/24', '198.51.100.7/32', '2001:db8::/32'], []],
+    },
     api_endpoint: { type: ['string', 'null'], examples: ['https://api.demo.example.com:443'] },
     state: { type: 'string', enum: [...CLUSTER_STATES] },
     reason: { type: ['string', 'null'] },
@@ -55,7 +74,17 @@ const ClusterStatus = {
       },
     },
   },
-  required: ['name', 'host', 'api_endpoint', 'state', 'reason', 'last_applied_at', 'backend', 'servers'],
+  required: [
+    'name',
+    'host',
+    'authorized_networks',
+    'api_endpoint',
+    'state',
+    'reason',
+    'last_applied_at',
+    'backend',
+    'servers',
+  ],
 };
 
 const Readiness = {
@@ -88,7 +117,10 @@ const responses = (ok: Record<string, unknown>) => ({
     content: { 'application/json': { schema: ErrorBody } },
   },
   '422': {
-    description: 'Well-formed but refused by the routing rules',
+    description:
+      'Well-formed but refused by the routing rules; nothing is stored. For authorized_networks, `field` names ' +
+      'the entry (authorized_networks.3, or clusters.0.authorized_networks.3 in a full set) and `reason` is one of ' +
+      `${NETWORK_REJECTIONS.join(', ')}`,
     content: { 'application/json': { schema: ErrorBody } },
   },
 });

@@ -98,8 +98,13 @@ describe('import-state against a real kube-apiserver', () => {
     const local = await ClusterStore.open(file);
     await local.upsert({ name: 'imp-a', host: 'imp-a.example.com', target: port(30040) }, undefined, 1_000);
     await local.upsert({ name: 'imp_B', host: 'imp-b.example.com', target: port(30041) }, undefined, 2_000);
-    // A later change of imp_B, still in the journal: the claim stays its first one.
-    await local.upsert({ name: 'imp_B', host: 'imp-b.example.com', target: port(30042) }, undefined, 3_000);
+    // A later change of imp_B, still in the journal: the claim stays its first one; its list comes along.
+    const networks = ['10.0.0.0/8', '2001:db8::/32'];
+    await local.upsert(
+      { name: 'imp_B', host: 'imp-b.example.com', target: port(30042), authorizedNetworks: networks },
+      undefined,
+      3_000,
+    );
 
     const first = await run(['import-state', file]);
     expect(first).toEqual({ code: 0, out: 'imported 2, skipped 0 (already there)', err: '' });
@@ -114,6 +119,7 @@ describe('import-state against a real kube-apiserver', () => {
       cluster: 'imp_B',
       host: 'imp-b.example.com',
       target: port(30042),
+      authorizedNetworks: networks,
       claimedAt: 2_000,
       updatedAt: 3_000,
     });

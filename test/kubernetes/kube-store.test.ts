@@ -129,6 +129,106 @@ describe('KubeClusterStore against a real kube-apiserver', () => {
     expect(a.list().map((c) => c.name)).not.toContain('victim');
   });
 
+  it('round-trips authorized networks: written canonical, read by the other replica, cleared by an open write', async () => {
+    const networks = ['10.0.0.0/8', '198.51.100.7/32', '2001:db8::/32'];
+    const written = await a.upsert({
+      name: 'listed',
+      host: 'listed.example.com',
+      target: port(30012),
+      authorizedNetworks: networks,
+    });
+    expect(written.authorizedNetworks).toEqual(networks);
+    expect((await stored('listed')).spec.authorizedNetworks).toEqual(networks);
+    await waitFor(() => b.get('listed')?.authorizedNetworks, 10_000, 'the list to reach store b');
+    expect(b.get('listed')).toEqual(written);
+    // An open write (no list) removes the field.
+    const version = (await stored('listed')).metadata.resourceVersion;
+    await a.upsert({ name: 'listed', host: 'listed.example.com', target: port(30012) });
+    expect((await stored('listed')).spec).not.toHaveProperty('authorizedNetworks');
+    expect((await stored('listed')).metadata.resourceVersion).not.toBe(version);
+    await waitFor(() => b.get('listed')?.authorizedNetworks === undefined, 10_000, 'b to see the list gone');
+    await a.delete('listed');
+  });
+
+  it("refuses a malformed entry in the API server's schema (server-side, kubectl apply too)", async () => {
+    const object = (name: string, authorizedNetworks: unknown) => ({
+      apiVersion: 'kubebyon.io/v1alpha1',
+      kind: 'ClusterRoute',
+      metadata: { name, namespace: NS },
+      spec: {
+        cluster: name,
+        host: `${name}.example.com`,
+        target: port(30013),
+        authorizedNetworks,
+        claimedAt: 1,
+        updatedAt: 1,
+      },
+    });
+    const refused: Array<[unknown, RegExp]> = [
+      [['10.0.0.5/24'], /without host bits/],
+      [['2001:db8::1/32'], /without host bits/],
+      [['nope'], /authorizedNetworks\[0\]/],
+      [['10.0.0.0/33'], /authorizedNetworks\[0\]/],
+      [['010.0.0.1'], /authorizedNetworks\[0\]/],
+      [['10.0.0.0/08'], /authorizedNetworks\[0\]/],
+      [['::ffff:1.2.3.4'], /without host bits/],
+      [['::ffff:1.2.3.0/120'], /without host bits/],
+      [['fe80::1%eth0'], /authorizedNetworks\[0\]/],
+      [['10.0.0.1 '], /authorizedNetworks\[0\]/],
+      [['10.0.0.0/8', '10.0.0.0/8'], /Duplicate value/],
+      [Array.from({ length: 65 }, (_, i) => `10.${i}.0.0/16`), /must have at most 64 items/],
+      [['1'.repeat(65)], /authorizedNetworks\[0\]/],
+      ['10.0.0.0/8', /must be of type array|Invalid value: "string"/],
+      [[8], /Invalid value: "integer"|must be of type string/],
+    ];
+    for (const [i, [networks, message]] of refused.entries()) {
+      const err = await admin
+        .createNamespacedCustomObject({ ...base, body: object(`bad-${i}`, networks) })
+        .then(
+          () => undefined,
+          (e: unknown) => e as { code?: number; body?: string },
+        );
+      expect(err, JSON.stringify(networks)).toMatchObject({ code: 422 });
+      expect(String(err?.body), JSON.stringify(networks)).toMatch(message);
+    }
+    // What kubectl apply says to a person.
+    const apply = (o: object) =>
+      spawnSync(KUBECTL, ['apply', '-f', '-'], {
+        input: JSON.stringify(o),
+        env: { ...process.env, KUBECONFIG: kube.env.KUBECONFIG ?? '' },
+        encoding: 'utf8',
+      });
+    const bad = apply(object('by-hand', ['192.168.1.10/24']));
+    expect(bad.status).not.toBe(0);
+    expect(bad.stderr).toMatch(
+      /spec\.authorizedNetworks\[0\].*must be an IPv4 or IPv6 address or CIDR without host bits/,
+    );
+    // A good one by hand, written in another spelling and order: read canonical.
+    const good = apply(object('by-hand', ['2001:DB8::/32', '192.168.1.10', '192.168.1.0/24']));
+    expect(good.status, good.stderr).toBe(0);
+    await waitFor(() => a.get('by-hand'), 10_000, 'the object written by hand to reach store a');
+    expect(a.get('by-hand')?.authorizedNetworks).toEqual([
+      '192.168.1.0/24',
+      '192.168.1.10/32',
+      '2001:db8::/32',
+    ]);
+    // Taken by the schema, not by the adapter (duplicates once canonical): ignored like any invalid spec.
+    const dup = apply(object('by-hand-dup', ['10.0.0.1', '10.0.0.1/32']));
+    expect(dup.status, dup.stderr).toBe(0);
+    await b.upsert({ name: 'after-dup', host: 'after-dup.example.com', target: port(30014) });
+    await waitFor(() => a.get('after-dup'), 10_000, 'a later write to reach store a');
+    expect(a.get('by-hand-dup')).toBeUndefined();
+    // A webhook write over it makes it valid again.
+    await a.upsert({
+      name: 'by-hand-dup',
+      host: 'dup.example.com',
+      target: port(30015),
+      authorizedNetworks: ['10.0.0.1/32'],
+    });
+    expect(a.get('by-hand-dup')?.authorizedNetworks).toEqual(['10.0.0.1/32']);
+    for (const name of ['by-hand', 'by-hand-dup', 'after-dup']) await a.delete(name);
+  });
+
   it("shows one replica's write in the other's list, and tells its onChange", async () => {
     bChanges.length = 0;
     const written = await a.upsert({ name: 'shared', host: 'shared.example.com', target: port(30011) });

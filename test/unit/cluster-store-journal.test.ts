@@ -64,6 +64,37 @@ describe('ClusterStore journal', () => {
     expect(reopened.list()).toHaveLength(10);
   });
 
+  it('keeps authorized networks across a reopen, from journal lines and from a snapshot', async () => {
+    const listed = (i: number, authorizedNetworks: string[]) => ({ ...put(i), authorizedNetworks });
+    const store = await ClusterStore.open(path, { compactEntries: 4 });
+    await store.upsert(listed(1, ['10.0.0.0/8', '2001:db8::/32']));
+    await store.upsert(put(2));
+    // In the journal only (no snapshot yet): the lines carry the lists.
+    expect(snapshotWrites).toHaveBeenCalledTimes(0);
+    const lines = parseJournal(journal, readFileSync(journal, 'utf8')).entries;
+    expect(lines[0]).toMatchObject({ put: { authorizedNetworks: ['10.0.0.0/8', '2001:db8::/32'] } });
+    expect(lines[1]).toMatchObject({
+      put: expect.not.objectContaining({ authorizedNetworks: expect.anything() }),
+    });
+    const fromJournal = await ClusterStore.open(path, { compactEntries: 4 });
+    expect(fromJournal.list()).toEqual(store.list());
+    // Past the threshold: folded into a snapshot, which holds them too.
+    await fromJournal.upsert(listed(3, ['192.168.0.0/16']));
+    await fromJournal.upsert(listed(1, ['10.0.0.0/16']));
+    await fromJournal.upsert(put(4));
+    expect(snapshotWrites).toHaveBeenCalled();
+    expect(readFileSync(path, 'utf8')).toContain('"authorizedNetworks":["10.0.0.0/16"]');
+    const fromSnapshot = await ClusterStore.open(path);
+    expect(fromSnapshot.list()).toEqual(fromJournal.list());
+    expect(fromSnapshot.list().map((c) => [c.name, c.authorizedNetworks])).toEqual([
+      ['c1', ['10.0.0.0/16']],
+      ['c2', undefined],
+      ['c3', ['192.168.0.0/16']],
+      ['c4', undefined],
+    ]);
+    expect(await ClusterStore.read(path)).toEqual(fromJournal.list());
+  });
+
   it('ignores a partial last line (a write cut short) and appends after the whole ones', async () => {
     const store = await ClusterStore.open(path);
     await store.upsert(put(1), undefined, 10);

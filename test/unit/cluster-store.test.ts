@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ClusterStore } from '../../src/store/cluster-store.js';
+import { importStateFile } from '../../src/store/import-state.js';
 import { storeWriterKilled } from '../support/store-writer.js';
 
 describe('ClusterStore', () => {
@@ -91,6 +92,40 @@ describe('ClusterStore', () => {
       ['b', 10],
       ['c', 50],
     ]);
+  });
+
+  it('rewrites nothing in a full set for a cluster whose list is the same, and a new version for a new list', async () => {
+    const store = await ClusterStore.open(path);
+    const a = { name: 'a', host: 'a.example.com', target: { nodePort: 1 } };
+    await store.replaceAll([{ ...a, authorizedNetworks: ['10.0.0.0/8'] }], undefined, 10);
+    await store.replaceAll([{ ...a, authorizedNetworks: ['10.0.0.0/8'] }], undefined, 20);
+    expect(store.get('a')).toMatchObject({ updatedAt: 10, authorizedNetworks: ['10.0.0.0/8'] });
+    await store.replaceAll([{ ...a, authorizedNetworks: ['10.0.0.0/16'] }], undefined, 30);
+    expect(store.get('a')).toMatchObject({
+      updatedAt: 30,
+      claimedAt: 10,
+      authorizedNetworks: ['10.0.0.0/16'],
+    });
+    // An empty list is an open cluster: no field, and the same as none.
+    await store.replaceAll([{ ...a, authorizedNetworks: [] }], undefined, 40);
+    expect(store.get('a')).toEqual({ ...a, claimedAt: 10, updatedAt: 40 });
+    await store.replaceAll([a], undefined, 50);
+    expect(store.get('a')?.updatedAt).toBe(40);
+  });
+
+  it('carries authorized networks into a store that takes plain upserts (import-state)', async () => {
+    const from = await ClusterStore.open(path);
+    await from.upsert({
+      name: 'a',
+      host: 'a.example.com',
+      target: { nodePort: 1 },
+      authorizedNetworks: ['::1/128'],
+    });
+    await from.upsert({ name: 'b', host: 'b.example.com', target: { nodePort: 2 } });
+    const to = await ClusterStore.open(join(dir, 'other', 'state.json'));
+    expect(await importStateFile(path, to)).toEqual({ imported: 2, skipped: 0 });
+    expect(to.get('a')?.authorizedNetworks).toEqual(['::1/128']);
+    expect(to.get('b')).not.toHaveProperty('authorizedNetworks');
   });
 
   it('changes nothing, in memory or on disk, when a write fails', async () => {

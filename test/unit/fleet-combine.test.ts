@@ -9,6 +9,7 @@ import type { PublishedStatus } from '../../src/store/desired-store.js';
 const status = (state: ClusterState, over: Partial<ClusterStatus> = {}): ClusterStatus => ({
   name: 'demo',
   host: 'demo.example.com',
+  authorized_networks: [],
   api_endpoint: state === 'applied' ? 'demo.example.com:443' : null,
   state,
   reason: state === 'applied' ? null : `${state} because`,
@@ -151,6 +152,7 @@ describe('fromPublished (a replica that does not lead)', () => {
   const pending = {
     name: 'demo',
     host: 'demo.example.com',
+    authorized_networks: [],
     api_endpoint: null,
     state: 'pending',
     reason: null,
@@ -179,6 +181,12 @@ describe('fromPublished (a replica that does not lead)', () => {
     const failed = fromPublished(record, published({ state: 'error', reason: 'a: down', instances: [] }));
     expect(failed).toMatchObject({ state: 'error', reason: 'a: down' });
     expect(failed).not.toHaveProperty('instances');
+  });
+
+  it("shows the stored record's authorized networks, whatever the leader published", () => {
+    const listed = { ...record, authorizedNetworks: ['10.0.0.0/8', '2001:db8::/32'] };
+    expect(fromPublished(listed, undefined).authorized_networks).toEqual(['10.0.0.0/8', '2001:db8::/32']);
+    expect(fromPublished(listed, published()).authorized_networks).toEqual(['10.0.0.0/8', '2001:db8::/32']);
   });
 
   it('reads back what toPublished made', () => {

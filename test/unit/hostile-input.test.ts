@@ -8,6 +8,7 @@ import { MemoryProvider } from '../../src/providers/memory/memory-provider.js';
 import type { ApplyReport, Change } from '../../src/providers/provider.js';
 import { validateEndpoint } from '../../src/routes/endpoint.js';
 import { validateHost } from '../../src/routes/host.js';
+import { formatNetwork, validateNetworks } from '../../src/routes/networks.js';
 import { validateClusterName } from '../../src/routes/route.js';
 import { ClusterStore } from '../../src/store/cluster-store.js';
 import { StaticTopology } from '../../src/topology/topology.js';
@@ -287,6 +288,59 @@ const modeArb = fc.oneof(
   },
   { weight: 1, arbitrary: fc.jsonValue({ maxDepth: 1 }) },
 );
+// Authorized networks: valid ones in every spelling, and everything a list must refuse.
+const v4Network = fc
+  .tuple(fc.integer({ min: 0, max: 2 ** 32 - 1 }), fc.integer({ min: 0, max: 32 }), fc.boolean())
+  .map(([n, prefix, bare]) => {
+    const bits = BigInt(n) & ~((1n << BigInt(32 - prefix)) - 1n);
+    const text = formatNetwork({ family: 4, bits, prefix });
+    return bare && prefix === 32 ? text.slice(0, -3) : text;
+  });
+const v6Word = fc.oneof(fc.constant(0), fc.integer({ min: 0, max: 0xffff }));
+const v6Network = fc
+  .tuple(fc.array(v6Word, { minLength: 8, maxLength: 8 }), fc.integer({ min: 0, max: 128 }), fc.boolean())
+  .map(([words, prefix, upper]) => {
+    const all = words.reduce((n, w) => (n << 16n) | BigInt(w), 0n);
+    const bits = all & ~((1n << BigInt(128 - prefix)) - 1n);
+    const text = formatNetwork({ family: 6, bits, prefix });
+    return upper ? text.toUpperCase() : text;
+  });
+const validNetwork = fc.oneof(v4Network, v6Network);
+const badNetwork = fc.oneof(
+  poisoned(validNetwork),
+  ipLiteral,
+  fc.tuple(fc.ipV4(), fc.integer({ min: 0, max: 31 })).map(([a, p]) => `${a.replace(/\.\d+$/, '.1')}/${p}`),
+  fc
+    .tuple(v4Network, fc.constantFrom('/33', '/-1', '/08', '/', '/1000', '/8/8', ' '))
+    .map(([n, p]) => `${n.split('/')[0]}${p}`),
+  fc.ipV4().map((a) => `::ffff:${a}`),
+  fc.ipV4().map(
+    (a) =>
+      `${a
+        .split('.')
+        .map((o) => o.padStart(3, '0'))
+        .join('.')}`,
+  ),
+  fc.constantFrom('', '::/129', 'fe80::1%eth0', '10.0.0.1/32\n', 'any', '*', '0/0', 'x'.repeat(300)),
+  fc.string({ maxLength: 20 }),
+);
+const validList = fc.array(validNetwork, { maxLength: 6 });
+const networksArb = fc.oneof(
+  { weight: 5, arbitrary: validList },
+  { weight: 3, arbitrary: fc.array(fc.oneof(validNetwork, badNetwork), { minLength: 1, maxLength: 6 }) },
+  // The same network twice, once as written and once canonical (or bare and /32).
+  { weight: 1, arbitrary: v4Network.map((n) => (n.includes('/') ? [n, n] : [n, `${n}/32`])) },
+  { weight: 1, arbitrary: v6Network.map((n) => [n, n.toLowerCase()]) },
+  {
+    weight: 1,
+    arbitrary: fc
+      .integer({ min: 62, max: 70 })
+      .map((n) => Array.from({ length: n }, (_, i) => `10.${i >> 8}.${i & 255}.0/24`)),
+  },
+  { weight: 1, arbitrary: fc.constantFrom(null, []) },
+  { weight: 1, arbitrary: fc.jsonValue({ maxDepth: 2 }) },
+  { weight: 1, arbitrary: fc.array(fc.jsonValue({ maxDepth: 1 }), { minLength: 1, maxLength: 3 }) },
+);
 const clusterBody = fc
   .record(
     {
@@ -297,6 +351,7 @@ const clusterBody = fc
       public_access_mode: modeArb,
       service: serviceArb,
       node_port: portArb,
+      authorized_networks: networksArb,
     },
     { requiredKeys: [] },
   )
@@ -317,11 +372,15 @@ const clusterBody = fc
     ),
   );
 // Mostly routable bodies, so that accepted changes interleave with refused ones.
-const goodBody = fc.record({
-  control_plane_host: fc.oneof(validHost, fc.mixedCase(validHost)),
-  public_access_mode: fc.constant('loadbalancer'),
-  node_port: fc.integer({ min: 30000, max: 32767 }),
-});
+const goodBody = fc.record(
+  {
+    control_plane_host: fc.oneof(validHost, fc.mixedCase(validHost)),
+    public_access_mode: fc.constant('loadbalancer'),
+    node_port: fc.integer({ min: 30000, max: 32767 }),
+    authorized_networks: validList.filter((l) => validateNetworks(l).ok),
+  },
+  { requiredKeys: ['control_plane_host', 'public_access_mode', 'node_port'] },
+);
 
 type Body = { json: unknown } | { raw: Buffer; note: string };
 
@@ -447,7 +506,17 @@ const reqArb: fc.Arbitrary<Req> = fc.oneof(
       segment: nameSegment,
       query: queryArb,
       body: fc
-        .oneof({ weight: 5, arbitrary: clusterBody }, { weight: 3, arbitrary: goodBody })
+        .oneof(
+          { weight: 5, arbitrary: clusterBody },
+          { weight: 3, arbitrary: goodBody },
+          // A routable body whose only fault, if any, is its list: the network rules themselves get tried.
+          {
+            weight: 2,
+            arbitrary: fc
+              .tuple(goodBody, networksArb)
+              .map(([b, authorized_networks]) => ({ ...b, authorized_networks })),
+          },
+        )
         .map((json): Body => ({ json })),
       contentType,
     }),
@@ -489,7 +558,7 @@ const reqArb: fc.Arbitrary<Req> = fc.oneof(
 
 // ---- the model of what the store must hold ----------------------------------------------------------
 
-type Entry = { host: string; target: unknown };
+type Entry = { host: string; target: unknown; networks: string[] };
 type Route = { kind: 'item'; name: string } | { kind: 'collection' } | { kind: 'other' };
 
 // As express routes it: one trailing slash is ignored, :name is percent-decoded.
@@ -509,7 +578,16 @@ function entryOf(b: Record<string, unknown>): Entry | null {
   if (b.public_access_mode !== 'loadbalancer') return null;
   const v = validateHost(String(b.control_plane_host));
   if (!v.ok) throw new Error(`accepted an invalid host ${JSON.stringify(b.control_plane_host)}`);
-  return { host: v.host, target: b.service ? { service: b.service } : { nodePort: b.node_port } };
+  const listed = b.authorized_networks ?? [];
+  if (!Array.isArray(listed)) throw new Error(`accepted authorized_networks ${JSON.stringify(listed)}`);
+  const networks = validateNetworks(listed);
+  if (!networks.ok)
+    throw new Error(`accepted an invalid list ${JSON.stringify(listed).slice(0, 200)}: ${networks.reason}`);
+  return {
+    host: v.host,
+    target: b.service ? { service: b.service } : { nodePort: b.node_port },
+    networks: networks.networks,
+  };
 }
 
 /** The change a request accepted with 202 must have made. */
@@ -541,11 +619,17 @@ function applyAccepted(model: Map<string, Entry>, req: Req, route: Route): void 
   }
 }
 
-const project = (records: Array<{ name: string; host: string; target: unknown }>) =>
+const project = (
+  records: Array<{ name: string; host: string; target: unknown; authorizedNetworks?: string[] | undefined }>,
+) =>
   Object.fromEntries(
     [...records]
       .sort((a, b) => (a.name < b.name ? -1 : 1))
-      .map((r) => [r.name, { host: r.host, target: r.target }]),
+      .map((r) => {
+        // An open cluster's record has no list at all: an empty one would be a second spelling of it.
+        if (r.authorizedNetworks?.length === 0) throw new Error(`${r.name} stored an empty list`);
+        return [r.name, { host: r.host, target: r.target, networks: r.authorizedNetworks ?? [] }];
+      }),
   );
 
 describe('hostile input to the webhook', () => {
@@ -554,6 +638,8 @@ describe('hostile input to the webhook', () => {
   const statuses = new Map<number, number>();
   let sent = 0;
   let accepted = 0;
+  const networkRefusals = new Map<string, number>();
+  let listsStored = 0;
   const serverErrors: string[] = [];
 
   beforeAll(async () => {
@@ -629,6 +715,12 @@ describe('hostile input to the webhook', () => {
             const req = batch[i] as Req;
             sent++;
             statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
+            if (res.status === 422 || res.status === 400) {
+              const answer = JSON.parse(res.text);
+              const key = `${res.status} ${answer.reason}`;
+              if (String(answer.field).includes('authorized_networks'))
+                networkRefusals.set(key, (networkRefusals.get(key) ?? 0) + 1);
+            }
             if (res.status >= 500)
               serverErrors.push(`${req.method} ${req.segment} ${res.status} ${res.text.slice(0, 200)}`);
             if (res.status === 202) {
@@ -653,6 +745,7 @@ describe('hostile input to the webhook', () => {
         // The disk (snapshot and journal) agrees with memory: what was acknowledged is on disk, and nothing else.
         const onDisk = await ClusterStore.read(join(app.dir, 'state.json'));
         expect(project(onDisk)).toEqual(project(app.store.list()));
+        listsStored += app.store.list().filter((r) => r.authorizedNetworks).length;
         // HAProxy (the provider) holds exactly the hosts of the accepted clusters.
         const pass = await app.reconciler.request('check');
         expect(pass.ok).toBe(true);
@@ -669,8 +762,23 @@ describe('hostile input to the webhook', () => {
         `${String(outcome.errorInstance).slice(0, 3000)} (seed ${outcome.seed}, path ${outcome.counterexamplePath})`,
       );
     console.log(
-      `[measure] hostile input: ${sent} requests, ${accepted} accepted, statuses ${JSON.stringify(Object.fromEntries(statuses))}, ${provider.applies.length} plans applied`,
+      `[measure] hostile input: ${sent} requests, ${accepted} accepted, statuses ${JSON.stringify(Object.fromEntries(statuses))}, ${provider.applies.length} plans applied; authorized_networks refused ${JSON.stringify(Object.fromEntries(networkRefusals))}, clusters with a list after each run ${listsStored}`,
     );
+    // The list rules were tried, every one of them, and lists were stored.
+    for (const reason of [
+      'network_invalid',
+      'network_prefix_invalid',
+      'network_host_bits_set',
+      'network_ipv4_mapped',
+      'network_duplicate',
+      'too_many_networks',
+      'invalid_type',
+    ])
+      expect(
+        networkRefusals.get(`${reason === 'invalid_type' ? 400 : 422} ${reason}`) ?? 0,
+        reason,
+      ).toBeGreaterThan(5);
+    expect(listsStored).toBeGreaterThan(50);
     expect(sent).toBeGreaterThanOrEqual(10_000);
     // Both sides were exercised: plenty of changes got through, and plenty were refused.
     expect(accepted).toBeGreaterThan(1000);

@@ -12,6 +12,8 @@ import {
   parseRoute,
   type RouteSpec,
   restampedSpec,
+  sameInput,
+  sameRecord,
   tombstoneSpec,
   toRecord,
   toStatus,
@@ -57,6 +59,61 @@ describe('parseRoute', () => {
     });
     const hashed = spec({ cluster: 'Team_A' });
     expect(parseRoute(raw(objectName('Team_A'), '1', hashed))).toMatchObject({ route: { spec: hashed } });
+  });
+});
+
+describe('spec.authorizedNetworks', () => {
+  it('reads a list in the canonical form, sorted, and a record carries it; an empty one is no field', () => {
+    const parsed = parseRoute(
+      raw('a', '5', spec({ authorizedNetworks: ['2001:DB8::/32', '10.0.0.1', '10.0.0.0/8'] })),
+    );
+    expect(parsed).toEqual({
+      route: {
+        name: 'a',
+        resourceVersion: '5',
+        spec: { ...spec(), authorizedNetworks: ['10.0.0.0/8', '10.0.0.1/32', '2001:db8::/32'] },
+      },
+    });
+    if (!('route' in parsed)) throw new Error('expected a route');
+    expect(toRecord(parsed.route.spec)).toEqual({
+      name: 'a',
+      host: 'a.example.com',
+      target: { nodePort: 30001 },
+      authorizedNetworks: ['10.0.0.0/8', '10.0.0.1/32', '2001:db8::/32'],
+      claimedAt: 100,
+      updatedAt: 200,
+    });
+    const empty = parseRoute(raw('a', '6', spec({ authorizedNetworks: [] })));
+    expect(empty).toEqual({ route: { name: 'a', resourceVersion: '6', spec: spec() } });
+  });
+
+  it.each([
+    [['10.0.0.5/24'], /authorizedNetworks\[0\]: network_host_bits_set/],
+    [['10.0.0.1', '10.0.0.1/32'], /authorizedNetworks\[1\]: network_duplicate/],
+    [['::1.2.3.4'], /network_ipv4_mapped/],
+    [['nope'], /network_invalid/],
+    [Array.from({ length: 65 }, (_, i) => `10.${i}.0.0/16`), /authorizedNetworks: too_many_networks/],
+    [[5], /invalid spec/],
+    ['10.0.0.0/8', /invalid spec/],
+  ])('refuses an object whose list is %j, like any invalid spec', (networks, problem) => {
+    expect(parseRoute(raw('a', '5', { ...spec(), authorizedNetworks: networks }))).toEqual({
+      problem: expect.stringMatching(problem),
+    });
+  });
+
+  it('writes the list of an input, none for an open cluster, and compares lists in what is the same input', () => {
+    const listed = { ...input(), authorizedNetworks: ['10.0.0.0/8'] };
+    const written = upsertSpec(spec(), listed, undefined, 150);
+    expect(written).toMatchObject({ authorizedNetworks: ['10.0.0.0/8'], claimedAt: 100 });
+    expect(upsertSpec(written, input(), undefined, 150)).not.toHaveProperty('authorizedNetworks');
+    expect(upsertSpec(written, { ...input(), authorizedNetworks: [] }, undefined, 150)).not.toHaveProperty(
+      'authorizedNetworks',
+    );
+    expect(sameInput(written, listed)).toBe(true);
+    expect(sameInput(written, input())).toBe(false);
+    expect(sameInput(spec(), { ...input(), authorizedNetworks: [] })).toBe(true);
+    expect(sameInput(written, { ...input(), authorizedNetworks: ['10.0.0.0/16'] })).toBe(false);
+    expect(sameRecord(written, { ...written, authorizedNetworks: ['10.0.0.0/16'] })).toBe(false);
   });
 });
 

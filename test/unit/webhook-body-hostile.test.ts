@@ -40,6 +40,16 @@ describe('webhook bodies', () => {
     expect(app.store.get('demo')?.host).toBe('api.example.com');
   });
 
+  it('refuses a body behind a byte order mark with 400 invalid_json, as the hostile-input property expects', async () => {
+    const raw = Buffer.from(
+      '\ufeff{"control_plane_host":"other.example.com","public_access_mode":"loadbalancer","node_port":30443}',
+    );
+    const res = await put('/v1/clusters/demo', raw, 'application/json');
+    expect(res.status).toBe(400);
+    expect(JSON.parse(res.text)).toMatchObject({ reason: 'invalid_json' });
+    expect(app.store.get('demo')?.host).toBe('api.example.com');
+  });
+
   it.each([
     'text/plain;charset=UTF-8',
     'application/x-www-form-urlencoded',
