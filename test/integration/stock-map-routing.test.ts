@@ -318,7 +318,9 @@ describe(`haproxy provider, map routing, on HAProxy ${version}`, () => {
     ]);
     // The slots, and the refusals table's backend (authorized networks).
     expect(
-      parsed.backends.every((x) => /^kubebyon_slot_[0-9]{5,}$/.test(x.name) || x.name === 'kubebyon_refusals'),
+      parsed.backends.every(
+        (x) => /^kubebyon_slot_[0-9]{5,}$/.test(x.name) || x.name === 'kubebyon_refusals',
+      ),
     ).toBe(true);
     const map = parseMapFile(readFileSync(mapFile(), 'utf8'));
     expect([...map.keys()].sort()).toEqual(routes.map((r) => r.host).sort());
