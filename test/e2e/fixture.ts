@@ -50,6 +50,7 @@ export async function startE2eHaproxy(options: { secondOwnedFile?: boolean } = {
   const haproxy = await startHaproxyTestbed(
     `global
   stats socket /etc/kubebyon/admin.sock mode 600 level admin
+  log stderr format raw local0 info
 defaults
   mode http
   timeout connect 2s

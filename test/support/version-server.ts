@@ -83,7 +83,7 @@ const loopback: LookupFunction = (_host, options, callback) => {
  */
 export function getVersion(
   url: string,
-  options: { servername?: string; timeoutMs?: number } = {},
+  options: { servername?: string; timeoutMs?: number; localAddress?: string } = {},
 ): Promise<VersionAnswer> {
   const u = new URL('/version', url);
   return new Promise((resolve) => {
@@ -103,6 +103,8 @@ export function getVersion(
         rejectUnauthorized: false,
         agent: false,
         timeout: options.timeoutMs ?? 3000,
+        // The client's own address (127.0.0.2, say): the source authorized networks judge.
+        ...(options.localAddress ? { localAddress: options.localAddress } : {}),
       },
       (res) => {
         let body = '';
@@ -133,10 +135,14 @@ export function getVersion(
 export function waitForIdentity(
   url: string,
   identity: string | null,
-  options: { servername?: string; timeoutMs?: number } = {},
+  options: { servername?: string; timeoutMs?: number; localAddress?: string } = {},
 ): Promise<VersionAnswer> {
   const probe = () =>
-    getVersion(url, { ...(options.servername ? { servername: options.servername } : {}), timeoutMs: 2000 });
+    getVersion(url, {
+      ...(options.servername ? { servername: options.servername } : {}),
+      ...(options.localAddress ? { localAddress: options.localAddress } : {}),
+      timeoutMs: 2000,
+    });
   return waitFor(probe, options.timeoutMs ?? 15_000, `${url} to answer as ${identity ?? 'nobody'}`, {
     ok: (answer) =>
       identity === null ? 'failed' in answer : 'identity' in answer && answer.identity === identity,

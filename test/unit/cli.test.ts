@@ -306,7 +306,9 @@ describe('command line: plan and apply', () => {
     failing.failures.push(new Error('reload failed: cannot bind socket'));
     const r = await run(['apply', clusters], passEnv(), { provider: failing });
     expect(r.code).toBe(1);
-    expect(r.err).toMatch(/apply: failed, nothing applied: reload failed: cannot bind socket/);
+    expect(r.err).toMatch(
+      /apply: failed \(what ran at runtime before the failure stays; [^)]*\): reload failed: cannot bind socket/,
+    );
     expect(r.out).toMatch(/^demo\s+api\.demo\.example\.com\s+error\s+-\s+-\s+reload failed/m);
     expect(failing.state).toEqual({ frontends: [], backends: [] });
   });
