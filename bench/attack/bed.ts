@@ -10,13 +10,14 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import pino from 'pino';
 import { DEFAULT_RENDER_OPTIONS, type RenderOptions, renderDesired } from '../../src/haproxy/render.js';
 import { plan } from '../../src/plan/plan.js';
+import { OwnedProvider } from '../../src/registry/owned-provider.js';
 import { resolveRoutes } from '../../src/routes/route.js';
 import {
   type HaproxyTestbed,
   type HaproxyVersion,
   startHaproxyTestbed,
 } from '../../test/support/haproxy-testbed.js';
-import { interpret } from '../../test/support/owner.js';
+import { registry } from '../../test/support/owner.js';
 import { freeLoopbackPort } from '../../test/support/ports.js';
 import { stockProviderFor } from '../../test/support/stock-haproxy.js';
 import { REPO } from '../compare/cli.js';
@@ -70,11 +71,12 @@ export async function startAttackBed(version: HaproxyVersion, backendPort: numbe
         claimedAt: 0,
       },
     ];
-    const current = await provider.readState(signal());
-    const p = plan(renderDesired(resolveRoutes(claims).routes, render), interpret(current), {
+    const owned = new OwnedProvider(provider, registry);
+    const current = await owned.read(signal(), { fresh: true });
+    const p = plan(renderDesired(resolveRoutes(claims).routes, render), current.state, {
       grow: 'when_needed',
     });
-    await provider.apply(p, current, signal());
+    await owned.apply(p, current, signal());
     await provider.close();
     const ownedToday = readFileSync(owned.path, 'utf8');
     const mapPath = join(haproxy.dir, render.sniMap);
