@@ -71,12 +71,12 @@ export async function startAttackBed(version: HaproxyVersion, backendPort: numbe
         claimedAt: 0,
       },
     ];
-    const owned = new OwnedProvider(provider, registry);
-    const current = await owned.read(signal(), { fresh: true });
+    const writer = new OwnedProvider(provider, registry);
+    const current = await writer.read(signal(), { fresh: true });
     const p = plan(renderDesired(resolveRoutes(claims).routes, render), current.state, {
       grow: 'when_needed',
     });
-    await owned.apply(p, current, signal());
+    await writer.apply(p, current, signal());
     await provider.close();
     const ownedToday = readFileSync(owned.path, 'utf8');
     const mapPath = join(haproxy.dir, render.sniMap);
