@@ -13,7 +13,7 @@ import { formatAddress, parseNetwork } from '../routes/networks.js';
  *   name (the flag) and one key `<network>|<slot>` per network. The source, masked to each prefix length and
  *   joined to the slot the SNI map names, is looked up there: 33 lengths for IPv4, and the IPv6 ones. A
  *   refused connection is counted per slot in the refusals table and rejected right after its ClientHello,
- *   before a byte reaches the server; HAProxy logs it (`%b` the slot, `PR`, the source and the SNI).
+ *   before a byte reaches the server; HAProxy logs it (`PR`, `<NOSRV>`, the source and the SNI).
  * - The log line names the SNI (HAProxy's `tcplog` format, then the host).
  */
 export interface Edge {
