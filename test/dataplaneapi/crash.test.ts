@@ -2,7 +2,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { LEDGER_FILE } from '../../src/providers/dataplaneapi/index.js';
+import { LEDGER_FILE } from '../../src/providers/dataplaneapi/sweep.js';
 import { DPAPI_USER } from '../support/dataplaneapi-testbed.js';
 import { startProxy } from '../support/http-proxy.js';
 import { type ServiceProcess, startServiceProcess } from '../support/service-process.js';
