@@ -10,8 +10,7 @@ import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { type ConnectionOptions, connect as tlsConnect } from 'node:tls';
 import type { HaproxyVersion } from '../../test/support/haproxy-testbed.js';
-import { HOST, startAttackBed } from './bed.js';
-import { type Hardening, harden, PROPOSED } from './harden.js';
+import { HOST, preGuard, startAttackBed } from './bed.js';
 import { clientHello } from './hello.js';
 
 const FROM = '127.0.0.2';
@@ -33,18 +32,18 @@ export interface TimeoutsResult {
   cases: TimeoutCase[];
 }
 
-/** The owned file's timeouts scaled down, and its frontend today's or hardened with `inspectDelayMs`. */
-function variantFile(owned: string, mapPath: string, hardened: boolean, inspectDelayMs: number): string {
+/**
+ * The owned file's timeouts scaled down, and its frontend as the adapter writes it (the guard) or as it did
+ * before the guard, with `inspectDelayMs`.
+ */
+function variantFile(owned: string, hardened: boolean, inspectDelayMs: number): string {
   const scaled = owned
     .replace(/^ {2}timeout client 30s$/m, '  timeout client 3s')
     .replace(/^ {2}timeout server 30s$/m, '  timeout server 3s')
     .replace(/^ {2}timeout tunnel 4h$/m, '  timeout tunnel 8s');
   if (scaled === owned) throw new Error('the owned file has not the expected timeouts');
-  if (hardened) {
-    const h: Hardening = { ...PROPOSED, clientHelloTimeoutMs: inspectDelayMs };
-    return harden(scaled, h, mapPath);
-  }
-  return scaled.replace(
+  const frontend = hardened ? scaled : preGuard(scaled, inspectDelayMs);
+  return frontend.replace(
     /^ {2}tcp-request inspect-delay [0-9]+ms$/m,
     `  tcp-request inspect-delay ${inspectDelayMs}ms`,
   );
@@ -110,8 +109,8 @@ export async function runTimeouts(version: HaproxyVersion, backendPort: number):
     for (const hardened of [false, true])
       for (const inspectDelayMs of [2_000, 6_000]) {
         const variant = hardened ? 'hardened' : 'today';
-        const text = variantFile(bed.ownedToday, bed.mapPath, hardened, inspectDelayMs);
-        await bed.haproxy.owned?.reloadWith(text);
+        const text = variantFile(bed.ownedToday, hardened, inspectDelayMs);
+        await bed.reloadWith(text);
         await sleep(300);
         const [idle, partial, tlsIdle, push] = await Promise.all([
           caseIdle(bed.port, false),
