@@ -42,6 +42,7 @@ const groupKey = (r: ZeroReloadResult) => `${r.provider}${r.slots ? ` (slots: ${
 const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
 const round = (x: number) => (Math.abs(x) >= 100 ? Math.round(x) : Math.round(x * 10) / 10);
 const spread = (xs: number[]) => (xs.length >= 2 ? Math.max(...xs) - Math.min(...xs) : null);
+const v = (x: number | null) => (x === null ? '—' : String(round(x)));
 
 export interface Judged {
   before: number[];
@@ -63,8 +64,8 @@ export function judge(before: number[], after: number[], exact = false): Judged 
   const noise = exact ? 0 : spreads.length ? Math.max(...spreads) : null;
   let verdict: string;
   if (noise === null) verdict = 'no repeat: noise unknown';
-  else if (delta > noise) verdict = exact ? 'more' : 'slower beyond noise';
-  else if (delta < -noise) verdict = exact ? 'fewer' : 'faster beyond noise';
+  else if (delta > noise) verdict = exact ? 'more' : 'higher beyond noise';
+  else if (delta < -noise) verdict = exact ? 'fewer' : 'lower beyond noise';
   else verdict = exact ? 'same' : 'within noise';
   return { before, after, delta, noise, verdict };
 }
@@ -90,8 +91,9 @@ export function compareMarkdown(runs: CompareRun[], machine: string): string {
   const lines = [
     '# Zero-reload before and after the refactor (issue 32)',
     '',
-    `machine: ${machine}. Made by \`bench/zero-reload-compare.ts\`, which ran \`bench/zero-reload.ts\` for each side,`,
-    'interleaved (before, after, before, after); see "How it was run" below.',
+    `machine: ${machine}. Made by \`bench/zero-reload-compare.ts\`: the same \`bench/zero-reload.ts\` (this`,
+    "checkout's) ran each side's build, interleaved (before, after, before, after, ...) so that the load of the",
+    'shared machine falls on both alike; the load average at each run is listed at the end.',
     '',
     '## Summary: mean of the runs of each side, before → after',
     '',
@@ -107,7 +109,7 @@ export function compareMarkdown(runs: CompareRun[], machine: string): string {
     const s = (x: Judged) =>
       `${x.before.length ? (mean(x.before) / 1000).toFixed(2) : '—'} → ${x.after.length ? (mean(x.after) / 1000).toFixed(2) : '—'}`;
     const flagged = judged.filter(
-      ({ j }) => /beyond|more|unknown/.test(j.verdict) && j.verdict !== 'faster beyond noise',
+      ({ j }) => /beyond|more|unknown/.test(j.verdict) && j.verdict !== 'lower beyond noise',
     );
     const errors = [...g.before, ...g.after].filter((r) => r.error).length;
     lines.push(
@@ -121,7 +123,7 @@ export function compareMarkdown(runs: CompareRun[], machine: string): string {
       '| --- | --- | --- | --- | --- | --- | --- | --- |',
       ...judged.map(
         ({ m, j }) =>
-          `| ${m.name} | ${j.before.join(', ') || '—'} | ${j.after.join(', ') || '—'} | ${spread(j.before) ?? '—'} | ${spread(j.after) ?? '—'} | ${j.delta === null ? '—' : round(j.delta)} | ${j.noise === null ? '—' : round(j.noise)} | ${j.verdict} |`,
+          `| ${m.name} | ${j.before.join(', ') || '—'} | ${j.after.join(', ') || '—'} | ${v(spread(j.before))} | ${v(spread(j.after))} | ${j.delta === null ? '—' : round(j.delta)} | ${j.noise === null ? '—' : round(j.noise)} | ${j.verdict} |`,
       ),
     );
     for (const r of [...g.before, ...g.after].filter((x) => x.error))
