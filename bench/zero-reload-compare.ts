@@ -3,7 +3,8 @@
  * load of a shared machine falls on both sides alike; the spread between runs of the same side is the noise:
  *
  *   npx tsx bench/zero-reload-compare.ts --before a653034 [--before-dir <worktree>] [--pairs 2] [--n 5000,20000]
- *        [--providers haproxy|dataplaneapi] [--changes 40] [--burst 1000] [--stream 1000] [--out bench/results]
+ *        [--providers haproxy|dataplaneapi] [--first before|after] [--changes 40] [--burst 1000] [--stream 1000]
+ *        [--out bench/results]
  *
  * The same bench (this checkout's) runs both services: "after" is this checkout's `dist/`, "before" the build
  * of `--before` in its own worktree (`/tmp/kubebyon-before-<commit>`, made, linked to this node_modules and
@@ -30,6 +31,8 @@ import type { ZeroReloadResult } from './zero-reload/run.js';
 
 const before = arg('before', 'a653034');
 const pairs = Number(arg('pairs', '2'));
+// `--first after` starts each pair with after: more pairs in the other order cancel a trend in the load.
+const first = arg('first', 'before');
 const ns = arg('n', '5000,20000');
 const providers = list(arg('providers', 'haproxy'));
 const outDir = resolve(REPO, arg('out', 'bench/results'));
@@ -94,7 +97,7 @@ mkdirSync(outDir, { recursive: true });
 const work = mkdtempSync(join(tmpdir(), 'kubebyon-zr-compare-'));
 try {
   for (let pair = 1; pair <= pairs; pair++)
-    for (const side of ['before', 'after'] as const) {
+    for (const side of first === 'after' ? (['after', 'before'] as const) : (['before', 'after'] as const)) {
       const startedAt = new Date().toISOString();
       const loadBefore = uptime();
       log(`pair ${pair}, ${side}: ${loadBefore}`);

@@ -182,7 +182,7 @@ export async function runNetworks(
       clusters: all.map((i) => ({ name: name(i), ...body(i, list(i, 0)) })),
     });
     const listsPut = performance.now() - t;
-    const deadline = Date.now() + 600_000;
+    const deadline = Date.now() + 1_200_000;
     const proofs = await Promise.all([
       ...all
         .slice(0, o.probed)
