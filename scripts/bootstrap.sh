@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what this project needs on a fresh Debian 12 machine with Node 20: system packages, npm
 # dependencies, a running Docker engine with Compose v2, the local HAProxy test-bed images, the adapter's
-# image, and (for the tests) kube-apiserver + etcd.
+# image, and (for the tests) kube-apiserver + etcd and helm.
 #   scripts/bootstrap.sh           everything scripts/test-all.sh needs
 #   scripts/bootstrap.sh --local   only what scripts/run-local.sh needs (no Go, Kubernetes, HAProxy 2.6)
 # Safe to run again: every step is skipped when its result is already there.
@@ -58,7 +58,9 @@ scripts/install-compose.sh
 if $tests; then scripts/build-testbed-images.sh; else scripts/build-testbed-images.sh 3.0; fi
 scripts/build-adapter-image.sh
 $tests || exit 0
-# A real kube-apiserver (built through the Go module proxy; minutes when cold, cached after) and etcd.
-log "kube-apiserver and etcd for the Kubernetes tests"
+# A real kube-apiserver (built through the Go module proxy; minutes when cold, cached after) and etcd, and
+# Helm for the chart's tests (built the same way, into the same cache).
+log "kube-apiserver, etcd and helm for the Kubernetes tests"
 scripts/kube/build-apiserver.sh >/dev/null
 scripts/kube/install-etcd.sh >/dev/null
+scripts/kube/build-helm.sh >/dev/null

@@ -20,7 +20,14 @@ import { createWebhookServer, listen, serverTimes } from './webhook/server.js';
 /** How long a scrape of /metrics waits for HAProxy's refusal counts before it answers without them. */
 const REFUSALS_READ_MS = 2000;
 
-import { createLogger, createTopology, laneFactory, type OpenedStore, openStore } from './wiring.js';
+import {
+  createLogger,
+  createTopology,
+  laneFactory,
+  type OpenedStore,
+  openStore,
+  startElection,
+} from './wiring.js';
 
 export const VERSION = '0.1.0';
 
@@ -62,7 +69,7 @@ function readinessOf(
     if (elector)
       checks.leader = {
         ok: true,
-        detail: fleet.isLeading ? 'leading' : `standing by; leader: ${elector.leader() ?? 'none yet'}`,
+        detail: fleet.isPublishing ? 'leading' : `standing by; leader: ${elector.leader() ?? 'none yet'}`,
       };
     Object.assign(checks, await fleet.health(PING_TIMEOUT_MS));
     Object.assign(checks, kube?.health() ?? {});
@@ -133,7 +140,9 @@ export async function startService(config: Config, deps: ServiceDeps = {}): Prom
     single,
     ...(deps.provider ? { given: deps.provider } : {}),
     // Checked right before each apply: a replica whose renewal is overdue writes nothing.
-    ...(election ? { fence: () => (elector?.isLeader() ? undefined : 'this replica does not lead') } : {}),
+    ...(election?.apply === 'leader'
+      ? { fence: () => (elector?.isLeader() ? undefined : 'this replica does not lead') }
+      : {}),
   });
   const loops = new Fleet<InstanceSpec>({
     store,
@@ -183,32 +192,7 @@ export async function startService(config: Config, deps: ServiceDeps = {}): Prom
   const address = server.address();
   const port = address && typeof address !== 'string' ? address.port : config.listen.port;
   const sweeper = kubeStore ? sweepTombstones(kubeStore, loops, logger) : undefined;
-  if (election) {
-    const { LeaderElector } = await import('./kube/leader-election.js');
-    elector = new LeaderElector(
-      { namespace: config.fleet.namespace, name: election.leaseName, ...election },
-      {
-        kubeConfig: await kc(),
-        logger,
-        callbacks: {
-          onStartedLeading: () => {
-            metrics.leader.set(1);
-            metrics.leaderTransitions.inc({ change: 'started' });
-            void loops.lead();
-          },
-          onStoppedLeading: () => {
-            metrics.leader.set(0);
-            metrics.leaderTransitions.inc({ change: 'stopped' });
-            void loops.standby();
-          },
-        },
-      },
-    );
-    elector.start();
-  } else {
-    metrics.leader.set(1);
-    await loops.lead();
-  }
+  elector = await startElection(config, loops, { logger, metrics, kubeConfig: kc });
   // HAProxy may be away at start: webhooks are still accepted and stored, and the loop converges later.
   // Discovered instances are logged as such, so they are not pinged for this line.
   const reached = pods ? [] : await loops.reach(PING_TIMEOUT_MS);
@@ -292,7 +276,7 @@ function sweepTombstones(
   logger: Logger,
 ): () => Promise<void> {
   const timer = setInterval(() => {
-    if (!fleet.isLeading) return;
+    if (!fleet.isPublishing) return;
     store.sweepTombstones().catch((err: unknown) => logger.warn({ err }, 'sweeping tombstones failed'));
   }, 60_000);
   timer.unref();

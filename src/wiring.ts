@@ -3,8 +3,9 @@ import { dirname, join } from 'node:path';
 import type { KubeConfig } from '@kubernetes/client-node';
 import pino, { type Logger } from 'pino';
 import { type Config, renderOptionsOf } from './config/env.js';
-import type { FleetStore, Lane } from './fleet/fleet.js';
+import type { Fleet, FleetStore, Lane } from './fleet/fleet.js';
 import type { InstanceSpec } from './fleet/instances.js';
+import type { LeaderElector } from './kube/leader-election.js';
 import { instanceMetrics } from './metrics/instance-metrics.js';
 import type { Metrics } from './metrics/metrics.js';
 import { createProvider } from './providers/index.js';
@@ -194,4 +195,50 @@ export function laneFactory(
       },
     };
   };
+}
+
+/**
+ * The Lease, when replicas elect a leader (otherwise this replica leads alone). With `apply: leader` the
+ * holder alone applies and publishes: its lanes run while it leads. With `apply: always` (the sidecar shape,
+ * an HAProxy beside each replica) every replica applies to its own HAProxy from the start, and the holder
+ * only publishes ClusterRoute statuses and sweeps tombstones: one writer of each status.
+ */
+export async function startElection(
+  config: Config,
+  loops: Pick<Fleet<InstanceSpec>, 'lead' | 'standby' | 'setPublishing'>,
+  deps: { logger: Logger; metrics: Metrics; kubeConfig: () => Promise<KubeConfig> },
+): Promise<LeaderElector | undefined> {
+  const { metrics } = deps;
+  const election = config.fleet.leaderElection;
+  if (!election) {
+    metrics.leader.set(1);
+    await loops.lead();
+    return undefined;
+  }
+  const always = election.apply === 'always';
+  if (always) await loops.lead({ publish: false });
+  const { LeaderElector } = await import('./kube/leader-election.js');
+  const elector = new LeaderElector(
+    { namespace: config.fleet.namespace, name: election.leaseName, ...election },
+    {
+      kubeConfig: await deps.kubeConfig(),
+      logger: deps.logger,
+      callbacks: {
+        onStartedLeading: () => {
+          metrics.leader.set(1);
+          metrics.leaderTransitions.inc({ change: 'started' });
+          if (always) loops.setPublishing(true);
+          else void loops.lead();
+        },
+        onStoppedLeading: () => {
+          metrics.leader.set(0);
+          metrics.leaderTransitions.inc({ change: 'stopped' });
+          if (always) loops.setPublishing(false);
+          else void loops.standby();
+        },
+      },
+    },
+  );
+  elector.start();
+  return elector;
 }

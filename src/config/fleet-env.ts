@@ -83,6 +83,7 @@ const FleetFields = z.object({
   KUBEBYON_LEADER_ELECTION: z.enum(['', 'true', 'false']),
   KUBEBYON_LEADER_ELECTION_ID: z.string().max(253),
   KUBEBYON_LEASE_NAME: z.string().regex(DNS_NAME, 'must be a DNS label'),
+  KUBEBYON_APPLY: z.enum(['leader', 'always']),
   KUBEBYON_LEASE_DURATION_MS: int(1000, 600_000),
   KUBEBYON_LEASE_RENEW_DEADLINE_MS: int(500, 600_000),
   KUBEBYON_LEASE_RETRY_PERIOD_MS: int(100, 600_000),
@@ -102,6 +103,12 @@ export interface FleetConfig {
     leaseDurationMs: number;
     renewDeadlineMs: number;
     retryPeriodMs: number;
+    /**
+     * `leader`: only the Lease's holder applies (replicas share the HAProxy instances). `always`: every
+     * replica applies to its own HAProxy (the sidecar shape), and the Lease only picks the one that
+     * publishes statuses and sweeps tombstones.
+     */
+    apply: 'leader' | 'always';
   };
 }
 
@@ -135,6 +142,13 @@ export function fleetConfigOf(
   if (leads && e.KUBEBYON_STATE_STORE !== 'kubernetes')
     problems.push('KUBEBYON_LEADER_ELECTION: replicas need a shared state (KUBEBYON_STATE_STORE=kubernetes)');
   // client-go's rule: the lease outlives the renew deadline, which outlives a retry (with its jitter).
+  // Replicas that all apply must each drive an HAProxy of their own, never the same discovered pods.
+  if (e.KUBEBYON_APPLY === 'always' && e.KUBEBYON_HAPROXY_POD_SELECTOR)
+    problems.push(
+      'KUBEBYON_APPLY: always is for an HAProxy beside each replica; with KUBEBYON_HAPROXY_POD_SELECTOR every replica would drive every pod',
+    );
+  if (e.KUBEBYON_APPLY === 'always' && !leads)
+    problems.push('KUBEBYON_APPLY: always needs leader election (KUBEBYON_STATE_STORE=kubernetes)');
   if (leads && !(e.KUBEBYON_LEASE_DURATION_MS > e.KUBEBYON_LEASE_RENEW_DEADLINE_MS))
     problems.push('KUBEBYON_LEASE_DURATION_MS: must be greater than KUBEBYON_LEASE_RENEW_DEADLINE_MS');
   if (leads && !(e.KUBEBYON_LEASE_RENEW_DEADLINE_MS > e.KUBEBYON_LEASE_RETRY_PERIOD_MS * 1.2))
@@ -164,6 +178,7 @@ export function fleetConfigOf(
             leaseDurationMs: e.KUBEBYON_LEASE_DURATION_MS,
             renewDeadlineMs: e.KUBEBYON_LEASE_RENEW_DEADLINE_MS,
             retryPeriodMs: e.KUBEBYON_LEASE_RETRY_PERIOD_MS,
+            apply: e.KUBEBYON_APPLY,
           },
         }
       : {}),

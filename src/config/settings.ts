@@ -50,6 +50,7 @@ export const SETTINGS = {
   KUBEBYON_LEADER_ELECTION: { group: 'fleet', default: '' },
   KUBEBYON_LEADER_ELECTION_ID: { group: 'fleet', default: '' },
   KUBEBYON_LEASE_NAME: { group: 'fleet', default: 'kubebyon-haproxy-adapter' },
+  KUBEBYON_APPLY: { group: 'fleet', default: 'leader' },
 
   KUBEBYON_HAPROXY_INSPECT_DELAY_MS: { group: 'tuning', default: '5000' },
   KUBEBYON_HAPROXY_MAXCONN: { group: 'tuning', default: '8000' },

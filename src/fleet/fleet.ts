@@ -49,13 +49,18 @@ export class Fleet<T extends InstanceTarget = InstanceTarget> implements Loop {
   private targets: T[] = [];
   private readonly lanes: LaneSet<T>;
   private leading = false;
+  /** Whether this replica hands its statuses to the shared store (the Lease's holder). */
+  private publishing = false;
   private stopped = false;
   private readonly publisher: StatusPublisher | undefined;
 
   constructor(private readonly o: FleetOptions<T>) {
     const { store } = o;
     this.lanes = new LaneSet(
-      (target) => o.makeLane(target, (clusters) => this.publisher?.mark(clusters)),
+      (target) =>
+        o.makeLane(target, (clusters) => {
+          if (this.publishing) this.publisher?.mark(clusters);
+        }),
       o.logger,
     );
     this.publisher = store.publish
@@ -71,16 +76,31 @@ export class Fleet<T extends InstanceTarget = InstanceTarget> implements Loop {
     return this.leading;
   }
 
+  /** Whether this replica publishes statuses and sweeps tombstones (it holds the Lease, or there is none). */
+  get isPublishing(): boolean {
+    return this.publishing;
+  }
+
   /** The instances to drive (a list, or the pods discovery found). */
   setTargets(targets: T[]): Promise<void> {
     this.targets = targets;
     return this.sync();
   }
 
-  /** This replica leads: a lane per instance, each starting with a fresh read of its HAProxy. */
-  lead(): Promise<void> {
+  /**
+   * This replica leads: a lane per instance, each starting with a fresh read of its HAProxy. With `publish`
+   * false (each replica applies to an HAProxy of its own), the Lease decides publishing: `setPublishing`.
+   */
+  lead(options: { publish?: boolean } = {}): Promise<void> {
     this.leading = true;
+    this.publishing = options.publish ?? true;
     return this.sync();
+  }
+
+  /** Starts or stops publishing while the lanes keep applying; a new publisher publishes every status. */
+  setPublishing(on: boolean): void {
+    this.publishing = on && !this.stopped;
+    if (this.publishing) this.publisher?.mark('all');
   }
 
   /**
@@ -89,6 +109,7 @@ export class Fleet<T extends InstanceTarget = InstanceTarget> implements Loop {
    */
   standby(): Promise<void> {
     this.leading = false;
+    this.publishing = false;
     return this.sync(0, false);
   }
 
@@ -98,6 +119,7 @@ export class Fleet<T extends InstanceTarget = InstanceTarget> implements Loop {
     await this.publisher?.flush();
     this.publisher?.stop();
     this.leading = false;
+    this.publishing = false;
     await this.sync(graceMs);
   }
 
@@ -249,7 +271,7 @@ export class Fleet<T extends InstanceTarget = InstanceTarget> implements Loop {
 
   private publishable(name: string): PublishedStatus | undefined {
     const record = this.o.store.get(name);
-    const status = this.leading ? this.status(name) : undefined;
+    const status = this.leading && this.publishing ? this.status(name) : undefined;
     if (!record || !status || status.state === 'pending') return undefined;
     // One instance's status names none: the published one does, so that every shape reads alike.
     const instances =

@@ -117,6 +117,7 @@ describe('fleet variables: valid', () => {
         leaseDurationMs: 15_000,
         renewDeadlineMs: 10_000,
         retryPeriodMs: 2_000,
+        apply: 'leader',
       },
     });
     expect(
@@ -238,6 +239,24 @@ describe('fleet variables: each mistake is a ConfigError naming the variable', (
       /KUBEBYON_STATE_STORE=kubernetes/,
     );
     expectRefused({ ...dataplane, KUBEBYON_LEADER_ELECTION: 'yes' }, 'KUBEBYON_LEADER_ELECTION', /./);
+  });
+
+  it('KUBEBYON_APPLY: always is for an HAProxy beside each replica, under a Lease', () => {
+    const leads = { ...stock, KUBEBYON_STATE_STORE: 'kubernetes' };
+    expect(loadConfig(leads).fleet.leaderElection?.apply).toBe('leader');
+    expect(loadConfig({ ...leads, KUBEBYON_APPLY: 'always' }).fleet.leaderElection?.apply).toBe('always');
+    expectRefused({ ...stock, KUBEBYON_APPLY: 'always' }, 'KUBEBYON_APPLY', /needs leader election/);
+    expectRefused(
+      {
+        ...dataplane,
+        KUBEBYON_STATE_STORE: 'kubernetes',
+        KUBEBYON_APPLY: 'always',
+        KUBEBYON_HAPROXY_POD_SELECTOR: 'app=haproxy',
+      },
+      'KUBEBYON_APPLY',
+      /every replica would drive every pod/,
+    );
+    expectRefused({ ...leads, KUBEBYON_APPLY: 'sometimes' }, 'KUBEBYON_APPLY', /./);
   });
 
   it('the lease outlives the renew deadline, which outlives 1.2 retries', () => {
