@@ -198,18 +198,18 @@ describe('KubeClusterStore against a real kube-apiserver', () => {
         env: { ...process.env, KUBECONFIG: kube.env.KUBECONFIG ?? '' },
         encoding: 'utf8',
       });
-    const bad = apply(object('by-hand', ['192.168.1.10/24']));
+    const bad = apply(object('by-hand', ['198.51.1.10/24']));
     expect(bad.status).not.toBe(0);
     expect(bad.stderr).toMatch(
       /spec\.authorizedNetworks\[0\].*must be an IPv4 or IPv6 address or CIDR without host bits/,
     );
     // A good one by hand, written in another spelling and order: read canonical.
-    const good = apply(object('by-hand', ['2001:DB8::/32', '192.168.1.10', '192.168.1.0/24']));
+    const good = apply(object('by-hand', ['2001:DB8::/32', '198.51.1.10', '198.51.1.0/24']));
     expect(good.status, good.stderr).toBe(0);
     await waitFor(() => a.get('by-hand'), 10_000, 'the object written by hand to reach store a');
     expect(a.get('by-hand')?.authorizedNetworks).toEqual([
-      '192.168.1.0/24',
-      '192.168.1.10/32',
+      '198.51.1.0/24',
+      '198.51.1.10/32',
       '2001:db8::/32',
     ]);
     // Taken by the schema, not by the adapter (duplicates once canonical): ignored like any invalid spec.

@@ -108,7 +108,7 @@ describe('plan, apply and render', () => {
     const many = Array.from({ length: 10 }, (_, i) => `10.${i}.0.0/16`);
     const clusters = file('clusters.json', {
       clusters: [
-        cluster('demo', 'api.demo.example.com', 30443, ['192.168.0.0/16', '::1', ...many]),
+        cluster('demo', 'api.demo.example.com', 30443, ['198.51.0.0/16', '::1', ...many]),
         cluster('open', 'api.open.example.com', 30444),
       ],
     });
@@ -117,7 +117,7 @@ describe('plan, apply and render', () => {
     const text = plan.out.join('\n');
     expect(text).toMatch(/^NAME\s+HOST\s+STATE\s+API ENDPOINT\s+NETWORKS\s+REASON$/m);
     expect(text).toMatch(/^demo\s+api\.demo\.example\.com\s+applied\s+\S+\s+10\.0\.0\.0\/16,.*,\+\d+$/m);
-    const full = [...many, '192.168.0.0/16', '::1/128'].join(', ');
+    const full = [...many, '198.51.0.0/16', '::1/128'].join(', ');
     expect(plan.out).toContain(plan.out.find((l) => /^CLUSTER\s+AUTHORIZED NETWORKS$/.test(l)));
     expect(plan.out.find((l) => l.startsWith('demo ') && l.endsWith(full))).toBeDefined();
     expect(plan.out.find((l) => /^open\s+open to all$/.test(l))).toBeDefined();
@@ -125,7 +125,7 @@ describe('plan, apply and render', () => {
       (await run(['plan', clusters, '--json'], passEnv(), { provider })).out.join('\n'),
     );
     expect(json.clusters.map((c: { authorized_networks: string[] }) => c.authorized_networks)).toEqual([
-      [...many, '192.168.0.0/16', '::1/128'],
+      [...many, '198.51.0.0/16', '::1/128'],
       [],
     ]);
     const applied = await run(['apply', clusters], passEnv(), { provider });

@@ -79,7 +79,7 @@ describe('ClusterStore journal', () => {
     const fromJournal = await ClusterStore.open(path, { compactEntries: 4 });
     expect(fromJournal.list()).toEqual(store.list());
     // Past the threshold: folded into a snapshot, which holds them too.
-    await fromJournal.upsert(listed(3, ['192.168.0.0/16']));
+    await fromJournal.upsert(listed(3, ['198.51.0.0/16']));
     await fromJournal.upsert(listed(1, ['10.0.0.0/16']));
     await fromJournal.upsert(put(4));
     expect(snapshotWrites).toHaveBeenCalled();
@@ -89,7 +89,7 @@ describe('ClusterStore journal', () => {
     expect(fromSnapshot.list().map((c) => [c.name, c.authorizedNetworks])).toEqual([
       ['c1', ['10.0.0.0/16']],
       ['c2', undefined],
-      ['c3', ['192.168.0.0/16']],
+      ['c3', ['198.51.0.0/16']],
       ['c4', undefined],
     ]);
     expect(await ClusterStore.read(path)).toEqual(fromJournal.list());

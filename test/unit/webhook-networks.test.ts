@@ -84,16 +84,16 @@ describe('authorized_networks through the webhook', () => {
     await app.client.request(
       'PUT',
       '/v1/clusters/a',
-      body(['10.0.0.1', '2001:db8::/32', '192.168.0.0/16'], 'a.example.com'),
+      body(['10.0.0.1', '2001:db8::/32', '198.51.0.0/16'], 'a.example.com'),
     );
     await app.client.request(
       'PUT',
       '/v1/clusters/b',
-      body(['2001:0DB8::/32', '192.168.0.0/16', '10.0.0.1/32'], 'a.example.com'),
+      body(['2001:0DB8::/32', '198.51.0.0/16', '10.0.0.1/32'], 'a.example.com'),
     );
     const a = app.store.get('a');
     const b = app.store.get('b');
-    expect(a?.authorizedNetworks).toEqual(['10.0.0.1/32', '192.168.0.0/16', '2001:db8::/32']);
+    expect(a?.authorizedNetworks).toEqual(['10.0.0.1/32', '198.51.0.0/16', '2001:db8::/32']);
     expect(b?.authorizedNetworks).toEqual(a?.authorizedNetworks);
   });
 
@@ -113,7 +113,7 @@ describe('authorized_networks through the webhook', () => {
 
   it.each([
     [
-      ['10.0.0.0/8', '::1', '192.168.0.0/16', '10.0.0.5/24'],
+      ['10.0.0.0/8', '::1', '198.51.0.0/16', '10.0.0.5/24'],
       'authorized_networks.3',
       'network_host_bits_set',
     ],
@@ -188,7 +188,7 @@ describe('authorized_networks through the webhook', () => {
       const before = { memory: app.store.list(), disk: await onDisk(), journal: journalText() };
       const bad = await app.client.request('PUT', '/v1/clusters', {
         clusters: [
-          item('a', ['192.168.0.0/16']),
+          item('a', ['198.51.0.0/16']),
           item('d', ['10.0.0.0/8']),
           item('e', ['::1', '2001:db8::1/64']),
         ],
