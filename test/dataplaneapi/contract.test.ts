@@ -29,7 +29,7 @@ if (source) {
           provider,
           persisted: () => provider.persisted(),
           render: harness.render,
-          reset: () => resetToForeign(harness.tb),
+          reset: () => harness.quiet().then(() => resetToForeign(harness.tb)),
           cleanup: () => harness.close(),
           // A provider of the same settings that never wrote (the slots file's place is one of them).
           fresh: () => harness.provider('slots' in options ? { slots: options.slots } : {}),

@@ -44,6 +44,8 @@ export interface Harness {
   sniPort: number;
   render: RenderOptions;
   provider(options?: Partial<DataplaneProviderOptions>): DataplaneProvider;
+  /** Resolves once every provider made here has written what it changed at runtime to the files. */
+  quiet(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -88,6 +90,9 @@ export async function startHarness(): Promise<Harness> {
       providers.push(p);
       return p;
     },
+    async quiet() {
+      for (const p of providers) await p.persisted().catch(() => {});
+    },
     async close() {
       for (const p of providers) await p.close();
       await tb.stop();
@@ -131,6 +136,19 @@ export async function readsGeneralFiles(h: Harness): Promise<boolean> {
  * the map files nothing names any more: HAProxy back to its fixture.
  */
 export async function resetToForeign(tb: DataplaneTestbed): Promise<void> {
+  // A write by someone else between the version read and the commit (409): read and try again.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await resetOnce(tb);
+    } catch (err) {
+      if (attempt >= 3 || !(err instanceof VersionMoved)) throw err;
+    }
+  }
+}
+
+class VersionMoved extends Error {}
+
+async function resetOnce(tb: DataplaneTestbed): Promise<void> {
   const api = tb.api;
   const version = (await api.get('/services/haproxy/configuration/version')).data as number;
   type Section = { name: string; metadata?: unknown; description?: unknown };
@@ -160,6 +178,10 @@ export async function resetToForeign(tb: DataplaneTestbed): Promise<void> {
     await api.delete(`/services/haproxy/configuration/backends/${x.name}?transaction_id=${tx.id}`);
   const loads = tb.loadCount();
   const done = await api.put(`/services/haproxy/transactions/${tx.id}?force_reload=true`);
+  if (done.status === 409 || done.status === 406) {
+    await api.delete(`/services/haproxy/transactions/${tx.id}`);
+    throw new VersionMoved(`reset raced: ${done.status} ${JSON.stringify(done.data)}`);
+  }
   if (done.status >= 300) throw new Error(`reset failed: ${done.status} ${JSON.stringify(done.data)}`);
   // 2.6 reloads by signal, after the API has answered: wait until HAProxy has loaded the reset.
   await waitFor(() => tb.loadCount() > loads, 10_000, 'HAProxy to load the reset configuration', {

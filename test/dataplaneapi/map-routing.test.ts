@@ -91,8 +91,17 @@ for (const slots of ['config', 'storage'] as const)
         const prefix = `${slotsFileName(registry.id)}_`;
         const names = list.map((f) => f.storage_name).filter((n) => n.startsWith(prefix));
         const texts = await Promise.all(
-          names.map((n) => h.tb.api.get(`/services/haproxy/storage/general/${n}`)),
+          // As a file: v3.0.23 and v3.2.15 answer `{}` as JSON to axios' JSON-first default.
+          names.map((n) =>
+            h.tb.api.get(`/services/haproxy/storage/general/${n}`, {
+              headers: { Accept: 'application/octet-stream' },
+              responseType: 'text',
+            }),
+          ),
         );
+        for (const r of texts)
+          if (typeof r.data !== 'string' || r.status !== 200)
+            throw new Error(`slots file not read as text: ${r.status} ${JSON.stringify(r.data)}`);
         return texts.map((r) => String(r.data)).join('\n');
       }
 

@@ -60,6 +60,8 @@ describe.skipIf(!source)(`Data Plane API provider on HAProxy ${versionUnderTest(
     }
   });
   beforeEach(async () => {
+    // A write of runtime changes still due from the last test would race the reset.
+    await h.quiet();
     await resetToForeign(h.tb);
     provider = h.provider();
   });

@@ -144,6 +144,17 @@ describe('Data Plane API provider, against a fake API checked by its OpenAPI doc
     expect(b.fake.text.startsWith(FOREIGN_TEXT)).toBe(true);
   });
 
+  it('a read between a runtime change and its persistence: the new server is written with its tags', async () => {
+    b = await bed({ extra: { persistDelayMs: 60_000 } });
+    await b.pass([claim('a')], true, 'ahead');
+    await b.inner.persisted();
+    await b.pass([claim('a'), claim('b', 30222)]);
+    // A resync reads before the files hold the new server: the files are behind what runs, and are written.
+    await b.owned.read(signal(), { fresh: true });
+    await b.inner.persisted();
+    expect(b.fake.text).toMatch(/ {2}server \S+ 127\.0\.0\.1:30222[^\n]*# \{"owner"/);
+  });
+
   it('answers a pass from the last reading while nothing but itself changed HAProxy; another writer or a reload moves the revision', async () => {
     b = await bed();
     await b.pass([claim('a')], true, 'ahead');

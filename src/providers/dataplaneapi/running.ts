@@ -22,8 +22,9 @@ export interface Running {
 /**
  * `raw` (the files as read) completed with what HAProxy runs: every backend's servers and the SNI maps'
  * entries, through the API's runtime side (servers added at runtime are in the files only once persisted).
- * A server the files do not name (yet) carries no tags, and the check setting the service last gave it
- * (`known`, the state it last knew running). On HAProxy 2.6 the API's runtime reads answer nothing usable
+ * A server the files do not name (yet) carries the tags and check setting the service last gave it (`known`,
+ * the state it last knew running; none after a restart): a read before persistence must not have the files
+ * written without them. On HAProxy 2.6 the API's runtime reads answer nothing usable
  * (stats empty, map entries parsed from the master's help text), and every change was written and reloaded:
  * the files are what runs.
  */
@@ -78,7 +79,7 @@ export async function withRunning(
         address: s.address,
         port: s.port,
         check: was?.check ?? false,
-        tags: inFile.get(s.name)?.tags ?? {},
+        tags: was?.tags ?? {},
       };
     });
     // A server in maintenance is draining: it stays out of the files.
