@@ -79,6 +79,7 @@ export async function withRunning(
         port: s.port,
         check: was?.check ?? false,
         tags: inFile.get(s.name)?.tags ?? {},
+        ...(s.maint ? { maint: true } : {}),
       };
     });
     // A server in maintenance is draining: it stays out of the files.
