@@ -30,6 +30,12 @@ export interface ServerSpec {
 
 export interface RawServer extends ServerSpec {
   readonly tags: Tags;
+  /**
+   * In maintenance at runtime (read by the Data Plane API provider): left by a delete that has not ended,
+   * or added and never made ready (a process killed between the two requests). It takes no traffic, so a
+   * wanted one is planned again (`planServers`).
+   */
+  readonly maint?: boolean;
 }
 
 export interface RawBackend {

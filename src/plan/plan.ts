@@ -192,12 +192,16 @@ export function planServers(
       continue;
     }
     const [s] = spare.splice(i, 1);
-    if (s && s.check !== w.check) {
+    // One in maintenance takes no traffic: planned again (the runtime path deletes it and adds it ready).
+    if (s && (s.check !== w.check || s.maint)) {
       ops.push({
         kind: 'update_server',
         backend,
         server: spec(s, { check: w.check }),
-        changes: [{ field: 'check', from: String(s.check), to: String(w.check) }],
+        changes: diffFields([
+          ['check', String(s.check), String(w.check)],
+          ['state', s.maint ? 'maint' : 'ready', 'ready'],
+        ]),
       });
     }
   }
@@ -242,7 +246,8 @@ function sameServers(want: readonly DesiredServer[], have: readonly ServerState[
   for (let i = 0; i < want.length; i++) {
     const w = want[i] as DesiredServer;
     const h = have[i] as ServerState;
-    if (!h.owned || h.address !== w.address || h.port !== w.port || h.check !== w.check) return false;
+    if (!h.owned || h.maint || h.address !== w.address || h.port !== w.port || h.check !== w.check)
+      return false;
   }
   return true;
 }

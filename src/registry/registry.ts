@@ -92,6 +92,7 @@ export class Registry implements Tagger {
       check: s.check,
       tags: s.tags,
       owned: owned && (isUntagged(s.tags) || this.owns(s.tags)),
+      ...(s.maint ? { maint: true } : {}),
     }));
     const cluster = owned ? b.tags[CLUSTER_TAG] : undefined;
     return {

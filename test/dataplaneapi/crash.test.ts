@@ -255,7 +255,7 @@ describe.skipIf(!source)(
             { ok: (got) => JSON.stringify(got) === JSON.stringify(expected), everyMs: 200 },
           ).catch((err: Error) => {
             throw new Error(
-              `seed ${SEED}, kill ${m.kills}: ${err.message}\nwanted ${JSON.stringify(expected)}`,
+              `seed ${SEED}, kill ${m.kills}: ${err.message}\nwanted ${JSON.stringify(expected)}\nthe service's log:\n${p.output().slice(-4000)}`,
             );
           });
           m.routedChecks++;

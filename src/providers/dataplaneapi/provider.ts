@@ -274,6 +274,10 @@ export class DataplaneProvider implements Provider {
       try {
         if ((await this.revisionNow(signal, counter)) !== change.revision)
           throw new ConcurrentChangeError('HAProxy or its configuration changed since the plan was made');
+        // A server the plan adds or updates is wanted: no longer kept out of the files as draining.
+        for (const op of plan.operations)
+          if (op.kind === 'create_server' || op.kind === 'update_server')
+            this.draining.delete(`${op.backend}/${op.server.name}`);
         const path = choosePath(plan, change.from, {
           runtimeServers: this.workers.runtimeServers,
           busy: this.busy,

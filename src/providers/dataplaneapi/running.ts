@@ -80,6 +80,7 @@ export async function withRunning(
         port: s.port,
         check: was?.check ?? false,
         tags: was?.tags ?? {},
+        ...(s.maint ? { maint: true } : {}),
       };
     });
     // A server in maintenance is draining: it stays out of the files.
