@@ -9,7 +9,13 @@ import { type IdentityServers, sources, until, untilAll } from '../compare/ident
 import type { BenchKube } from '../compare/kube.js';
 import { type BenchService, benchServiceEnv, startService } from '../compare/service.js';
 import type { Target } from '../compare/targets.js';
-import { imageNodeOptions, type Latencies, latencies, untilClosed } from '../zero-reload/run.js';
+import {
+  imageNodeOptions,
+  type Latencies,
+  latencies,
+  serviceEnvOverrides,
+  untilClosed,
+} from '../zero-reload/run.js';
 
 const run = promisify(execFile);
 
@@ -115,6 +121,7 @@ export async function runNetworks(
       ? { KUBEBYON_DATAPLANE_SLOTS: process.env.BENCH_DATAPLANE_SLOTS ?? 'storage' }
       : {}),
     NODE_OPTIONS: process.env.BENCH_NODE_OPTIONS ?? imageNodeOptions(),
+    ...serviceEnvOverrides(),
   };
   const svc = await startService(env, secret);
   const port = target.sniPort;

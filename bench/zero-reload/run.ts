@@ -132,6 +132,16 @@ export function imageNodeOptions(): string {
   return options;
 }
 
+/** Experiments: `BENCH_SERVICE_ENV='KUBEBYON_PERSIST_DELAY_MS=60000,…'` overrides the service's settings. */
+export function serviceEnvOverrides(): Record<string, string> {
+  return Object.fromEntries(
+    (process.env.BENCH_SERVICE_ENV ?? '')
+      .split(',')
+      .filter((kv) => kv.includes('='))
+      .map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]),
+  );
+}
+
 export async function runZeroReload(
   target: Target,
   kube: BenchKube,
@@ -148,13 +158,7 @@ export async function runZeroReload(
       : {}),
     // As the image runs it, unless `BENCH_NODE_OPTIONS` says otherwise (e.g. `--require` of a profiler).
     NODE_OPTIONS: process.env.BENCH_NODE_OPTIONS ?? imageNodeOptions(),
-    // Experiments: `BENCH_SERVICE_ENV='KUBEBYON_PERSIST_DELAY_MS=60000,…'` overrides the service's settings.
-    ...Object.fromEntries(
-      (process.env.BENCH_SERVICE_ENV ?? '')
-        .split(',')
-        .filter((kv) => kv.includes('='))
-        .map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]),
-    ),
+    ...serviceEnvOverrides(),
   };
   let svc = await startService(env, secret);
   const port = target.sniPort;
