@@ -87,7 +87,9 @@ describe('import-state against a real kube-apiserver', () => {
     // The Role grants the ClusterRoutes of the adapter's own namespace only.
     const elsewhere = await run(['import-state', file], { KUBEBYON_KUBERNETES_NAMESPACE: 'default' });
     expect(elsewhere.code).toBe(1);
-    expect(elsewhere.err).toMatch(/not allowed to list ClusterRoutes in namespace default .*the chart's ServiceAccount/);
+    expect(elsewhere.err).toMatch(
+      /not allowed to list ClusterRoutes in namespace default .*the chart's ServiceAccount/,
+    );
   });
 
   it('imports each cluster with its spec and claim, and skips them when run again', async () => {
