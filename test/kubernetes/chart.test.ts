@@ -328,6 +328,7 @@ describe('the chart, dry run on a real kube-apiserver', () => {
     expect(installed).toContain(`create secret generic ${RELEASE}`);
     expect(installed).toContain('--from-literal=webhook-secret=');
     expect(installed).not.toContain('dataplane-password');
+    expect(installed).toContain(`rollout status daemonset/${RELEASE}-edge`);
     expect(kubectl(['get', 'clusterroutes', '-n', NAMESPACE, '-o', 'name'], '')).toBe('');
     const upgraded = helm(['upgrade', RELEASE, CHART, ...SIDECAR, '--set', 'adapter.image.tag=0.1.1']);
     expect(upgraded).toMatch(/^REVISION: 2$/m);
