@@ -315,6 +315,39 @@ describe('the chart, dry run on a real kube-apiserver', () => {
     );
   });
 
+  it('installs with helm (CRD included) and upgrades to another image tag, saying what to do next', () => {
+    const helm = (args: string[]) =>
+      execFileSync(HELM, [...args, '--namespace', NAMESPACE], {
+        env: { ...process.env, KUBECONFIG: kube.env.KUBECONFIG ?? '' },
+        encoding: 'utf8',
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+    const installed = helm(['install', RELEASE, CHART, ...SIDECAR]);
+    expect(installed).toMatch(/^STATUS: deployed$/m);
+    // NOTES.txt: the Secret to create first, with the keys this shape reads.
+    expect(installed).toContain(`create secret generic ${RELEASE}`);
+    expect(installed).toContain('--from-literal=webhook-secret=');
+    expect(installed).not.toContain('dataplane-password');
+    expect(installed).toContain(`rollout status daemonset/${RELEASE}-edge`);
+    expect(kubectl(['get', 'clusterroutes', '-n', NAMESPACE, '-o', 'name'], '')).toBe('');
+    const upgraded = helm(['upgrade', RELEASE, CHART, ...SIDECAR, '--set', 'adapter.image.tag=0.1.1']);
+    expect(upgraded).toMatch(/^REVISION: 2$/m);
+    const image = kubectl(
+      [
+        'get',
+        'daemonset',
+        `${RELEASE}-edge`,
+        '-n',
+        NAMESPACE,
+        '-o',
+        'jsonpath={.spec.template.spec.containers[1].image}',
+      ],
+      '',
+    );
+    expect(image).toBe('kubebyon/haproxy-adapter:0.1.1');
+    helm(['uninstall', RELEASE]);
+  });
+
   it('is refused when broken, so the check can fail', () => {
     const broken = `apiVersion: apps/v1
 kind: Deployment
