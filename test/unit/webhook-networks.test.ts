@@ -112,11 +112,7 @@ describe('authorized_networks through the webhook', () => {
   });
 
   it.each([
-    [
-      ['10.0.0.0/8', '::1', '198.51.0.0/16', '10.0.0.5/24'],
-      'authorized_networks.3',
-      'network_host_bits_set',
-    ],
+    [['10.0.0.0/8', '::1', '198.51.0.0/16', '10.0.0.5/24'], 'authorized_networks.3', 'network_host_bits_set'],
     [['nope'], 'authorized_networks.0', 'network_invalid'],
     [['10.0.0.0/33'], 'authorized_networks.0', 'network_prefix_invalid'],
     [['10.0.0.0/08'], 'authorized_networks.0', 'network_prefix_invalid'],
