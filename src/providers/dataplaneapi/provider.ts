@@ -1,6 +1,6 @@
 import { PERSIST_DELAY_MS } from '../../config/settings.js';
 import type { HaproxyState } from '../../haproxy/model.js';
-import { ConcurrentChangeError } from '../../model/errors.js';
+import { ConcurrentChangeError, errorText } from '../../model/errors.js';
 import { allowMapNameFor, sniMapNameFor } from '../../naming/names.js';
 import type { Plan } from '../../plan/plan.js';
 import type { Reading } from '../../plan/reading.js';
@@ -126,6 +126,18 @@ export class DataplaneProvider implements Provider {
       throw this.translate(err);
     });
     this.version = this.reads.current?.version;
+  }
+
+  /** What is pending, written now (a failure leaves it pending: the batch tries again). */
+  private async persistNow(target: HaproxyState): Promise<void> {
+    const pending = this.persistence.take();
+    try {
+      await this.persist(target, pending);
+      this.persistence.follow(target);
+    } catch (err) {
+      this.persistence.giveBack(pending);
+      this.o.logger.warn({ err: errorText(err) }, 'a list change is not yet in the files; retried');
+    }
   }
 
   private get capabilities(): Capabilities {
@@ -312,6 +324,10 @@ export class DataplaneProvider implements Provider {
         );
       }
       this.persistence.schedule(target, touched.backends, touched.maps);
+      // A list change is in the files before it is acknowledged: a reload by anyone right after (the
+      // service up or killed) must not bring back a list that was narrowed. Lists change seldom.
+      if (path.steps.some((o) => o.kind === 'add_allow_entry' || o.kind === 'delete_allow_entry'))
+        await this.persistNow(target);
       // A server left draining still runs: the next pass reads what runs and deletes it once it can.
       return {
         reload: 'none',
