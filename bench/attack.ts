@@ -5,12 +5,14 @@
  *   npx tsx bench/attack.ts [--haproxy 2.6,3.0,3.2] [--config before,after] [--provider stock|dataplaneapi]
  *                           [--attacks no-hello-flood,random-sni,slow-hello,idle-15k,idle-after-tls,refused-network]
  *                           [--baseline-s 10] [--scale 1] [--out bench/results]
+ *                           [--max-conn-per-source N] [--max-rate-per-source N]
  *
  * Per version and configuration, on a fresh test bed (see bench/attack/bed.ts): a baseline, then each attack
  * from 127.0.0.1 while a kubectl-like client on 127.0.0.2 does one TLS handshake with SNI every 50 ms (to the
  * open cluster and to the one restricted to 127.0.0.2/32, in turn) and holds two watch streams
  * (bench/attack/roles.ts). `after` is the owned file exactly as the stock provider writes it with the default
- * settings (the guard of src/haproxy/edge.ts); `before` the same file with the SNI frontend as written before
+ * settings (the guard of src/haproxy/edge.ts; `--max-conn-per-source`/`--max-rate-per-source` render other
+ * values, as KUBEBYON_HAPROXY_MAX_CONN_PER_SOURCE/_MAX_CONN_RATE_PER_SOURCE would, 0 = not written); `before` the same file with the SNI frontend as written before
  * the guard. `--provider dataplaneapi` (with KUBEBYON_TEST_DATAPLANEAPI_BIN; `after` only) has the Data Plane
  * API provider write the configuration instead, and compares its guard with the stock provider's lines. Records the legitimate handshakes (attempted, failed,
  * p50/p99/max), what the attacker achieved, and HAProxy's connections, worker RSS, stick table and denials.
@@ -80,6 +82,21 @@ async function main(): Promise<void> {
   const dataplane = provider === 'dataplaneapi' ? dataplaneSource() : undefined;
   if (provider === 'dataplaneapi' && (!dataplane || configs.join() !== 'after'))
     throw new Error('--provider dataplaneapi needs KUBEBYON_TEST_DATAPLANEAPI_BIN and --config after');
+  const perSource = { ...DEFAULT_RENDER_OPTIONS.perSource };
+  const perSourceArg = (name: string, field: 'maxConn' | 'maxRate') => {
+    const text = arg(name, '');
+    if (text === '') return false;
+    const n = Number(text);
+    if (!Number.isSafeInteger(n) || n < 0) throw new Error(`--${name} must be a whole number`);
+    perSource[field] = n;
+    return true;
+  };
+  const changed = [
+    perSourceArg('max-conn-per-source', 'maxConn'),
+    perSourceArg('max-rate-per-source', 'maxRate'),
+  ].some(Boolean);
+  if (changed && provider !== 'stock') throw new Error('other settings only with the stock provider');
+  const overrides = changed ? { perSource } : undefined;
   const attacks = list(arg('attacks', Object.keys(ATTACKS).join(','))) as AttackKind[];
   for (const a of attacks) if (!(a in ATTACKS)) throw new Error(`unknown attack ${a}`);
   const baselineMs = Number(arg('baseline-s', '10')) * 1000;
@@ -164,8 +181,8 @@ async function main(): Promise<void> {
       return [];
     }
   })();
-  const key = (r: Pick<RunResult, 'version' | 'config' | 'provider'>) =>
-    `${r.version}|${r.config}|${r.provider ?? 'stock'}`;
+  const key = (r: Pick<RunResult, 'version' | 'config' | 'provider' | 'overrides'>) =>
+    `${r.version}|${r.config}|${r.provider ?? 'stock'}|${JSON.stringify(r.overrides ?? {})}`;
   const results = new Map(previous.map((r) => [key(r), r]));
   // The settings the adapter writes with no KUBEBYON_HAPROXY_* set (src/haproxy/render.ts).
   const settings = {
@@ -182,6 +199,7 @@ async function main(): Promise<void> {
           version: version as RunResult['version'],
           config: config as RunResult['config'],
           ...(dataplane ? { dataplane } : {}),
+          ...(overrides ? { overrides } : {}),
           attacks,
           baselineMs,
           durationScale: scale,

@@ -96,7 +96,14 @@ export function operatorConfig(): string {
   return readFileSync(join(REPO, 'docker/compose/haproxy.cfg'), 'utf8');
 }
 
-export async function startAttackBed(version: HaproxyVersion, backendPort: number): Promise<AttackBed> {
+/** Settings other than the defaults (`KUBEBYON_HAPROXY_*`), as the service would render them. */
+export type RenderOverrides = Partial<Pick<RenderOptions, 'maxConn' | 'perSource' | 'inspectDelayMs'>>;
+
+export async function startAttackBed(
+  version: HaproxyVersion,
+  backendPort: number,
+  overrides: RenderOverrides = {},
+): Promise<AttackBed> {
   const port = await freeLoopbackPort();
   const haproxy = await startHaproxyTestbed(operatorConfig(), version, { ownedFile: true });
   const owned = haproxy.owned;
@@ -104,7 +111,11 @@ export async function startAttackBed(version: HaproxyVersion, backendPort: numbe
   try {
     // The adapter's own rendering and apply: the frontend, the slot pool and one cluster, as it writes them.
     const provider = stockProviderFor(haproxy, pino({ level: 'silent' }));
-    const render: RenderOptions = { ...DEFAULT_RENDER_OPTIONS, bind: { address: '127.0.0.1', port } };
+    const render: RenderOptions = {
+      ...DEFAULT_RENDER_OPTIONS,
+      ...overrides,
+      bind: { address: '127.0.0.1', port },
+    };
     const signal = () => AbortSignal.timeout(60_000);
     const claims = attackClaims(backendPort);
     const writer = new OwnedProvider(provider, registry);

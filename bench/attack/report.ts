@@ -57,7 +57,11 @@ function haproxyCell(p: PhaseResult): string {
   return parts.join('; ');
 }
 
-const label = (r: RunResult) => (r.provider === 'dataplaneapi' ? `${r.config} (Data Plane API)` : r.config);
+function label(r: RunResult): string {
+  const p = r.overrides?.perSource;
+  if (p) return `${r.config} (per source: ${p.maxConn || 'no'} connections, ${p.maxRate || 'no'} per 10 s)`;
+  return r.provider === 'dataplaneapi' ? `${r.config} (Data Plane API)` : r.config;
+}
 
 export function markdown(results: RunResult[], machine: string): string {
   const lines = [
@@ -121,13 +125,13 @@ export function markdown(results: RunResult[], machine: string): string {
   return `${lines.join('\n')}\n`;
 }
 
+const rank = (c: string) => (c === 'before' ? 0 : c === 'after' ? 1 : 2);
+
 /** One row per attack: before and after, per version: failed handshakes and p99. */
 function summaryTable(results: RunResult[]): string[] {
   const versions = [...new Set(results.map((r) => r.version))].sort();
   const attacks = [...new Set(results.flatMap((r) => r.phases.map((p) => p.phase)))];
-  const configs = ['before', 'after', 'after (Data Plane API)'].filter((c) =>
-    results.some((r) => label(r) === c),
-  );
+  const configs = [...new Set(results.map(label))].sort((a, b) => rank(a) - rank(b) || a.localeCompare(b));
   const cell = (version: string, config: string, phase: string) => {
     const p = results
       .find((r) => r.version === version && label(r) === config)

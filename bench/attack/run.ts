@@ -10,7 +10,7 @@ import { parseShowTable } from '../../src/haproxy/edge.js';
 import { refusalsBackendFor } from '../../src/naming/names.js';
 import type { DataplaneSource } from '../../test/support/dataplaneapi-testbed.js';
 import type { HaproxyVersion } from '../../test/support/haproxy-testbed.js';
-import { type AttackBed, HOST, RESTRICTED_HOST, startAttackBed } from './bed.js';
+import { type AttackBed, HOST, RESTRICTED_HOST, type RenderOverrides, startAttackBed } from './bed.js';
 import { type GuardCheck, startDataplaneAttackBed } from './bed-dataplane.js';
 import type { AttackKind, AttackParams, AttackSummary, LegitParams, LegitSummary } from './roles.js';
 import { num, parseEntry, parseInfo, parseTables, statRow } from './stats.js';
@@ -194,6 +194,8 @@ export interface RunResult {
   config: 'before' | 'after';
   /** Which provider wrote the configuration (absent in results of earlier revisions: stock). */
   provider?: 'stock' | 'dataplaneapi';
+  /** Settings other than the defaults, when the run had any. */
+  overrides?: RenderOverrides;
   /** Data Plane API runs: the guard HAProxy runs against the lines the stock provider writes. */
   guard?: GuardCheck;
   date: string;
@@ -355,6 +357,8 @@ export interface RunOptions {
   config: 'before' | 'after';
   /** The Data Plane API binary to write the configuration through (config "after" only); unset: the stock provider. */
   dataplane?: DataplaneSource;
+  /** Settings other than the defaults (stock provider). */
+  overrides?: RenderOverrides;
   attacks: AttackKind[];
   baselineMs: number;
   /** Scales every attack's duration (1 = the durations above). */
@@ -373,7 +377,7 @@ export async function runOne(o: RunOptions): Promise<RunResult> {
     const backendPort = await backend.next<number>('port', 10_000);
     bed = o.dataplane
       ? await startDataplaneAttackBed(o.dataplane, o.version, backendPort)
-      : await startAttackBed(o.version, backendPort);
+      : await startAttackBed(o.version, backendPort, o.overrides);
     await bed.load(o.config);
     const hardened = o.config === 'after';
     const info = parseInfo(await bed.cli('show info'));
@@ -530,6 +534,7 @@ export async function runOne(o: RunOptions): Promise<RunResult> {
       haproxyVersion: info.Version ?? '',
       config: o.config,
       provider: bed.provider,
+      ...(o.overrides && Object.keys(o.overrides).length > 0 ? { overrides: o.overrides } : {}),
       ...(bed.guard ? { guard: bed.guard } : {}),
       date: new Date().toISOString(),
       maxconn: num(info.Maxconn),
