@@ -196,8 +196,20 @@ export async function startFakeDataplaneApi(
       return send(res, 200, { info: { pid, uptime: 1, version: options.haproxy ?? '3.0.11-1+deb13u5' } });
     if (method === 'GET' && path === '/services/haproxy/configuration/version')
       return send(res, 200, version);
-    if (method === 'GET' && path === '/services/haproxy/configuration/raw')
+    if (method === 'GET' && path === '/services/haproxy/configuration/raw') {
+      // Served as text/plain only (every version's document); v3.4.0 answers `application/octet-stream`
+      // alone with 406 (seen on the real binary, 2026-12-04).
+      const types = String(req.headers.accept ?? '*/*')
+        .split(',')
+        .map((t) => t.split(';')[0]?.trim() ?? '');
+      if (!types.some((t) => ['text/plain', 'application/json', '*/*', 'text/*'].includes(t)))
+        return error(
+          res,
+          406,
+          'unsupported media type requested, only [application/json text/plain] are available',
+        );
       return send(res, 200, `# _version=${version}\n${fake.text}`);
+    }
     if (method === 'POST' && path === '/services/haproxy/configuration/raw') {
       const given = q.get('version');
       if (given !== null && Number(given) !== version)
