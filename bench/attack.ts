@@ -27,11 +27,6 @@
  * frontend's stick table (a real kube-apiserver behind HAProxy; bench/attack/kubectl-peak.ts) and writes
  * <out>/attack-kubectl-peak.{json,md}.
  *
- * `--mode dataplaneapi [--api-version v3.4.0]` checks the draft's hand-written Data Plane API objects
- * (bench/attack/harden.ts) against the v3.0.23, v3.2.15 and v3.4 documents and, with
- * KUBEBYON_TEST_DATAPLANEAPI_BIN, sends them to a real API (bench/attack/dataplaneapi-check.ts); writes
- * <out>/attack-dataplaneapi.{json,md}. What the provider itself writes: `--provider dataplaneapi`.
- *
  * `--mode report` writes <out>/attack.md again from <out>/attack.json.
  *
  * `--mode table-memory` fills the hardened frontend's stick table through the runtime API and reads the worker's
@@ -108,7 +103,7 @@ async function main(): Promise<void> {
 
   const log = (line: string) => console.log(`[${new Date().toISOString().slice(11, 19)}] ${line}`);
   const mode = arg('mode', 'attacks');
-  const modes = ['attacks', 'report', 'table-memory', 'dataplaneapi', 'timeouts', 'kubectl-peak'];
+  const modes = ['attacks', 'report', 'table-memory', 'timeouts', 'kubectl-peak'];
   if (!modes.includes(mode)) throw new Error(`unknown mode ${mode} (one of ${modes.join(', ')})`);
   if (mode === 'kubectl-peak') {
     const { kubectlPeak, kubectlPeakMarkdown } = await import('./attack/kubectl-peak.js');
@@ -140,29 +135,6 @@ async function main(): Promise<void> {
       out.push(r);
     }
     writeFileSync(join(outDir, 'attack-table-memory.json'), `${JSON.stringify(out, null, 1)}\n`);
-    await sweepTestbedContainers();
-    return;
-  }
-  if (mode === 'dataplaneapi') {
-    const { dataplaneSource } = await import('../test/support/dataplaneapi-testbed.js');
-    const { dataplaneMarkdown, liveCheck, schemaChecks } = await import('./attack/dataplaneapi-check.js');
-    const schema = schemaChecks();
-    for (const c of schema)
-      log(`${c.api} ${c.request}: ${c.problems.length === 0 ? 'valid' : c.problems.join('; ')}`);
-    const source = dataplaneSource();
-    const live = [];
-    if (source) {
-      const api = arg('api-version', 'v3.4.0');
-      for (const version of versions) {
-        const r = await liveCheck(source, version as RunResult['version'], api);
-        log(
-          `${api} on ${r.haproxyVersion}: same as sent ${r.sameAsSent}, ${r.reachesCluster}, unknown SNI ${r.unknownSni}, held ${r.heldFromOneSource}, 4th refused ${r.fourthRefused}`,
-        );
-        live.push(r);
-      }
-    } else log('no Data Plane API given (KUBEBYON_TEST_DATAPLANEAPI_BIN): schema checks only');
-    writeFileSync(join(outDir, 'attack-dataplaneapi.json'), `${JSON.stringify({ schema, live }, null, 1)}\n`);
-    writeFileSync(join(outDir, 'attack-dataplaneapi.md'), dataplaneMarkdown(schema, live));
     await sweepTestbedContainers();
     return;
   }

@@ -1,5 +1,5 @@
 /**
- * A legitimate client's own peak, per source, as the hardened frontend's stick table counts it: real `kubectl`
+ * A legitimate client's own peak, per source, as the guard's stick table counts it: real `kubectl`
  * against a real kube-apiserver (scripts/kube/run-apiserver.sh, loopback) reached through HAProxy by SNI.
  * Each scenario starts from a cleared entry; the entry (`conn_cur`, `conn_rate(10s)`) is read every 100 ms.
  */
@@ -155,7 +155,7 @@ export function kubectlPeakMarkdown(r: KubectlPeakResult): string {
   return `${[
     '# bench/attack.ts --mode kubectl-peak: what a real kubectl costs one source',
     '',
-    `${r.date.slice(0, 16)}Z, HAProxy ${r.version} with the hardened frontend, ${r.kubectl}, a real kube-apiserver`,
+    `${r.date.slice(0, 16)}Z, HAProxy ${r.version} with the guard as the adapter writes it, ${r.kubectl}, a real kube-apiserver`,
     "behind it by SNI. Per scenario, the largest `conn_cur` and `conn_rate(10s)` of the source's stick-table",
     'entry, read every 100 ms (the entry cleared before each scenario).',
     '',
