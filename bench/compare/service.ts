@@ -54,7 +54,7 @@ export async function startService(env: Record<string, string>, secret: string):
   // A pass over thousands of clusters may hold readiness, and a graceful stop, for a while.
   const service = await startServiceProcess(env, secret, {
     until: 'readyz',
-    startTimeoutMs: 60_000,
+    startTimeoutMs: 300_000,
     stopGraceMs: 60_000,
     // BENCH_DUMP keeps more: a debug log of a burst is tens of megabytes.
     keepOutputChars: process.env.BENCH_DUMP ? 64_000_000 : 200_000,
