@@ -2,13 +2,19 @@
  * Issue 33, part 3: the public SNI frontend under attack, measured on a real HAProxy with a legitimate TLS
  * client connecting throughout:
  *
- *   npx tsx bench/attack.ts [--haproxy 2.6,3.0,3.2] [--config before,after]
- *                           [--attacks no-hello-flood,random-sni,slow-hello,idle-15k,idle-after-tls]
+ *   npx tsx bench/attack.ts [--haproxy 2.6,3.0,3.2] [--config before,after] [--provider stock|dataplaneapi]
+ *                           [--attacks no-hello-flood,random-sni,slow-hello,idle-15k,idle-after-tls,refused-network]
  *                           [--baseline-s 10] [--scale 1] [--out bench/results]
+ *                           [--max-conn-per-source N] [--max-rate-per-source N]
  *
  * Per version and configuration, on a fresh test bed (see bench/attack/bed.ts): a baseline, then each attack
- * from 127.0.0.1 while a kubectl-like client on 127.0.0.2 does one TLS handshake with SNI every 50 ms and holds
- * two watch streams (bench/attack/roles.ts). Records the legitimate handshakes (attempted, failed,
+ * from 127.0.0.1 while a kubectl-like client on 127.0.0.2 does one TLS handshake with SNI every 50 ms (to the
+ * open cluster and to the one restricted to 127.0.0.2/32, in turn) and holds two watch streams
+ * (bench/attack/roles.ts). `after` is the owned file exactly as the stock provider writes it with the default
+ * settings (the guard of src/haproxy/edge.ts; `--max-conn-per-source`/`--max-rate-per-source` render other
+ * values, as KUBEBYON_HAPROXY_MAX_CONN_PER_SOURCE/_MAX_CONN_RATE_PER_SOURCE would, 0 = not written); `before` the same file with the SNI frontend as written before
+ * the guard. `--provider dataplaneapi` (with KUBEBYON_TEST_DATAPLANEAPI_BIN; `after` only) has the Data Plane
+ * API provider write the configuration instead, and compares its guard with the stock provider's lines. Records the legitimate handshakes (attempted, failed,
  * p50/p99/max), what the attacker achieved, and HAProxy's connections, worker RSS, stick table and denials.
  * Writes <out>/attack.json and attack.md after every run (results of other versions/configs are kept).
  *
@@ -21,9 +27,10 @@
  * frontend's stick table (a real kube-apiserver behind HAProxy; bench/attack/kubectl-peak.ts) and writes
  * <out>/attack-kubectl-peak.{json,md}.
  *
- * `--mode dataplaneapi [--api-version v3.4.0]` checks the hardening's Data Plane API objects against the v3.0.23,
- * v3.2.15 and v3.4 documents and, with KUBEBYON_TEST_DATAPLANEAPI_BIN, sends them to a real API beside each
- * HAProxy version (bench/attack/dataplaneapi-check.ts); writes <out>/attack-dataplaneapi.{json,md}.
+ * `--mode dataplaneapi [--api-version v3.4.0]` checks the draft's hand-written Data Plane API objects
+ * (bench/attack/harden.ts) against the v3.0.23, v3.2.15 and v3.4 documents and, with
+ * KUBEBYON_TEST_DATAPLANEAPI_BIN, sends them to a real API (bench/attack/dataplaneapi-check.ts); writes
+ * <out>/attack-dataplaneapi.{json,md}. What the provider itself writes: `--provider dataplaneapi`.
  *
  * `--mode report` writes <out>/attack.md again from <out>/attack.json.
  *
@@ -61,7 +68,8 @@ function nofileLimit(): number {
 async function main(): Promise<void> {
   // Loaded here only: the child processes need none of it.
   const { isHaproxyVersion, sweepTestbedContainers } = await import('../test/support/haproxy-testbed.js');
-  const { PROPOSED } = await import('./attack/harden.js');
+  const { DEFAULT_RENDER_OPTIONS } = await import('../src/haproxy/render.js');
+  const { dataplaneSource } = await import('../test/support/dataplaneapi-testbed.js');
   const { markdown } = await import('./attack/report.js');
   const { ATTACKS, runOne } = await import('./attack/run.js');
   useLoopbackTestcontainers();
@@ -69,6 +77,26 @@ async function main(): Promise<void> {
   for (const v of versions) if (!isHaproxyVersion(v)) throw new Error(`unknown HAProxy version ${v}`);
   const configs = list(arg('config', 'before,after'));
   for (const c of configs) if (c !== 'before' && c !== 'after') throw new Error(`unknown config ${c}`);
+  const provider = arg('provider', 'stock');
+  if (provider !== 'stock' && provider !== 'dataplaneapi') throw new Error(`unknown provider ${provider}`);
+  const dataplane = provider === 'dataplaneapi' ? dataplaneSource() : undefined;
+  if (provider === 'dataplaneapi' && (!dataplane || configs.join() !== 'after'))
+    throw new Error('--provider dataplaneapi needs KUBEBYON_TEST_DATAPLANEAPI_BIN and --config after');
+  const perSource = { ...DEFAULT_RENDER_OPTIONS.perSource };
+  const perSourceArg = (name: string, field: 'maxConn' | 'maxRate') => {
+    const text = arg(name, '');
+    if (text === '') return false;
+    const n = Number(text);
+    if (!Number.isSafeInteger(n) || n < 0) throw new Error(`--${name} must be a whole number`);
+    perSource[field] = n;
+    return true;
+  };
+  const changed = [
+    perSourceArg('max-conn-per-source', 'maxConn'),
+    perSourceArg('max-rate-per-source', 'maxRate'),
+  ].some(Boolean);
+  if (changed && provider !== 'stock') throw new Error('other settings only with the stock provider');
+  const overrides = changed ? { perSource } : undefined;
   const attacks = list(arg('attacks', Object.keys(ATTACKS).join(','))) as AttackKind[];
   for (const a of attacks) if (!(a in ATTACKS)) throw new Error(`unknown attack ${a}`);
   const baselineMs = Number(arg('baseline-s', '10')) * 1000;
@@ -153,28 +181,38 @@ async function main(): Promise<void> {
       return [];
     }
   })();
-  const results = new Map(previous.map((r) => [`${r.version}|${r.config}`, r]));
+  const key = (r: Pick<RunResult, 'version' | 'config' | 'provider' | 'overrides'>) =>
+    `${r.version}|${r.config}|${r.provider ?? 'stock'}|${JSON.stringify(r.overrides ?? {})}`;
+  const results = new Map(previous.map((r) => [key(r), r]));
+  // The settings the adapter writes with no KUBEBYON_HAPROXY_* set (src/haproxy/render.ts).
+  const settings = {
+    maxConn: DEFAULT_RENDER_OPTIONS.maxConn,
+    perSource: DEFAULT_RENDER_OPTIONS.perSource,
+    inspectDelayMs: DEFAULT_RENDER_OPTIONS.inspectDelayMs,
+  };
   const script = process.argv[1] as string;
   try {
     for (const version of versions)
       for (const config of configs) {
-        log(`HAProxy ${version}, ${config}`);
+        log(`HAProxy ${version}, ${config}, ${provider} provider`);
         const r = await runOne({
           version: version as RunResult['version'],
           config: config as RunResult['config'],
-          hardening: PROPOSED,
+          ...(dataplane ? { dataplane } : {}),
+          ...(overrides ? { overrides } : {}),
           attacks,
           baselineMs,
           durationScale: scale,
           script,
           log,
         });
-        results.set(`${r.version}|${r.config}`, r);
+        if (r.guard)
+          log(
+            `  guard written by the Data Plane API provider: ${r.guard.differences.length === 0 ? "the stock provider's lines" : r.guard.differences.join('; ')} (same order: ${r.guard.sameOrder})`,
+          );
+        results.set(key(r), r);
         const all = [...results.values()];
-        writeFileSync(
-          jsonPath,
-          `${JSON.stringify({ machine, hardening: PROPOSED, results: all }, null, 1)}\n`,
-        );
+        writeFileSync(jsonPath, `${JSON.stringify({ machine, settings, results: all }, null, 1)}\n`);
         writeFileSync(join(outDir, 'attack.md'), markdown(all, machine));
       }
   } finally {

@@ -12,7 +12,6 @@ import { promisify } from 'node:util';
 import type { HaproxyVersion } from '../../test/support/haproxy-testbed.js';
 import { startKubeApiserver } from '../../test/support/kube-apiserver.js';
 import { type AttackBed, HOST, startAttackBed } from './bed.js';
-import { PROPOSED } from './harden.js';
 import { parseEntry } from './stats.js';
 
 const run = promisify(execFile);
@@ -41,7 +40,7 @@ export async function kubectlPeak(version: HaproxyVersion, kubectlBin: string): 
   try {
     const apiPort = Number(new URL(kube.env.KUBE_APISERVER_URL ?? '').port);
     bed = await startAttackBed(version, apiPort);
-    await bed.load('after', PROPOSED);
+    await bed.load('after');
     const kubeconfig = join(work, 'kubeconfig');
     writeFileSync(
       kubeconfig,

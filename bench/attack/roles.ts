@@ -4,8 +4,8 @@
  *
  * - backend:  the cluster's TLS server (127.0.0.1): completes every handshake, echoes what it reads (or, asked
  *             with `S`, pushes a byte every 2 s), never closes.
- * - legit:    a kubectl-like client from 127.0.0.2: one TLS handshake with SNI every `intervalMs`, timed from
- *             connect() to the server's certificate; and two watch streams held through HAProxy for the whole
+ * - legit:    a kubectl-like client from 127.0.0.2: one TLS handshake with SNI every `intervalMs` (to each of
+ *             `probeHosts` in turn), timed from connect() to the server's certificate; and two watch streams held through HAProxy for the whole
  *             run (one exchanges a byte every 3 s, one stays idle 40 s between bytes, longer than `timeout
  *             client`), reopened and counted when cut.
  * - attacker: one attack from 127.0.0.1, bounded in connections attempted and in time.
@@ -101,7 +101,10 @@ export function backendRole(maxMs: number): void {
 
 export interface LegitParams {
   port: number;
+  /** The watch streams' host. */
   host: string;
+  /** The handshakes' hosts, in turn (failures to a host other than `host` are counted under its name). */
+  probeHosts: string[];
   localAddress: string;
   intervalMs: number;
   timeoutMs: number;
@@ -178,7 +181,9 @@ export function legitRole(p: LegitParams): void {
   let stopping = false;
   const open = new Set<Socket>();
 
+  let probes = 0;
   const probe = () => {
+    const host = p.probeHosts[probes++ % p.probeHosts.length] ?? p.host;
     const s = samples();
     s.attempted++;
     outstanding++;
@@ -202,11 +207,12 @@ export function legitRole(p: LegitParams): void {
         slot.maxMs = Math.max(slot.maxMs, Math.round(now() - t0));
         if (connectedAt !== undefined) s.connectMs.push(connectedAt - t0);
       } else {
-        s.failures[failure] = (s.failures[failure] ?? 0) + 1;
+        const key = host === p.host ? failure : `${failure} (${host})`;
+        s.failures[key] = (s.failures[key] ?? 0) + 1;
         slot.failed++;
       }
     };
-    const socket = tlsFrom(p.localAddress, p.port, p.host);
+    const socket = tlsFrom(p.localAddress, p.port, host);
     open.add(socket);
     const timer = setTimeout(() => finish('timeout'), p.timeoutMs);
     socket.once('connect', () => {
@@ -334,7 +340,13 @@ function summarize(phase: string, s: PhaseSamples | undefined): LegitSummary {
 // ---------------------------------------------------------------------------------------------------------
 // attacker
 
-export type AttackKind = 'no-hello-flood' | 'random-sni' | 'slow-hello' | 'idle-15k' | 'idle-after-tls';
+export type AttackKind =
+  | 'no-hello-flood'
+  | 'random-sni'
+  | 'slow-hello'
+  | 'idle-15k'
+  | 'idle-after-tls'
+  | 'refused-network';
 
 export interface AttackParams {
   kind: AttackKind;
@@ -376,6 +388,8 @@ export interface AttackSummary {
   bytesReceived: number;
   tlsHandshakes: number;
   hellosCompleted: number;
+  /** refused-network: connections the cluster's server answered (a byte came back: the ClientHello got through). */
+  answered: number;
   /** Per second: attempts, established and held. */
   timeline: Array<{ s: number; attempts: number; established: number; held: number }>;
 }
@@ -394,6 +408,7 @@ export function attackerRole(p: AttackParams): void {
     bytesReceived: 0,
     tlsHandshakes: 0,
     hellosCompleted: 0,
+    answered: 0,
   };
   const lifetimes: number[] = [];
   const timeline: AttackSummary['timeline'] = [];
@@ -460,6 +475,12 @@ export function attackerRole(p: AttackParams): void {
         // Nothing answers an unknown SNI: HAProxy closes. Bounded anyway.
         timers.push(setTimeout(() => end(true), 10_000));
       }
+      if (p.kind === 'refused-network') {
+        // The restricted cluster's whole ClientHello at once; refused, HAProxy closes; let through, the
+        // cluster's server answers and the attacker hangs up and starts again. Bounded anyway.
+        socket.write(hello);
+        timers.push(setTimeout(() => end(true), 10_000));
+      }
       if (p.kind === 'slow-hello') {
         let i = 0;
         const next = () => {
@@ -484,6 +505,10 @@ export function attackerRole(p: AttackParams): void {
     } else socket.on('connect', onEstablished);
     socket.on('data', (d: Buffer) => {
       counters.bytesReceived += d.length;
+      if (p.kind === 'refused-network' && !ended) {
+        counters.answered++;
+        end(true);
+      }
     });
     socket.on('error', (err: NodeJS.ErrnoException) => end(false, err.code ?? err.message));
     socket.on('close', () => end(false));
@@ -529,6 +554,7 @@ export function attackerRole(p: AttackParams): void {
       bytesReceived: counters.bytesReceived,
       tlsHandshakes: counters.tlsHandshakes,
       hellosCompleted: counters.hellosCompleted,
+      answered: counters.answered,
       timeline,
     };
     send({ done: summary });

@@ -1,15 +1,22 @@
 /**
- * One run of the attack bench: one HAProxy version, one configuration (today's, or hardened), a fresh test
- * bed, a baseline, then each attack in turn while the legitimate client and its watch streams run throughout.
+ * One run of the attack bench: one HAProxy version, one configuration (the SNI frontend before the guard, or as
+ * the adapter writes it now), a fresh test bed, a baseline, then each attack in turn while the legitimate
+ * client and its watch streams run throughout.
  */
 import { type ChildProcess, fork } from 'node:child_process';
 import { loadavg } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { parseShowTable } from '../../src/haproxy/edge.js';
+import { refusalsBackendFor } from '../../src/naming/names.js';
+import type { DataplaneSource } from '../../test/support/dataplaneapi-testbed.js';
 import type { HaproxyVersion } from '../../test/support/haproxy-testbed.js';
-import { type AttackBed, HOST, startAttackBed } from './bed.js';
-import type { Hardening } from './harden.js';
+import { type AttackBed, HOST, RESTRICTED_HOST, type RenderOverrides, startAttackBed } from './bed.js';
+import { type GuardCheck, startDataplaneAttackBed } from './bed-dataplane.js';
 import type { AttackKind, AttackParams, AttackSummary, LegitParams, LegitSummary } from './roles.js';
 import { num, parseEntry, parseInfo, parseTables, statRow } from './stats.js';
+
+/** The refusals table (authorized networks), counted per slot. */
+const REFUSALS = refusalsBackendFor();
 
 export const ATTACKER = '127.0.0.1' as const;
 export const LEGIT = '127.0.0.2';
@@ -61,6 +68,16 @@ export const ATTACKS: Record<AttackKind, Omit<AttackParams, 'kind' | 'port' | 'h
     churnMs: 0,
     byteIntervalMs: 0,
   },
+  // From outside the restricted cluster's authorized networks: its whole ClientHello on each connection, 256
+  // at a time, hanging up at the first byte back or when HAProxy closes; as fast as it goes.
+  'refused-network': {
+    durationMs: 30_000,
+    maxAttempts: 600_000,
+    concurrency: 256,
+    hold: 256,
+    churnMs: 0,
+    byteIntervalMs: 0,
+  },
 };
 
 /** Attacker processes per attack. */
@@ -70,6 +87,7 @@ export const WORKERS: Record<AttackKind, number> = {
   'slow-hello': 1,
   'idle-15k': 2,
   'idle-after-tls': 2,
+  'refused-network': 2,
 };
 
 /**
@@ -89,6 +107,7 @@ export function mergeSummaries(list: AttackSummary[]): AttackSummary | null {
     out.bytesReceived += s.bytesReceived;
     out.tlsHandshakes += s.tlsHandshakes;
     out.hellosCompleted += s.hellosCompleted;
+    out.answered += s.answered;
     for (const [k, n] of Object.entries(s.connectErrors))
       out.connectErrors[k] = (out.connectErrors[k] ?? 0) + n;
     const w = out.closedByHaproxyWithinMs;
@@ -120,6 +139,17 @@ export const ATTACK_NAMES: Record<AttackKind, string> = {
   'slow-hello': 'slow ClientHello (500 conns, 1 byte / 100 ms)',
   'idle-15k': '15,000 idle connections held',
   'idle-after-tls': 'TLS completed to a real cluster, then idle',
+  'refused-network': "ClientHellos from outside a cluster's authorized networks",
+};
+
+/** The host each attack aims at. */
+const TARGET: Record<AttackKind, string> = {
+  'no-hello-flood': HOST,
+  'random-sni': HOST,
+  'slow-hello': HOST,
+  'idle-15k': HOST,
+  'idle-after-tls': HOST,
+  'refused-network': RESTRICTED_HOST,
 };
 
 export interface HaproxyPhase {
@@ -141,6 +171,8 @@ export interface HaproxyPhase {
   tableUsedMax: number | null;
   attackerEntryMax: { conn_cur: number; conn_rate: number } | null;
   legitEntryMax: { conn_cur: number; conn_rate: number } | null;
+  /** Connections refused for authorized networks during the phase (the refusals table's counts, summed). */
+  refusedDelta: number | null;
 }
 
 export interface PhaseResult {
@@ -160,6 +192,12 @@ export interface RunResult {
   version: HaproxyVersion;
   haproxyVersion: string;
   config: 'before' | 'after';
+  /** Which provider wrote the configuration (absent in results of earlier revisions: stock). */
+  provider?: 'stock' | 'dataplaneapi';
+  /** Settings other than the defaults, when the run had any. */
+  overrides?: RenderOverrides;
+  /** Data Plane API runs: the guard HAProxy runs against the lines the stock provider writes. */
+  guard?: GuardCheck;
   date: string;
   maxconn: number | null;
   ulimitN: number | null;
@@ -228,17 +266,19 @@ interface Sample {
   tables: ReturnType<typeof parseTables> | null;
   attacker: Record<string, number> | null;
   legit: Record<string, number> | null;
+  refused: number | null;
   rss: number | null;
   cpuMs: number | null;
 }
 
 async function sample(bed: AttackBed, hardened: boolean): Promise<Sample> {
-  const [info, stat, tables, attacker, legit, rss, cpuMs] = await Promise.all([
+  const [info, stat, tables, attacker, legit, refusals, rss, cpuMs] = await Promise.all([
     within(bed.cli('show info'), 5_000),
     within(bed.cli('show stat'), 5_000),
     hardened ? within(bed.cli('show table'), 5_000) : null,
     hardened ? within(bed.cli(`show table kubebyon_sni key ::ffff:${ATTACKER}`), 5_000) : null,
     hardened ? within(bed.cli(`show table kubebyon_sni key ::ffff:${LEGIT}`), 5_000) : null,
+    hardened ? within(bed.cli(`show table ${REFUSALS}`), 5_000) : null,
     bed.workerRssKiB().catch(() => null),
     bed.workerCpuMs().catch(() => null),
   ]);
@@ -248,6 +288,7 @@ async function sample(bed: AttackBed, hardened: boolean): Promise<Sample> {
     tables: tables ? parseTables(tables) : null,
     attacker: attacker ? parseEntry(attacker) : null,
     legit: legit ? parseEntry(legit) : null,
+    refused: refusals === null ? null : [...parseShowTable(refusals).values()].reduce((a, b) => a + b, 0),
     rss,
     cpuMs,
   };
@@ -297,6 +338,10 @@ function summarizeSamples(samples: Sample[], first: Sample): HaproxyPhase {
     tableUsedMax: max(samples.map((s) => s.tables?.find((t) => t.name === 'kubebyon_sni')?.used ?? null)),
     attackerEntryMax: entryMax((s) => s.attacker),
     legitEntryMax: entryMax((s) => s.legit),
+    refusedDelta: (() => {
+      const b = max(samples.map((s) => s.refused));
+      return first.refused === null || b === null ? null : b - first.refused;
+    })(),
   };
 }
 
@@ -310,7 +355,10 @@ async function backendLoop(backend: Child): Promise<{ maxMs: number; p99Ms: numb
 export interface RunOptions {
   version: HaproxyVersion;
   config: 'before' | 'after';
-  hardening: Hardening;
+  /** The Data Plane API binary to write the configuration through (config "after" only); unset: the stock provider. */
+  dataplane?: DataplaneSource;
+  /** Settings other than the defaults (stock provider). */
+  overrides?: RenderOverrides;
   attacks: AttackKind[];
   baselineMs: number;
   /** Scales every attack's duration (1 = the durations above). */
@@ -322,23 +370,26 @@ export interface RunOptions {
 export async function runOne(o: RunOptions): Promise<RunResult> {
   const { log } = o;
   const backend = new Child(o.script, 'backend', { maxMs: 3 * 3600_000 });
-  let bed: AttackBed | undefined;
+  let bed: (AttackBed & { guard?: GuardCheck }) | undefined;
   let legit: Child | undefined;
   let attackers: Child[] = [];
   try {
     const backendPort = await backend.next<number>('port', 10_000);
-    bed = await startAttackBed(o.version, backendPort);
-    await bed.load(o.config, o.hardening);
+    bed = o.dataplane
+      ? await startDataplaneAttackBed(o.dataplane, o.version, backendPort)
+      : await startAttackBed(o.version, backendPort, o.overrides);
+    await bed.load(o.config);
     const hardened = o.config === 'after';
     const info = parseInfo(await bed.cli('show info'));
     const stat = statRow(await bed.cli('show stat'), 'kubebyon_sni');
-    const frontend = bed.owned.split('\n\n').find((s) => s.startsWith('frontend kubebyon_sni')) ?? '';
+    const frontend = bed.owned.split('\n\n').find((s) => /^frontend kubebyon_sni\b/.test(s)) ?? '';
     log(
       `HAProxy ${info.Version} ${o.config}: maxconn ${info.Maxconn}, ulimit-n ${info['Ulimit-n']}, frontend slim ${stat?.slim}`,
     );
     const legitParams: LegitParams = {
       port: bed.port,
       host: HOST,
+      probeHosts: [HOST, RESTRICTED_HOST],
       localAddress: LEGIT,
       intervalMs: 50,
       timeoutMs: 10_000,
@@ -398,7 +449,7 @@ export async function runOne(o: RunOptions): Promise<RunResult> {
         durationMs: Math.round(bounds.durationMs * o.durationScale),
         kind,
         port: bed.port,
-        host: HOST,
+        host: TARGET[kind],
         source: ATTACKER,
       };
       const before = await sample(bed, hardened);
@@ -466,7 +517,7 @@ export async function runOne(o: RunOptions): Promise<RunResult> {
       const a = done;
       log(
         `  ${kind}: legit ${legitSummary.attempted} attempted, ${legitSummary.failed} failed, p50 ${legitSummary.p50} p99 ${legitSummary.p99} max ${legitSummary.max} ms; ` +
-          `attacker ${a?.attempts} attempts, ${a?.established} established, held max ${a?.heldMax}; HAProxy conns max ${haproxy.currConnsMax}, RSS max ${haproxy.rssMaxKiB} KiB, dcon +${haproxy.dconDelta}, dreq +${haproxy.dreqDelta}; recovered in ${recoveryMs} ms`,
+          `attacker ${a?.attempts} attempts, ${a?.established} established, held max ${a?.heldMax}; HAProxy conns max ${haproxy.currConnsMax}, RSS max ${haproxy.rssMaxKiB} KiB, dcon +${haproxy.dconDelta}, dreq +${haproxy.dreqDelta}, refused +${haproxy.refusedDelta}, CPU ${haproxy.cpuMs} ms; answered ${a?.answered}; recovered in ${recoveryMs} ms`,
       );
       await sleep(1_000);
     }
@@ -482,6 +533,9 @@ export async function runOne(o: RunOptions): Promise<RunResult> {
       version: o.version,
       haproxyVersion: info.Version ?? '',
       config: o.config,
+      provider: bed.provider,
+      ...(o.overrides && Object.keys(o.overrides).length > 0 ? { overrides: o.overrides } : {}),
+      ...(bed.guard ? { guard: bed.guard } : {}),
       date: new Date().toISOString(),
       maxconn: num(info.Maxconn),
       ulimitN: num(info['Ulimit-n']),

@@ -1,18 +1,20 @@
 /**
- * What the per-source stick table costs in memory when full: the hardened frontend's table (`type ipv6 ...
+ * What the per-source stick table costs in memory when full: the SNI frontend's table as the adapter writes it
+ * (`src/haproxy/edge.ts`, default settings: `type ipv6 ...
  * store conn_cur,conn_rate(10s)`) filled through the runtime API (`set table ... key <k> data.conn_cur 0`)
  * with keys from the IPv6 documentation prefix 2001:db8::/32 (table entries only: no traffic), the worker's
  * RSS read before and after. Also what HAProxy does when the table is full (entries purged, `used`).
  */
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { type Edge, edgeLines } from '../../src/haproxy/edge.js';
+import { DEFAULT_RENDER_OPTIONS, renderDesired } from '../../src/haproxy/render.js';
 import {
   type HaproxyVersion,
   startHaproxyTestbed,
   unixSocketCommand,
 } from '../../test/support/haproxy-testbed.js';
 import { freeLoopbackPort } from '../../test/support/ports.js';
-import { type Hardening, hardeningLines, PROPOSED } from './harden.js';
 import { parseTables } from './stats.js';
 
 export interface TableMemoryResult {
@@ -25,12 +27,17 @@ export interface TableMemoryResult {
   bytesPerEntry: number;
 }
 
-export async function tableMemory(
-  version: HaproxyVersion,
-  h: Hardening = PROPOSED,
-): Promise<TableMemoryResult> {
+/** The guard's lines that make and count the per-source table (the rest needs the maps and touches no table). */
+function tableLines(edge: Edge): string[] {
+  const lines = edgeLines(edge, 5000, { sniMap: '-', allowMap: '-' });
+  return lines.filter((l) => /^(maxconn |stick-table |tcp-request connection )/.test(l));
+}
+
+export async function tableMemory(version: HaproxyVersion): Promise<TableMemoryResult> {
+  const edge = renderDesired([], DEFAULT_RENDER_OPTIONS).frontend.edge;
+  if (!edge?.perSource) throw new Error('no per-source table by default');
+  const size = edge.perSource.tableSize;
   const port = await freeLoopbackPort();
-  // The frontend's limits as hardened (no map: the unknown-SNI rule does not touch the table).
   const config = [
     'global',
     '  stats socket /etc/kubebyon/admin.sock mode 600 level admin',
@@ -41,7 +48,7 @@ export async function tableMemory(
     '  timeout server 30s',
     'frontend kubebyon_sni',
     `  bind 127.0.0.1:${port}`,
-    ...hardeningLines({ ...h, rejectUnknownSni: false }, '-').map((l) => `  ${l}`),
+    ...tableLines(edge).map((l) => `  ${l}`),
     '  default_backend closed',
     'backend closed',
     '',
@@ -64,7 +71,7 @@ export async function tableMemory(
     };
     await sleep(500);
     const rssEmptyKiB = await rss();
-    const total = Math.round(h.sourceTableSize * 1.1);
+    const total = Math.round(size * 1.1);
     const perLine = 120;
     for (let i = 0; i < total; i += perLine) {
       const cmds: string[] = [];
@@ -79,7 +86,7 @@ export async function tableMemory(
     const rssFullKiB = await rss();
     return {
       version,
-      size: h.sourceTableSize,
+      size,
       inserted: total,
       used,
       rssEmptyKiB,

@@ -2,16 +2,15 @@
  * Which timeout closes what, on a real HAProxy, with the owned file's timeouts scaled down (client 3 s, server
  * 3 s, tunnel 8 s) so that each is seen in seconds: an idle connection before any ClientHello, one that sent
  * part of a ClientHello, a TLS session to the cluster idle both ways, and one where only the server speaks (a
- * watch stream's events, a byte every 2 s). Each with today's frontend and with the hardened one, the inspect
- * delay below and above `timeout client`. One connection per case, from 127.0.0.2, each bounded at 20 s.
+ * watch stream's events, a byte every 2 s). Each with the frontend as written before the guard and with the
+ * guard, the inspect delay below and above `timeout client`. One connection per case, from 127.0.0.2, each bounded at 20 s.
  */
 import { connect as netConnect } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { type ConnectionOptions, connect as tlsConnect } from 'node:tls';
 import type { HaproxyVersion } from '../../test/support/haproxy-testbed.js';
-import { HOST, startAttackBed } from './bed.js';
-import { type Hardening, harden, PROPOSED } from './harden.js';
+import { HOST, preGuard, startAttackBed } from './bed.js';
 import { clientHello } from './hello.js';
 
 const FROM = '127.0.0.2';
@@ -33,18 +32,18 @@ export interface TimeoutsResult {
   cases: TimeoutCase[];
 }
 
-/** The owned file's timeouts scaled down, and its frontend today's or hardened with `inspectDelayMs`. */
-function variantFile(owned: string, mapPath: string, hardened: boolean, inspectDelayMs: number): string {
+/**
+ * The owned file's timeouts scaled down, and its frontend as the adapter writes it (the guard) or as it did
+ * before the guard, with `inspectDelayMs`.
+ */
+function variantFile(owned: string, hardened: boolean, inspectDelayMs: number): string {
   const scaled = owned
     .replace(/^ {2}timeout client 30s$/m, '  timeout client 3s')
     .replace(/^ {2}timeout server 30s$/m, '  timeout server 3s')
     .replace(/^ {2}timeout tunnel 4h$/m, '  timeout tunnel 8s');
   if (scaled === owned) throw new Error('the owned file has not the expected timeouts');
-  if (hardened) {
-    const h: Hardening = { ...PROPOSED, clientHelloTimeoutMs: inspectDelayMs };
-    return harden(scaled, h, mapPath);
-  }
-  return scaled.replace(
+  const frontend = hardened ? scaled : preGuard(scaled, inspectDelayMs);
+  return frontend.replace(
     /^ {2}tcp-request inspect-delay [0-9]+ms$/m,
     `  tcp-request inspect-delay ${inspectDelayMs}ms`,
   );
@@ -109,9 +108,9 @@ export async function runTimeouts(version: HaproxyVersion, backendPort: number):
     const haproxyVersion = /^Version: (.*)$/m.exec(info)?.[1] ?? '';
     for (const hardened of [false, true])
       for (const inspectDelayMs of [2_000, 6_000]) {
-        const variant = hardened ? 'hardened' : 'today';
-        const text = variantFile(bed.ownedToday, bed.mapPath, hardened, inspectDelayMs);
-        await bed.haproxy.owned?.reloadWith(text);
+        const variant = hardened ? 'guard' : 'before the guard';
+        const text = variantFile(bed.ownedToday, hardened, inspectDelayMs);
+        await bed.reloadWith(text);
         await sleep(300);
         const [idle, partial, tlsIdle, push] = await Promise.all([
           caseIdle(bed.port, false),
@@ -137,7 +136,7 @@ export function timeoutsMarkdown(results: TimeoutsResult[]): string {
     '# bench/attack.ts --mode timeouts: which timeout closes what',
     '',
     "The owned file's `defaults kubebyon_adapter` scaled down to `timeout client 3s`, `timeout server 3s`,",
-    '`timeout tunnel 8s` (today: 30s, 30s, 4h), the frontend as written today or hardened, with the inspect delay',
+    '`timeout tunnel 8s` (as written: 30s, 30s, 4h), the frontend before the guard or with it, with the inspect delay',
     'below (2 s) and above (6 s) `timeout client`. One connection per case from 127.0.0.2; "closed after" counts',
     'from the TCP connection (first two cases) or the end of the TLS handshake (last two); "open" = still open',
     `after ${OBSERVE_MS / 1000} s (then closed by the client).`,

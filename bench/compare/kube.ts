@@ -1,15 +1,15 @@
-import { readFileSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { CoreV1Api, KubernetesObjectApi, loadAllYaml, type V1Node } from '@kubernetes/client-node';
+import { chartRbac } from '../../test/support/chart.js';
 import { type KubeApiserver, startKubeApiserver } from '../../test/support/kube-apiserver.js';
 
-const RBAC = join(import.meta.dirname, '../../deploy/kubernetes/rbac.yaml');
 const NODE = 'node-1';
 
 /**
  * The project's real kube-apiserver (etcd + kube-apiserver on loopback) with one Ready node whose
  * InternalIP the benchmark moves between loopback addresses. The service watches it as the ServiceAccount
- * of deploy/kubernetes/rbac.yaml; clusters reach it by `node_port`.
+ * of the chart's RBAC; clusters reach it by `node_port`.
  */
 export interface BenchKube {
   /** A kubeconfig for the adapter's identity. */
@@ -37,7 +37,7 @@ export async function startBenchKube(dir: string, address: string): Promise<Benc
       'apiVersion: v1\nkind: Namespace\nmetadata: {name: kubebyon-system}\n',
     ))
       await objects.create(manifest);
-    for (const manifest of loadAllYaml(readFileSync(RBAC, 'utf8'))) await objects.create(manifest);
+    for (const manifest of chartRbac()) await objects.create(manifest);
     await admin.createNode({ body: { metadata: { name: NODE } } });
     const setNodeAddress = async (to: string) => {
       const current = await admin.readNodeStatus({ name: NODE });

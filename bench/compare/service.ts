@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { request } from 'node:http';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { sign } from '../../src/webhook/auth.js';
 import { type ServiceProcess, startServiceProcess } from '../../test/support/service-process.js';
 import type { Target } from './targets.js';
@@ -45,7 +45,11 @@ export function benchServiceEnv(target: Target, kubeconfig: string, dir: string)
   };
 }
 
-/** `node dist/cli/main.js serve` as its own process, configured by `env` only. Resolves once it is ready. */
+/**
+ * `node dist/cli/main.js serve` as its own process, configured by `env` only. Resolves once it is ready.
+ * `BENCH_SERVICE_DIR` runs another checkout's build instead (a release before a change, built there), so
+ * that the same bench measures both.
+ */
 export async function startService(env: Record<string, string>, secret: string): Promise<BenchService> {
   // A pass over thousands of clusters may hold readiness, and a graceful stop, for a while.
   const service = await startServiceProcess(env, secret, {
@@ -54,6 +58,9 @@ export async function startService(env: Record<string, string>, secret: string):
     stopGraceMs: 60_000,
     // BENCH_DUMP keeps more: a debug log of a burst is tens of megabytes.
     keepOutputChars: process.env.BENCH_DUMP ? 64_000_000 : 200_000,
+    ...(process.env.BENCH_SERVICE_DIR
+      ? { cli: join(resolve(process.env.BENCH_SERVICE_DIR), 'dist/cli/main.js') }
+      : {}),
   });
   const { url, pid } = service;
 

@@ -30,7 +30,7 @@ export interface Target {
   masterCli(command: string): Promise<string>;
   /** The environment that points the service's provider at this HAProxy. */
   providerEnv(): Record<string, string>;
-  dataplane?: { proxy: CountingProxy; apiUrl: string; password: string };
+  dataplane?: { proxy: CountingProxy; apiUrl: string; password: string; containerId: string };
   stock?: StockHaproxyConfig & { containerId: string };
   stop(): Promise<void>;
 }
@@ -77,7 +77,7 @@ export async function startTarget(
         KUBEBYON_DATAPLANE_TIMEOUT_MS: '600000',
         KUBEBYON_HAPROXY_RELOAD_TIMEOUT_MS: '600000',
       }),
-      dataplane: { proxy, apiUrl: tb.url, password: tb.password },
+      dataplane: { proxy, apiUrl: tb.url, password: tb.password, containerId: tb.containerId },
       async stop() {
         await proxy.close();
         await tb.stop();

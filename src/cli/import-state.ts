@@ -157,9 +157,9 @@ async function probe(kc: KubeConfig, namespace: string): Promise<string | undefi
   } catch (err) {
     const status = Number((err as { code?: unknown }).code);
     if (status === 404)
-      return `the ClusterRoute CRD (${PLURAL}.${GROUP}/${VERSION}) is not installed: apply deploy/kubernetes/crd.yaml`;
+      return `the ClusterRoute CRD (${PLURAL}.${GROUP}/${VERSION}) is not installed: install the chart charts/kubebyon-haproxy-adapter (its crds/)`;
     if (status === 401 || status === 403)
-      return `not allowed to list ClusterRoutes in namespace ${namespace} (${describeError(err)}): apply deploy/kubernetes/rbac.yaml, or use credentials that may`;
+      return `not allowed to list ClusterRoutes in namespace ${namespace} (${describeError(err)}): run it as the chart's ServiceAccount, or with credentials that may`;
     return `cannot reach the Kubernetes API server: ${describeError(err)}`;
   } finally {
     clearTimeout(timer);

@@ -107,8 +107,8 @@ pod's own namespace, else kubebyon-system) for each cluster of the state file (K
 its journal included), keeping when each host was claimed, so that the older claim still wins. A cluster
 that already has a ClusterRoute (or a recent deletion of one) is left as it is: running it again imports
 nothing twice. Reads only the Kubernetes credentials (KUBECONFIG, else the pod's service account, else
-~/.kube/config) and the namespace; needs deploy/kubernetes/crd.yaml applied and rights to the ClusterRoutes
-(deploy/kubernetes/rbac.yaml). Prints "imported N, skipped M (already there)".
+~/.kube/config) and the namespace; needs the chart's ClusterRoute CRD installed and rights to the ClusterRoutes
+(the chart's ServiceAccount has them). Prints "imported N, skipped M (already there)".
 Exit: 0 imported; 1 when the file cannot be read, the CRD is missing, or Kubernetes refuses a write.`,
     options: {},
     positionals: [1, 1],

@@ -54,18 +54,25 @@ const LENGTHS: ReadonlyArray<{ v4: number; v6: number }> = [
 /** The allow-map keys that let `networks` reach `slot`: its flag and one key per network. */
 export function allowKeys(slot: string, networks: readonly string[], dualStack: boolean): string[] {
   if (networks.length === 0) return [];
-  const keys = [slot];
+  const keys = new Set([slot]);
   for (const text of networks) {
-    keys.push(`${text}|${slot}`);
+    keys.add(`${text}|${slot}`);
+    const parsed = parseNetwork(text);
+    if (!parsed.ok) continue;
+    const n = parsed.network;
     // An IPv6 socket that also takes IPv4 sees an IPv4 client as ::ffff:a.b.c.d: the same network, mapped.
-    const parsed = dualStack ? parseNetwork(text) : undefined;
-    if (parsed?.ok && parsed.network.family === 4) {
-      const n = parsed.network;
-      keys.push(`${formatAddress(6, (0xffffn << 32n) | n.bits)}/${96 + n.prefix}|${slot}`);
-    }
+    if (dualStack && n.family === 4)
+      keys.add(`${formatAddress(6, (0xffffn << 32n) | n.bits)}/${96 + n.prefix}|${slot}`);
+    // A source in ::/96 is looked up by its exact address alone (`kb_v6compat`): ::1 gets a key of its own
+    // when a wider IPv6 network holds it.
+    const host = BigInt(128 - n.prefix);
+    if (n.family === 6 && n.prefix < 128 && n.bits >> host === LOOPBACK6 >> host) keys.add(`::1/128|${slot}`);
   }
-  return keys;
+  return [...keys];
 }
+
+/** ::1, the IPv6 loopback. */
+const LOOPBACK6 = 1n;
 
 /** A bind that takes IPv4 clients on an IPv6 socket (`[::]:443`, `[2001:db8::1]:443` too). */
 export function isDualStack(address: string): boolean {
@@ -98,6 +105,12 @@ export function edgeLines(edge: Edge, inspectDelayMs: number, files: EdgeFiles):
   lines.push(`acl kb_restricted var(txn.kb_slot),map(${allow}) -m found`);
   for (const { v4, v6 } of LENGTHS)
     lines.push(`acl kb_allowed src,ipmask(${v4},${v6}),concat(/${v6}|,txn.kb_slot),map(${allow}) -m found`);
+  // HAProxy 3.0 and later turn a source in ::/96 into IPv4 in `ipmask` (::1 becomes 0.0.0.1, which IPv4
+  // lists such as 0.0.0.0/0 would hold); 2.6 does not. Such a source is judged by its exact address alone.
+  lines.push(
+    'acl kb_v6compat src ::/96',
+    `acl kb_v6compat_allowed src,concat(/128|,txn.kb_slot),map(${allow}) -m found`,
+  );
   if (p) {
     lines.push('tcp-request connection track-sc0 src,ipmask(32,64)');
     if (p.maxConn > 0)
@@ -115,15 +128,19 @@ export function edgeLines(edge: Edge, inspectDelayMs: number, files: EdgeFiles):
     `tcp-request content set-var(txn.kb_slot) var(txn.kb_sni),map(${files.sniMap})`,
   );
   if (edge.rejectUnknown) lines.push('tcp-request content reject unless { var(txn.kb_slot) -m found }');
-  lines.push(
-    `tcp-request content track-sc1 var(txn.kb_slot) table ${edge.refusals} if kb_restricted !kb_allowed`,
-    'tcp-request content sc-inc-gpc0(1) if kb_restricted !kb_allowed',
-    'tcp-request content reject if kb_restricted !kb_allowed',
-    'tcp-request content accept if { req.ssl_hello_type 1 }',
-    'tcp-request content reject',
-  );
+  for (const r of REFUSED)
+    lines.push(`tcp-request content track-sc1 var(txn.kb_slot) table ${edge.refusals} if ${r}`);
+  for (const r of REFUSED) lines.push(`tcp-request content sc-inc-gpc0(1) if ${r}`);
+  for (const r of REFUSED) lines.push(`tcp-request content reject if ${r}`);
+  lines.push('tcp-request content accept if { req.ssl_hello_type 1 }', 'tcp-request content reject');
   return lines;
 }
+
+/** A refused connection: a restricted slot, and a source no key allows (by prefix, or exactly in ::/96). */
+const REFUSED = [
+  'kb_restricted !kb_v6compat !kb_allowed',
+  'kb_restricted kb_v6compat !kb_v6compat_allowed',
+] as const;
 
 /** What a frontend's body says, as `readEdge` understands it. */
 export interface ReadEdge {

@@ -11,17 +11,14 @@ import {
 
 // The provider contract, against a real Data Plane API driving a real HAProxy.
 if (source) {
-  // Every plan through transactions and single requests; then every plan through the edited file (endpoint
-  // moves as runtime actions). A provider that never wrote anything reads back each time as well.
-  // Then map routing (the default): slots and map entries at runtime, persisted soon after.
-  for (const [path, options, routing] of [
-    ['requests', { rawMinWrites: 0 }, 'rules'],
-    ['edited file', { rawMinWrites: 1, runtimeMaxServers: 0 }, 'rules'],
-    ['map routing', { persistDebounceMs: 20, persistMaxDelayMs: 200 }, 'map'],
-    ['map routing, slots file', { slots: 'storage', persistDebounceMs: 20, persistMaxDelayMs: 200 }, 'map'],
+  // Map routing (the only layout): slots and map entries at runtime, persisted soon after; the slot backends
+  // in the configuration (the default) and in the API's general storage (the slots files).
+  for (const [layout, options] of [
+    ['slots in config', { persistDelayMs: 20 }],
+    ['slots in storage', { slots: 'storage', persistDelayMs: 20 }],
   ] as const) {
     describeProvider(
-      `dataplaneapi (${path}) on HAProxy ${versionUnderTest()}`,
+      `dataplaneapi (${layout}) on HAProxy ${versionUnderTest()}`,
       async () => {
         const harness: Harness = await startHarness();
         const provider = harness.provider(options);
@@ -31,7 +28,7 @@ if (source) {
             : {}),
           provider,
           persisted: () => provider.persisted(),
-          render: { ...harness.render, routing, minSlots: 4 },
+          render: harness.render,
           reset: () => resetToForeign(harness.tb),
           cleanup: () => harness.close(),
           // A provider of the same settings that never wrote (the slots file's place is one of them).

@@ -7,7 +7,7 @@ import {
   DataplaneProvider,
   type DataplaneProviderOptions,
 } from '../../src/providers/dataplaneapi/provider.js';
-import { sectionTags } from '../../src/providers/dataplaneapi/tags.js';
+import { descriptionToTags, metadataToTags } from '../../src/providers/dataplaneapi/tags.js';
 import type { Provider } from '../../src/providers/provider.js';
 import { type PassReport, runPass } from '../../src/reconcile/pass.js';
 import { OwnedProvider } from '../../src/registry/owned-provider.js';
@@ -67,11 +67,10 @@ export async function startHarness(): Promise<Harness> {
     beta,
     gamma,
     sniPort,
-    // Rules routing: these suites count the requests of the transaction and edited-file paths; map routing
-    // (the default) has its own suite (map-routing.test.ts) and contract run.
+    // Map routing (the only layout), with the default SNI and allow maps of the default owner.
     render: {
       ...DEFAULT_RENDER_OPTIONS,
-      routing: 'rules',
+      minSlots: 4,
       bind: { address: '127.0.0.1', port: sniPort },
       defaultBackend: 'console_tls',
     },
@@ -82,9 +81,6 @@ export async function startHarness(): Promise<Harness> {
         password: tb.password,
         timeoutMs: 30_000,
         reloadTimeoutMs: 8_000,
-        runtimeMaxServers: 10,
-        // Most tests count requests and open transactions: one opened ahead would be in the way.
-        prepareTransactions: false,
         owner: registry,
         logger: silent,
         ...options,
@@ -124,21 +120,27 @@ export function pass(
   });
 }
 
-/** Removes every object the service owns, in one foreign transaction: HAProxy back to its fixture. */
 /** Whether the API under test reads back general storage files, as the provider decides it (`capability.ts`). */
 export async function readsGeneralFiles(h: Harness): Promise<boolean> {
   const check = readCapabilities((await h.tb.api.get('/specification_openapiv3')).data);
   return check.ok && check.capabilities.generalFiles;
 }
 
+/**
+ * Removes every object the service owns, in one foreign transaction (another tool's), its slots files and
+ * the map files nothing names any more: HAProxy back to its fixture.
+ */
 export async function resetToForeign(tb: DataplaneTestbed): Promise<void> {
   const api = tb.api;
   const version = (await api.get('/services/haproxy/configuration/version')).data as number;
   type Section = { name: string; metadata?: unknown; description?: unknown };
   const fronts = (await api.get('/services/haproxy/configuration/frontends')).data as Section[];
   const backs = (await api.get('/services/haproxy/configuration/backends')).data as Section[];
-  // Ours as the provider reads it: tags in metadata (v3.2+) or in the description (v3.0).
-  const ours = (o: Section) => isOwned(sectionTags(o));
+  // Ours as the provider writes it: tags in metadata (v3.2+) or in the description (v3.0).
+  const ours = (o: Section) => {
+    const meta = metadataToTags(o.metadata);
+    return isOwned(Object.keys(meta).length > 0 ? meta : descriptionToTags(o.description));
+  };
   const f = fronts.filter(ours);
   const b = backs.filter(ours);
   // The slots file (`KUBEBYON_DATAPLANE_SLOTS=storage`) and any other file HAProxy loads from the storage.
@@ -146,7 +148,7 @@ export async function resetToForeign(tb: DataplaneTestbed): Promise<void> {
     storage_name?: string;
   }>;
   const files = general.flatMap((g) => (g.storage_name?.endsWith('.cfg') ? [g.storage_name] : []));
-  if (f.length === 0 && b.length === 0 && files.length === 0) return;
+  if (f.length === 0 && b.length === 0 && files.length === 0) return deleteUnusedMaps(tb);
   for (const name of files) {
     const gone = await api.delete(`/services/haproxy/storage/general/${name}`);
     if (gone.status >= 300) throw new Error(`reset failed: ${gone.status} ${JSON.stringify(gone.data)}`);
@@ -163,6 +165,22 @@ export async function resetToForeign(tb: DataplaneTestbed): Promise<void> {
   await waitFor(() => tb.loadCount() > loads, 10_000, 'HAProxy to load the reset configuration', {
     everyMs: 25,
   });
+  await deleteUnusedMaps(tb);
+}
+
+/** Map files of the API's storage that the configuration no longer names (ours, once our frontend is gone). */
+async function deleteUnusedMaps(tb: DataplaneTestbed): Promise<void> {
+  const text = await rawConfig(tb);
+  const stored = ((await tb.api.get('/services/haproxy/storage/maps')).data ?? []) as Array<{
+    storage_name?: string;
+  }>;
+  for (const m of stored) {
+    const name = m.storage_name;
+    if (!name || text.includes(name)) continue;
+    const gone = await tb.api.delete(`/services/haproxy/storage/maps/${name}`);
+    if (gone.status >= 300)
+      throw new Error(`map ${name} not deleted: ${gone.status} ${JSON.stringify(gone.data)}`);
+  }
 }
 
 /** The text of each top-level section of a haproxy.cfg, keyed by its header line's first two words. */

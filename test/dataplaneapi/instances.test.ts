@@ -64,7 +64,6 @@ describeInstances<Bed>({
         KUBEBYON_DATAPLANE_USERNAME: DPAPI_USER,
         KUBEBYON_DATAPLANE_PASSWORD: password,
         KUBEBYON_DATAPLANE_RELOAD_TIMEOUT_MS: '10000',
-        KUBEBYON_HAPROXY_ROUTING: 'map',
         KUBEBYON_STATIC_NODE_ADDRESSES: '127.0.0.1',
         KUBEBYON_STATE_FILE: join(dir, `run-${run}`, 'clusters.json'),
         KUBEBYON_PUBLIC_PORT: String((beds[0] as Bed).sniPort),

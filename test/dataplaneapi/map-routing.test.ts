@@ -1,8 +1,11 @@
 import { connect, createServer } from 'node:tls';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { RenderOptions } from '../../src/haproxy/render.js';
-import type { DataplaneProvider } from '../../src/providers/dataplaneapi/provider.js';
-import { slotsFileName } from '../../src/providers/dataplaneapi/slots-file.js';
+import { readCapabilities } from '../../src/providers/dataplaneapi/capability.js';
+import { backendLines, frontendLines, lineTagsFor } from '../../src/providers/dataplaneapi/config-text.js';
+import { type DataplaneProvider, RUNTIME_MAX_REQUESTS } from '../../src/providers/dataplaneapi/provider.js';
+import { slotsFileName } from '../../src/providers/dataplaneapi/slots.js';
+import { legacyRulesState } from '../support/legacy-rules.js';
 import { registry } from '../support/owner.js';
 import { sniProbe, testKeyPair } from '../support/tls.js';
 import { waitFor } from '../support/wait.js';
@@ -50,7 +53,7 @@ for (const slots of ['config', 'storage'] as const)
       let unable = false;
       beforeAll(async () => {
         h = await startHarness();
-        map = { ...h.render, routing: 'map', sniMap: SNI_MAP, minSlots: 4, healthChecks: false };
+        map = { ...h.render, sniMap: SNI_MAP, minSlots: 4, healthChecks: false };
         unable = slots === 'storage' && !(await readsGeneralFiles(h));
       });
       afterAll(async () => {
@@ -238,7 +241,7 @@ for (const slots of ['config', 'storage'] as const)
         'a reload by someone else before persistence: the revision changes and a fresh pass puts the route back',
         async () => {
           expect((await pass(h, provider, [alpha()], map)).result.ok).toBe(true);
-          const slow = mapProvider({ persistDebounceMs: 60_000, persistMaxDelayMs: 60_000 });
+          const slow = mapProvider({ persistDelayMs: 60_000 });
           expect((await pass(h, slow, [alpha(), beta()], map)).result.ok).toBe(true);
           const before = await slow.revision(AbortSignal.timeout(5_000));
           const loads = h.tb.loadCount();
@@ -269,7 +272,7 @@ for (const slots of ['config', 'storage'] as const)
         async () => {
           expect((await pass(h, provider, [alpha()], map)).result.ok).toBe(true);
           // A provider that would persist only after a minute stands for one killed before it did.
-          const doomed = mapProvider({ persistDebounceMs: 60_000, persistMaxDelayMs: 60_000 });
+          const doomed = mapProvider({ persistDelayMs: 60_000 });
           const loads = h.tb.loadCount();
           expect((await pass(h, doomed, [alpha(), beta()], map)).result.ok).toBe(true);
           expect(await sniProbe(h.sniPort, 'beta.example.com')).toEqual({ reached: 'beta' });
@@ -322,9 +325,49 @@ for (const slots of ['config', 'storage'] as const)
         },
       );
 
+      /**
+       * What a release before map routing left (`KUBEBYON_HAPROXY_ROUTING=rules`): per-route backends and
+       * `use_backend ... if { req.ssl_sni -i ... }` rules, written into the configuration as another tool would,
+       * tags where this API version keeps them, and loaded.
+       */
+      async function installRules(records: ReturnType<typeof record>[]): Promise<void> {
+        const check = readCapabilities((await h.tb.api.get('/specification_openapiv3')).data);
+        if (!check.ok) throw new Error(`API lacks ${check.missing.join(', ')}`);
+        const t = lineTagsFor(check.capabilities);
+        const routes = records.map((r) => ({
+          cluster: r.name,
+          host: r.host,
+          endpoints: [{ address: '127.0.0.1', port: 'nodePort' in r.target ? r.target.nodePort : 0 }],
+          networks: [],
+        }));
+        const state = legacyRulesState(routes, registry, {
+          name: h.render.frontendName,
+          bind: h.render.bind,
+          defaultBackend: h.render.defaultBackend,
+        });
+        const lines = [
+          ...state.frontends.flatMap((f) => [
+            ...frontendLines(f, { sniMap: undefined, allowMap: undefined }, t),
+            '',
+          ]),
+          ...state.backends.flatMap((b) => [...backendLines(b, t), '']),
+        ];
+        const version = (await h.tb.api.get('/services/haproxy/configuration/version')).data as number;
+        const text = `${(await rawConfig(h.tb)).trimEnd()}\n\n${lines.join('\n')}`;
+        const loads = h.tb.loadCount();
+        const put = await h.tb.api.post(
+          `/services/haproxy/configuration/raw?version=${version}&force_reload=true`,
+          text,
+          { headers: { 'Content-Type': 'text/plain' } },
+        );
+        if (put.status >= 300)
+          throw new Error(`rules install refused: ${put.status} ${JSON.stringify(put.data)}`);
+        await waitFor(() => h.tb.loadCount() > loads, 10_000, 'the rules install loaded', { everyMs: 25 });
+      }
+
       it('moves an install of per-route backends and rules to the map in one pass with one reload', async () => {
-        const rules = await pass(h, provider, [alpha(), beta()], h.render);
-        expect(rules.result.ok, rules.result.error).toBe(true);
+        await installRules([alpha(), beta()]);
+        expect(await sniProbe(h.sniPort, 'alpha.example.com')).toEqual({ reached: 'alpha' });
         const loads = h.tb.loadCount();
         const upgrade = await pass(h, mapProvider(), [alpha(), beta()], map);
         expect(upgrade.result.ok, upgrade.result.error).toBe(true);
@@ -365,22 +408,24 @@ for (const slots of ['config', 'storage'] as const)
       );
 
       runtime(
-        'a burst past runtimeMaxRequests is written to the slots file and loaded by one reload',
+        'a burst past RUNTIME_MAX_REQUESTS is written to the slots files and loaded by one reload',
         async () => {
           if (slots !== 'storage') return;
-          const roomy = { ...map, minSlots: 64 };
-          const burst = mapProvider({ runtimeMaxRequests: 30 });
-          expect((await pass(h, burst, [alpha()], roomy)).result.ok).toBe(true);
-          await burst.persisted();
+          // Three runtime requests a new route: one more route than the runtime takes in one plan.
+          const count = Math.floor(RUNTIME_MAX_REQUESTS / 3) + 1;
+          const roomy = { ...map, minSlots: 2 ** Math.ceil(Math.log2(count * 1.25)) };
+          expect((await pass(h, provider, [alpha()], roomy)).result.ok).toBe(true);
+          await provider.persisted();
           const loads = h.tb.loadCount();
           const host = (i: number) => `burst-${String(i).padStart(3, '0')}.example.com`;
-          const many = Array.from({ length: 20 }, (_, i) => record(`b${i}`, host(i), h.beta.port));
-          const add = await pass(h, burst, [alpha(), ...many], roomy);
+          const many = Array.from({ length: count }, (_, i) => record(`b${i}`, host(i), h.beta.port));
+          const add = await pass(h, provider, [alpha(), ...many], roomy);
           expect(add.result.ok, add.result.error).toBe(true);
           await waitFor(() => h.tb.loadCount() === loads + 1, 10_000, 'one reload');
-          for (const i of [0, 9, 19]) expect(await sniProbe(h.sniPort, host(i))).toEqual({ reached: 'beta' });
+          for (const i of [0, count >> 1, count - 1])
+            expect(await sniProbe(h.sniPort, host(i))).toEqual({ reached: 'beta' });
           expect(await sniProbe(h.sniPort, 'alpha.example.com')).toEqual({ reached: 'alpha' });
-          expect(await slotServersInFile()).toHaveLength(21);
+          expect(await slotServersInFile()).toHaveLength(count + 1);
           expect((await pass(h, mapProvider(), [alpha(), ...many], roomy)).changed).toBe(false);
           expect(h.tb.loadCount()).toBe(loads + 1);
         },
@@ -389,13 +434,12 @@ for (const slots of ['config', 'storage'] as const)
         'refuses slots in storage, with the setting to use, where the API cannot read its files back (else reads)',
         async () => {
           if (!unable) {
-            expect((await provider.readState(AbortSignal.timeout(10_000))).frontends.length).toBeGreaterThan(
-              0,
-            );
+            const read = await provider.read(AbortSignal.timeout(10_000));
+            expect(read.raw.frontends.length).toBeGreaterThan(0);
             return;
           }
-          await expect(provider.readState(AbortSignal.timeout(10_000))).rejects.toThrow(
-            /cannot read back the files of its general storage.*KUBEBYON_DATAPLANE_SLOTS=config/,
+          await expect(provider.read(AbortSignal.timeout(10_000))).rejects.toThrow(
+            /no general storage to read the slots files back from.*KUBEBYON_DATAPLANE_SLOTS=config/,
           );
         },
       );

@@ -101,15 +101,17 @@ describe.skipIf(!source)(`two owners on one Data Plane API, HAProxy ${versionUnd
     const before = sections(await rawConfig(h.tb));
     const ours = (owner: string) =>
       [...before.entries()].filter(([, text]) => text.includes(owner)).map(([key]) => key);
-    // Each owner's frontend and its own slot pool, and nothing of the other's.
+    // Each owner's frontend, its refusals table (the guard) and its own slot pool, and nothing of the other's.
     const prodSections = ours('production');
     const stgSections = ours('staging');
     expect(prodSections).toContain('frontend kubebyon_sni');
-    expect(prodSections.every((k) => /^(frontend kubebyon_sni|backend kubebyon_slot_\d+)$/.test(k))).toBe(
+    expect(
+      prodSections.every((k) => /^(frontend kubebyon_sni|backend kubebyon_(slot_\d+|refusals))$/.test(k)),
+    ).toBe(true);
+    expect(stgSections).toContain('frontend staging_sni');
+    expect(stgSections.every((k) => /^(frontend staging_sni|backend stg_(slot_\d+|refusals))$/.test(k))).toBe(
       true,
     );
-    expect(stgSections).toContain('frontend staging_sni');
-    expect(stgSections.every((k) => /^(frontend staging_sni|backend stg_slot_\d+)$/.test(k))).toBe(true);
 
     const [p0, s0] = [await passes(production), await passes(staging)];
     await waitFor(

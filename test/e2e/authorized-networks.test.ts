@@ -102,6 +102,26 @@ describe(`end to end, authorized networks, HAProxy ${haproxyVersionUnderTest()}`
     expect(after.authorized_networks).toEqual(before.authorized_networks);
   });
 
+  it('never lets a slot freed by a restricted cluster carry its list to the next cluster that takes it', async () => {
+    const client = (service as ServiceProcess).client;
+    const slotOf = async (name: string) =>
+      String((await client.request('GET', `/v1/clusters/${name}`)).body.backend);
+    expect((await put('first', 'api.first.example.com', ['127.0.0.1/32'])).status).toBe(200);
+    await enforced('api.first.example.com', ['127.0.0.1'], ['127.0.0.2']);
+    const slot = await slotOf('first');
+    expect((await client.request('DELETE', '/v1/clusters/first?wait=true')).status).toBe(200);
+    // An open cluster takes the lowest free slot, the one just freed: everyone gets in.
+    expect((await put('second', 'api.second.example.com')).status).toBe(200);
+    expect(await slotOf('second')).toBe(slot);
+    await enforced('api.second.example.com', ['127.0.0.1', '127.0.0.2'], []);
+    // And a restricted one taking it has only its own list.
+    expect((await client.request('DELETE', '/v1/clusters/second?wait=true')).status).toBe(200);
+    expect((await put('third', 'api.third.example.com', ['127.0.0.2/32'])).status).toBe(200);
+    expect(await slotOf('third')).toBe(slot);
+    await enforced('api.third.example.com', ['127.0.0.2'], ['127.0.0.1']);
+    expect((await client.request('DELETE', '/v1/clusters/third?wait=true')).status).toBe(200);
+  });
+
   it('keeps every list through a restart of the service and a reload of HAProxy by someone else', async () => {
     expect((await put('guarded', HOST, ['127.0.0.2/32'])).status).toBe(200);
     await enforced(HOST, ['127.0.0.2'], ['127.0.0.1']);

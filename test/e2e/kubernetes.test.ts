@@ -1,4 +1,4 @@
-import { readFileSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import {
   CoreV1Api,
@@ -8,6 +8,7 @@ import {
   type V1Service,
 } from '@kubernetes/client-node';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { chartRbac } from '../support/chart.js';
 import { haproxyVersionUnderTest } from '../support/haproxy-testbed.js';
 import { type KubeApiserver, startKubeApiserver } from '../support/kube-apiserver.js';
 import type { ServiceProcess } from '../support/service-process.js';
@@ -15,11 +16,10 @@ import { startVersionServer, type VersionServer, waitForIdentity } from '../supp
 import { type E2eHaproxy, startE2eHaproxy } from './fixture.js';
 
 // The Kubernetes topology end to end: the service watches a real kube-apiserver (as the ServiceAccount of
-// deploy/kubernetes/rbac.yaml) and follows a vCluster Service's NodePort and its node's addresses. Nodes are
+// the chart's RBAC) and follows a vCluster Service's NodePort and its node's addresses. Nodes are
 // loopback addresses (127.0.0.2-4) with a stand-in API server listening on each address and NodePort. Every
 // case starts from no cluster, the Service on the first NodePort and the node at its first addresses, and
 // registers the cluster itself.
-const RBAC = join(import.meta.dirname, '../../deploy/kubernetes/rbac.yaml');
 const HOST = 'api.demo.example.com';
 
 function node(internal: string, external: string): V1Node {
@@ -127,7 +127,7 @@ kind: Namespace
 metadata: {name: vcluster-demo}
 `))
       await objects.create(manifest);
-    for (const manifest of loadAllYaml(readFileSync(RBAC, 'utf8'))) await objects.create(manifest);
+    for (const manifest of chartRbac()) await objects.create(manifest);
     await admin.createNode({ body: { metadata: { name: 'node-1' } } });
     await setNode(node('127.0.0.2', '127.0.0.3'));
     await admin.createNamespacedService({ namespace: 'vcluster-demo', body: service(np1.port) });

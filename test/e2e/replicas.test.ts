@@ -4,8 +4,8 @@ import { CoordinationV1Api, KubernetesObjectApi, loadAllYaml } from '@kubernetes
 import { afterAll, beforeAll, beforeEach, describe, expect, it, onTestFailed } from 'vitest';
 import { haproxyVersionUnderTest } from '../support/haproxy-testbed.js';
 import {
+  applyChartRbac,
   applyClusterRouteCrd,
-  applyManifest,
   type KubeApiserver,
   startKubeApiserver,
 } from '../support/kube-apiserver.js';
@@ -89,7 +89,7 @@ describe(`end to end, three replicas with leader election, HAProxy ${haproxyVers
     for (const manifest of loadAllYaml(`apiVersion: v1\nkind: Namespace\nmetadata: {name: ${NS}}\n`))
       await objects.create(manifest);
     await applyClusterRouteCrd(kube);
-    await applyManifest(kube, 'rbac.yaml');
+    await applyChartRbac(kube);
     leases = kube.admin.makeApiClient(CoordinationV1Api);
     kubeconfig = join(e.stateDir, 'kubeconfig');
     writeFileSync(kubeconfig, kube.adapter.exportConfig());

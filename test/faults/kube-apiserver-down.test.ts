@@ -1,8 +1,9 @@
-import { readFileSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { CoreV1Api, KubernetesObjectApi, loadAllYaml, type V1Service } from '@kubernetes/client-node';
+import { CoreV1Api, KubernetesObjectApi, type V1Service } from '@kubernetes/client-node';
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import { chartRbac } from '../support/chart.js';
 import { haproxyVersionUnderTest } from '../support/haproxy-testbed.js';
 import { type KubeApiserver, startKubeApiserver } from '../support/kube-apiserver.js';
 import { type ServiceProcess, startServiceProcess } from '../support/service-process.js';
@@ -18,7 +19,6 @@ import {
   startNodePortTlsServer,
 } from './harness.js';
 
-const RBAC = join(import.meta.dirname, '../../deploy/kubernetes/rbac.yaml');
 const OUTAGE_MS = 30_000;
 
 function service(name: string, nodePort: number): V1Service {
@@ -63,7 +63,7 @@ describeFault('stock', `kube-apiserver down for 30 s, HAProxy ${haproxyVersionUn
     await admin.createNamespace({ body: { metadata: { name: 'kubebyon-system' } } });
     await admin.createNamespace({ body: { metadata: { name: 'vcluster-demo' } } });
     const objects = kube.admin.makeApiClient(KubernetesObjectApi);
-    for (const manifest of loadAllYaml(readFileSync(RBAC, 'utf8'))) await objects.create(manifest);
+    for (const manifest of chartRbac()) await objects.create(manifest);
     await admin.createNode({ body: { metadata: { name: 'node-1' } } });
     const node = await admin.readNodeStatus({ name: 'node-1' });
     await admin.replaceNodeStatus({
@@ -85,7 +85,7 @@ describeFault('stock', `kube-apiserver down for 30 s, HAProxy ${haproxyVersionUn
       body: service('beta', servers.b?.port ?? 0),
     });
     bed = await startFaultBed();
-    // The adapter's own identity: only what deploy/kubernetes/rbac.yaml grants it.
+    // The adapter's own identity: only what the chart's RBAC grants it.
     const kubeconfig = join(bed.stateDir, 'kubeconfig');
     writeFileSync(
       kubeconfig,

@@ -1,11 +1,12 @@
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { CoreV1Api, KubernetesObjectApi, loadAllYaml, type V1Pod } from '@kubernetes/client-node';
+import { CoreV1Api, KubernetesObjectApi, type V1Pod } from '@kubernetes/client-node';
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config/env.js';
 import { type Service, startService } from '../../src/service.js';
+import { chartRbac } from '../support/chart.js';
 import { type FakeDataplaneApi, startFakeDataplaneApi } from '../support/fake-dataplaneapi.js';
 import { type KubeApiserver, startKubeApiserver } from '../support/kube-apiserver.js';
 import { freeLoopbackPort } from '../support/ports.js';
@@ -17,7 +18,6 @@ import { signedClient } from '../support/webhook-client.js';
 // Each pod's Data Plane API is a stand-in listening at the pod's (loopback) IP: what is proven here is the
 // wiring from pods to instances; the real API's several instances are proven in test/dataplaneapi/.
 const NS = 'kubebyon-system';
-const RBAC = join(import.meta.dirname, '../../deploy/kubernetes/rbac.yaml');
 const SECRET = 'discovered-instances-secret';
 const LABELS = { 'app.kubernetes.io/name': 'haproxy' };
 
@@ -67,7 +67,7 @@ describe('HAProxy instances discovered from pods, through the whole service', ()
     await admin.createNamespace({ body: { metadata: { name: NS } } });
     await admin.createNamespacedServiceAccount({ namespace: NS, body: { metadata: { name: 'default' } } });
     const objects = kube.admin.makeApiClient(KubernetesObjectApi);
-    for (const manifest of loadAllYaml(readFileSync(RBAC, 'utf8'))) await objects.create(manifest);
+    for (const manifest of chartRbac()) await objects.create(manifest);
     // One port free on every pod address: each pod's API listens on the same port, as in a Deployment.
     for (let attempt = 0; attempt < 20 && Object.keys(apis).length < 3; attempt++) {
       port = await freeLoopbackPort();

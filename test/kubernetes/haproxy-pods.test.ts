@@ -1,17 +1,15 @@
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { CoreV1Api, KubernetesObjectApi, loadAllYaml, type V1Pod } from '@kubernetes/client-node';
+import { CoreV1Api, KubernetesObjectApi, type V1Pod } from '@kubernetes/client-node';
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createMetrics } from '../../src/metrics/metrics.js';
 import { type HaproxyInstance, HaproxyPods } from '../../src/topology/haproxy-pods.js';
+import { chartRbac } from '../support/chart.js';
 import { type KubeApiserver, startKubeApiserver } from '../support/kube-apiserver.js';
 import { waitFor } from '../support/wait.js';
 
 // HAProxy pods found by label on a real kube-apiserver, read as the adapter's ServiceAccount with only what
-// deploy/kubernetes/rbac.yaml grants. There is no kubelet: the test writes each pod's status itself.
-const RBAC = join(import.meta.dirname, '../../deploy/kubernetes/rbac.yaml');
+// the chart's RBAC grants. There is no kubelet: the test writes each pod's status itself.
 const NS = 'kubebyon-system';
 const SELECTOR = 'app.kubernetes.io/name=haproxy';
 const FINALIZER = 'kubebyon.io/test-hold';
@@ -78,7 +76,7 @@ describe('HAProxy pods discovered from a real kube-apiserver', () => {
     const adapterApi = kube.adapter.makeApiClient(CoreV1Api);
     await expect(adapterApi.listNamespacedPod({ namespace: NS })).rejects.toMatchObject({ code: 403 });
     const objects = kube.admin.makeApiClient(KubernetesObjectApi);
-    for (const manifest of loadAllYaml(readFileSync(RBAC, 'utf8'))) await objects.create(manifest);
+    for (const manifest of chartRbac()) await objects.create(manifest);
     await waitFor(() => adapterApi.listNamespacedPod({ namespace: NS }), 10_000, 'the Role to take effect');
     await expect(adapterApi.listNamespacedPod({ namespace: 'default' })).rejects.toMatchObject({
       code: 403,

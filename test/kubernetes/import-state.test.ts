@@ -1,19 +1,19 @@
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { CustomObjectsApi, KubernetesObjectApi, loadAllYaml } from '@kubernetes/client-node';
+import { CustomObjectsApi, KubernetesObjectApi } from '@kubernetes/client-node';
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { main } from '../../src/cli/main.js';
 import { ClusterStore } from '../../src/store/cluster-store.js';
 import { objectName } from '../../src/store/kube-route.js';
+import { chartRbac } from '../support/chart.js';
 import { applyClusterRouteCrd, type KubeApiserver, startKubeApiserver } from '../support/kube-apiserver.js';
 import { waitFor } from '../support/wait.js';
 
 // `import-state` through the command line's entry, against a real kube-apiserver, as the adapter's
-// ServiceAccount (deploy/kubernetes/rbac.yaml) with nothing but its kubeconfig and the namespace set: no
+// ServiceAccount (the chart's RBAC) with nothing but its kubeconfig and the namespace set: no
 // webhook secret, no Data Plane API password.
-const MANIFESTS = join(import.meta.dirname, '../../deploy/kubernetes');
 const NS = 'kubebyon-system';
 const base = { group: 'kubebyon.io', version: 'v1alpha1', namespace: NS, plural: 'clusterroutes' };
 const port = (nodePort: number) => ({ nodePort });
@@ -39,15 +39,12 @@ describe('import-state against a real kube-apiserver', () => {
         spec: Record<string, unknown>;
       }
     ).spec;
-  const apply = async (file: string) => {
-    for (const m of loadAllYaml(readFileSync(join(MANIFESTS, file), 'utf8'))) await objects.create(m);
-  };
 
   beforeAll(async () => {
     kube = await startKubeApiserver();
     objects = kube.admin.makeApiClient(KubernetesObjectApi);
     await objects.create({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: NS } });
-    await apply('rbac.yaml');
+    for (const m of chartRbac()) await objects.create(m);
     dir = mkdtempSync(join(tmpdir(), 'kubebyon-import-cli-'));
     // The adapter's identity (current context) in a kubeconfig of its own, named by the command's KUBECONFIG.
     const kubeconfig = join(dir, 'adapter.kubeconfig');
@@ -75,13 +72,13 @@ describe('import-state against a real kube-apiserver', () => {
     expect(r.err).toMatch(/^import-state: invalid configuration:\n {2}- KUBEBYON_KUBERNETES_NAMESPACE: /);
   });
 
-  it('says to apply crd.yaml while the CRD is not installed, and to apply rbac.yaml when refused', async () => {
+  it('says to install the chart while the CRD is not installed, and what rights are missing when refused', async () => {
     const file = join(dir, 'early.json');
     const local = await ClusterStore.open(file);
     await local.upsert({ name: 'early', host: 'early.example.com', target: port(30100) });
     const noCrd = await run(['import-state', file]);
     expect(noCrd.code).toBe(1);
-    expect(noCrd.err).toMatch(/CRD .* is not installed: apply deploy\/kubernetes\/crd\.yaml/);
+    expect(noCrd.err).toMatch(/CRD .* is not installed: install the chart charts\/kubebyon-haproxy-adapter/);
     expect(noCrd.out).toBe('');
 
     await applyClusterRouteCrd(kube);
@@ -90,7 +87,9 @@ describe('import-state against a real kube-apiserver', () => {
     // The Role grants the ClusterRoutes of the adapter's own namespace only.
     const elsewhere = await run(['import-state', file], { KUBEBYON_KUBERNETES_NAMESPACE: 'default' });
     expect(elsewhere.code).toBe(1);
-    expect(elsewhere.err).toMatch(/not allowed to list ClusterRoutes in namespace default .*rbac\.yaml/);
+    expect(elsewhere.err).toMatch(
+      /not allowed to list ClusterRoutes in namespace default .*the chart's ServiceAccount/,
+    );
   });
 
   it('imports each cluster with its spec and claim, and skips them when run again', async () => {

@@ -1,9 +1,9 @@
 import { execFileSync, spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { CustomObjectsApi, KubernetesObjectApi, loadAllYaml, Watch } from '@kubernetes/client-node';
+import { CustomObjectsApi, KubernetesObjectApi, Watch } from '@kubernetes/client-node';
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ClusterStore } from '../../src/store/cluster-store.js';
@@ -11,12 +11,12 @@ import { type PublishedStatus, StaleWriteError } from '../../src/store/desired-s
 import { importStateFile } from '../../src/store/import-state.js';
 import { objectName } from '../../src/store/kube-route.js';
 import { KubeClusterStore } from '../../src/store/kube-store.js';
+import { chartRbac } from '../support/chart.js';
 import { applyClusterRouteCrd, type KubeApiserver, startKubeApiserver } from '../support/kube-apiserver.js';
 import { waitFor } from '../support/wait.js';
 
-// The ClusterRoute store against a real kube-apiserver, as the adapter's ServiceAccount (rbac.yaml): two
+// The ClusterRoute store against a real kube-apiserver, as the adapter's ServiceAccount (the chart's RBAC): two
 // store instances on one namespace stand for two replicas.
-const MANIFESTS = join(import.meta.dirname, '../../deploy/kubernetes');
 const KUBECTL = join(process.env.KUBEBYON_KUBE_CACHE ?? '/var/cache/kubebyon-kube', 'bin/kubectl');
 const NS = 'kubebyon-system';
 const base = { group: 'kubebyon.io', version: 'v1alpha1', namespace: NS, plural: 'clusterroutes' };
@@ -43,7 +43,7 @@ describe('KubeClusterStore against a real kube-apiserver', () => {
     const objects = kube.admin.makeApiClient(KubernetesObjectApi);
     await objects.create({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: NS } });
     await applyClusterRouteCrd(kube);
-    for (const m of loadAllYaml(readFileSync(join(MANIFESTS, 'rbac.yaml'), 'utf8'))) await objects.create(m);
+    for (const m of chartRbac()) await objects.create(m);
     const adapterApi = kube.adapter.makeApiClient(CustomObjectsApi);
     await waitFor(() => adapterApi.listNamespacedCustomObject(base), 15_000, 'RBAC and the CRD to serve');
     admin = kube.admin.makeApiClient(CustomObjectsApi);

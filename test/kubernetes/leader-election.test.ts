@@ -1,17 +1,15 @@
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { CoordinationV1Api, CoreV1Api, KubernetesObjectApi, loadAllYaml } from '@kubernetes/client-node';
+import { CoordinationV1Api, CoreV1Api, KubernetesObjectApi } from '@kubernetes/client-node';
 import pino from 'pino';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { LeaderElector } from '../../src/kube/leader-election.js';
 import { JITTER_FACTOR, LeaderElectionConfigError } from '../../src/kube/lease-rules.js';
+import { chartRbac } from '../support/chart.js';
 import { type KubeApiserver, startKubeApiserver } from '../support/kube-apiserver.js';
 import { waitFor } from '../support/wait.js';
 
 // Leader election against a real kube-apiserver, as the adapter's ServiceAccount with only what
-// deploy/kubernetes/rbac.yaml grants (get/create/update on leases in kubebyon-system).
-const RBAC = join(import.meta.dirname, '../../deploy/kubernetes/rbac.yaml');
+// the chart's RBAC grants (get/create/update on leases in kubebyon-system).
 const NAMESPACE = 'kubebyon-system';
 const TIMINGS = { leaseDurationMs: 3_000, renewDeadlineMs: 2_000, retryPeriodMs: 500 };
 /** The longest pause between two tries of a standby: wait.Jitter(retryPeriod, 1.2). */
@@ -117,7 +115,7 @@ describe('Lease leader election against a real kube-apiserver', () => {
     kube = await startKubeApiserver();
     await kube.admin.makeApiClient(CoreV1Api).createNamespace({ body: { metadata: { name: NAMESPACE } } });
     const objects = kube.admin.makeApiClient(KubernetesObjectApi);
-    for (const manifest of loadAllYaml(readFileSync(RBAC, 'utf8'))) await objects.create(manifest);
+    for (const manifest of chartRbac()) await objects.create(manifest);
     // The adapter may read leases once RBAC has taken effect: a missing one is then 404, not 403.
     const adapterLeases = kube.adapter.makeApiClient(CoordinationV1Api);
     await waitFor(

@@ -1,13 +1,5 @@
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import {
-  CoreV1Api,
-  KubernetesObjectApi,
-  loadAllYaml,
-  type V1Node,
-  type V1Service,
-} from '@kubernetes/client-node';
+import { CoreV1Api, KubernetesObjectApi, type V1Node, type V1Service } from '@kubernetes/client-node';
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createMetrics } from '../../src/metrics/metrics.js';
@@ -15,12 +7,12 @@ import type { ClusterTarget } from '../../src/model/cluster.js';
 import type { Endpoint } from '../../src/routes/endpoint.js';
 import { KubernetesTopology } from '../../src/topology/kubernetes.js';
 import type { TopologyAnswer } from '../../src/topology/topology.js';
+import { chartRbac } from '../support/chart.js';
 import { type KubeApiserver, startKubeApiserver } from '../support/kube-apiserver.js';
 import { waitFor } from '../support/wait.js';
 
 // The topology against a real kube-apiserver (RBAC on), authenticated as the ServiceAccount that
-// deploy/kubernetes/rbac.yaml binds: proves both the informer logic and that the manifests suffice.
-const RBAC = join(import.meta.dirname, '../../deploy/kubernetes/rbac.yaml');
+// the chart's RBAC binds: proves both the informer logic and that the manifests suffice.
 const demo: ClusterTarget = { service: { namespace: 'vcluster-demo', name: 'demo', port: 443 } };
 
 function nodeBody(name: string, internal: string, external?: string, ready = 'True'): V1Node {
@@ -101,7 +93,7 @@ describe('Kubernetes topology against a real kube-apiserver', () => {
     const adapterApi = kube.adapter.makeApiClient(CoreV1Api);
     await expect(adapterApi.listNode()).rejects.toMatchObject({ code: 403 });
     const objects = kube.admin.makeApiClient(KubernetesObjectApi);
-    for (const manifest of loadAllYaml(readFileSync(RBAC, 'utf8'))) await objects.create(manifest);
+    for (const manifest of chartRbac()) await objects.create(manifest);
     await waitFor(() => adapterApi.listNode(), 10_000, 'the granted RBAC to take effect');
     await expect(adapterApi.listServiceForAllNamespaces()).resolves.toBeDefined();
     await expect(adapterApi.listNamespace()).rejects.toMatchObject({ code: 403 });

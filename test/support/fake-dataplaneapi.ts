@@ -196,8 +196,20 @@ export async function startFakeDataplaneApi(
       return send(res, 200, { info: { pid, uptime: 1, version: options.haproxy ?? '3.0.11-1+deb13u5' } });
     if (method === 'GET' && path === '/services/haproxy/configuration/version')
       return send(res, 200, version);
-    if (method === 'GET' && path === '/services/haproxy/configuration/raw')
+    if (method === 'GET' && path === '/services/haproxy/configuration/raw') {
+      // As the real API negotiates it: offered as JSON or text/plain (`Accept: application/octet-stream`
+      // alone is 406 on v3.0.23, v3.2.15 and v3.4.0).
+      const types = String(req.headers.accept ?? '*/*')
+        .split(',')
+        .map((t) => t.split(';')[0]?.trim() ?? '');
+      if (!types.some((t) => ['text/plain', 'application/json', '*/*', 'text/*'].includes(t)))
+        return error(
+          res,
+          406,
+          'unsupported media type requested, only [application/json text/plain] are available',
+        );
       return send(res, 200, `# _version=${version}\n${fake.text}`);
+    }
     if (method === 'POST' && path === '/services/haproxy/configuration/raw') {
       const given = q.get('version');
       if (given !== null && Number(given) !== version)

@@ -2,7 +2,8 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ApiextensionsV1Api, KubeConfig, KubernetesObjectApi, loadAllYaml } from '@kubernetes/client-node';
+import { ApiextensionsV1Api, KubeConfig, KubernetesObjectApi } from '@kubernetes/client-node';
+import { chartRbac, clusterRouteCrd } from './chart.js';
 import { waitFor } from './wait.js';
 
 const SCRIPT = join(import.meta.dirname, '../../scripts/kube/run-apiserver.sh');
@@ -11,7 +12,7 @@ export interface KubeApiserver {
   env: Record<string, string>;
   /** system:masters: sets up the cluster. */
   admin: KubeConfig;
-  /** The adapter's own identity: only what deploy/kubernetes/rbac.yaml grants it. */
+  /** The adapter's own identity: only what the chart's RBAC grants it. */
   adapter: KubeConfig;
   /** Stops kube-apiserver (etcd keeps the data) until `up()`. */
   down(): Promise<void>;
@@ -32,7 +33,7 @@ function kubeConfig(env: Record<string, string>, token: string): KubeConfig {
 
 /**
  * A real etcd + kube-apiserver on loopback (RBAC, static tokens), from scripts/kube/run-apiserver.sh.
- * The adapter's token belongs to the ServiceAccount that deploy/kubernetes/rbac.yaml binds.
+ * The adapter's token belongs to the ServiceAccount that the chart's RBAC binds (test/support/chart.ts).
  */
 export async function startKubeApiserver(): Promise<KubeApiserver> {
   const dir = mkdtempSync(join(tmpdir(), 'kubebyon-kube-test-'));
@@ -94,18 +95,15 @@ export async function startKubeApiserver(): Promise<KubeApiserver> {
   };
 }
 
-const DEPLOY = join(import.meta.dirname, '../../deploy/kubernetes');
-
-/** Creates the objects of a `deploy/kubernetes/` file as the admin (one of the project's own manifests). */
-export async function applyManifest(kube: KubeApiserver, file: string): Promise<void> {
+/** Creates the chart's RBAC objects (the adapter's ServiceAccount and its rights) as the admin. */
+export async function applyChartRbac(kube: KubeApiserver): Promise<void> {
   const objects = kube.admin.makeApiClient(KubernetesObjectApi);
-  for (const manifest of loadAllYaml(readFileSync(join(DEPLOY, file), 'utf8')))
-    await objects.create(manifest);
+  for (const manifest of chartRbac()) await objects.create(manifest);
 }
 
-/** Applies `deploy/kubernetes/crd.yaml` and waits until the API serves ClusterRoutes. */
+/** Applies the chart's ClusterRoute CRD (crds/) and waits until the API serves ClusterRoutes. */
 export async function applyClusterRouteCrd(kube: KubeApiserver): Promise<void> {
-  await applyManifest(kube, 'crd.yaml');
+  await kube.admin.makeApiClient(KubernetesObjectApi).create(clusterRouteCrd());
   const ext = kube.admin.makeApiClient(ApiextensionsV1Api);
   await waitFor(
     async () =>

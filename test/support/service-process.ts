@@ -35,6 +35,8 @@ export interface ServiceProcessOptions {
   stopGraceMs?: number;
   /** How much output to keep: a long run logs a lot. */
   keepOutputChars?: number;
+  /** Another build's `dist/cli/main.js` (a bench comparing releases); run from its repository's root. */
+  cli?: string;
 }
 
 /**
@@ -49,10 +51,11 @@ export async function startServiceProcess(
 ): Promise<ServiceProcess> {
   const { until = 'healthz', startTimeoutMs = 30_000, stopGraceMs = 30_000 } = options;
   const keep = options.keepOutputChars ?? 1_000_000;
-  if (!existsSync(CLI)) throw new Error(`${CLI} is missing: run npm run build`);
+  const cli = options.cli ?? CLI;
+  if (!existsSync(cli)) throw new Error(`${cli} is missing: run npm run build`);
   const port = options.port ?? (await freeLoopbackPort());
-  const child = spawn(process.execPath, [CLI, 'serve'], {
-    cwd: REPO,
+  const child = spawn(process.execPath, [cli, 'serve'], {
+    cwd: join(cli, '../../..'),
     env: {
       PATH: process.env.PATH ?? '/usr/bin:/bin',
       HOME: process.env.HOME ?? '/root',

@@ -86,6 +86,16 @@ describe('the SNI frontend guard', () => {
       '2001:db8::/32|kubebyon_slot_00007',
     ]);
     for (const k of keys) expect(isAllowKey(k), k).toBe(true);
+    // ::1 is judged by its exact key (HAProxy 3.0+ reads a source in ::/96 as IPv4): a wider IPv6 network
+    // holding it brings that key, once; one that does not hold it, none.
+    expect(allowKeys('s', ['::/0', '::1/128', '::/64', '2001:db8::/32'], false)).toEqual([
+      's',
+      '::/0|s',
+      '::1/128|s',
+      '::/64|s',
+      '2001:db8::/32|s',
+    ]);
+    expect(allowKeys('s', ['::2/127', '10.0.0.0/8'], false)).toEqual(['s', '::2/127|s', '10.0.0.0/8|s']);
     for (const bad of [
       '',
       '198.18.0.1/15|kubebyon_slot_1',

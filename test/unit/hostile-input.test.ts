@@ -783,5 +783,7 @@ describe('hostile input to the webhook', () => {
     // Both sides were exercised: plenty of changes got through, and plenty were refused.
     expect(accepted).toBeGreaterThan(1000);
     expect(sent - accepted).toBeGreaterThan(3000);
-  }, 180_000);
+    // Sized by work (10,500 requests), not time: 19-41 s here, idle or loaded; a slow, busy machine gets
+    // ten minutes before this counts as a failure.
+  }, 600_000);
 });

@@ -4,7 +4,8 @@ import { loadAllYaml } from '@kubernetes/client-node';
 import { describe, expect, it } from 'vitest';
 
 // What ships must agree with itself: the package's bin, the image the build script makes, compose.yaml and
-// the Kubernetes Deployment all name the same program, image, user and state folder.
+// the Helm chart all name the same program, image, user and state folder (the chart's rendering of them is
+// checked by test/kubernetes/chart.test.ts).
 const root = join(import.meta.dirname, '../..');
 const read = (path: string) => readFileSync(join(root, path), 'utf8');
 const pkg = JSON.parse(read('package.json'));
@@ -31,20 +32,13 @@ describe('packaging', () => {
     expect(dockerfile).toMatch(/^HEALTHCHECK .*\n\s+CMD \["\/usr\/bin\/node", "\/app\/healthcheck\.mjs"\]$/m);
   });
 
-  it('runs that image with serve in compose.yaml and in the Deployment, as the same user', () => {
+  it('runs that image with serve in compose.yaml, and the chart names it by its version', () => {
     const compose = yaml('compose.yaml')[0];
     expect(compose.services.adapter.image).toBe(`\${KUBEBYON_ADAPTER_IMAGE:-${image}}`);
     expect(compose.services.adapter.command).toEqual(['serve']);
-    const deployment = yaml('deploy/kubernetes/deployment.yaml').find((o) => o.kind === 'Deployment');
-    const pod = deployment.spec.template.spec;
-    const container = pod.containers[0];
-    expect(container.image).toBe(image);
-    expect(container.command).toBeUndefined();
-    expect(container.args).toEqual(['serve']);
-    expect(pod.securityContext).toMatchObject({ runAsNonRoot: true, runAsUser: 10001, runAsGroup: 10001 });
-    const state = container.env.find((e: { name: string }) => e.name === 'KUBEBYON_STATE_FILE').value;
-    expect(container.volumeMounts).toContainEqual(
-      expect.objectContaining({ name: 'state', mountPath: state.slice(0, state.lastIndexOf('/')) }),
-    );
+    const chart = yaml('charts/kubebyon-haproxy-adapter/Chart.yaml')[0];
+    const values = yaml('charts/kubebyon-haproxy-adapter/values.yaml')[0];
+    expect([chart.version, chart.appVersion]).toEqual([pkg.version, pkg.version]);
+    expect(`${values.adapter.image.repository}:${values.adapter.image.tag || chart.appVersion}`).toBe(image);
   });
 });

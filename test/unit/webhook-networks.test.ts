@@ -13,6 +13,7 @@ import {
   parseNetwork,
 } from '../../src/routes/networks.js';
 import { ClusterStore } from '../../src/store/cluster-store.js';
+import { CRD_FILE } from '../support/chart.js';
 import { PROPERTY_TIMEOUT_MS } from '../support/property.js';
 import { startWebhookApp, type WebhookApp } from '../support/webhook-app.js';
 
@@ -292,9 +293,7 @@ describe('the OpenAPI document describes authorized_networks', () => {
     () => {
       const pattern = new RegExp(NETWORK_PATTERN);
       // biome-ignore lint/suspicious/noExplicitAny: the manifest is read as plain YAML
-      const [crd]: any[] = loadAllYaml(
-        readFileSync(join(import.meta.dirname, '../../deploy/kubernetes/crd.yaml'), 'utf8'),
-      );
+      const [crd]: any[] = loadAllYaml(readFileSync(CRD_FILE, 'utf8'));
       const networks =
         crd.spec.versions[0].schema.openAPIV3Schema.properties.spec.properties.authorizedNetworks;
       expect(networks).toMatchObject({ type: 'array', maxItems: MAX_AUTHORIZED_NETWORKS });

@@ -209,8 +209,9 @@ export function createClient(options: ClientOptions): DataplaneClient {
         ...(init?.signal ? { signal: init.signal } : {}),
         timeout: init?.timeoutMs ?? options.timeoutMs,
         headers: {
-          // A stored file's content: v3.0.23 and v3.2.15 answer `{}` as JSON to axios' JSON-first default.
-          ...(init?.text ? { Accept: 'application/octet-stream' } : {}),
+          // Text: a stored file's content (v3.0.23 and v3.2.15 answer `{}` as JSON to axios' JSON-first
+          // default) or the raw configuration (offered as JSON or text/plain only: octet-stream alone is 406).
+          ...(init?.text ? { Accept: 'application/octet-stream, text/plain' } : {}),
           ...init?.headers,
           // axios sets the multipart boundary itself.
           ...(form !== undefined

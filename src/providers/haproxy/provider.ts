@@ -187,7 +187,12 @@ export class StockHaproxyProvider implements Provider {
       try {
         await applyAtRuntime(this.session, steps, change.from, signal);
         this.latest = { ...reading, raw: target };
-        this.persistence.schedule();
+        // A list change is in the files before it is acknowledged: a reload while no service runs (killed
+        // right after) must not bring back a list that was narrowed. Lists change seldom; routes batch.
+        if (plan.operations.some((o) => o.kind === 'add_allow_entry' || o.kind === 'delete_allow_entry')) {
+          await this.persist(this.latest);
+          await this.io;
+        } else this.persistence.schedule();
         return { reload: 'none', requests: requests(), revision: change.revision };
       } catch (err) {
         if (signal.aborted) throw err;

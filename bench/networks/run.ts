@@ -1,0 +1,253 @@
+import { execFile } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { promisify } from 'node:util';
+import { parseShowProc } from '../../src/providers/haproxy/runtime-text.js';
+import { type IdentityServers, sources, until, untilAll } from '../compare/identity.js';
+import type { BenchKube } from '../compare/kube.js';
+import { type BenchService, benchServiceEnv, startService } from '../compare/service.js';
+import type { Target } from '../compare/targets.js';
+import { imageNodeOptions, type Latencies, latencies, untilClosed } from '../zero-reload/run.js';
+
+const run = promisify(execFile);
+
+/** Memory with N clusters routed: HAProxy's current worker and the service. */
+export interface Memory {
+  workerRssMb: number | null;
+  serviceRssMb: number;
+  servicePeakRssMb: number;
+  /** V8 heap in use, the median of five readings a half second apart (no GC is forced). */
+  heapUsedMb: number | null;
+}
+
+/** One provider at N: authorized networks' targets (issue 34), measured end to end. */
+export interface NetworksResult {
+  provider: string;
+  slots?: string;
+  n: number;
+  entries: number;
+  open: { putAllMs: number; routableMs: number | null; reloads: number; memory: Memory };
+  lists: { putAllMs: number; enforcedMs: number | null; reloads: number; memory: Memory };
+  changes: {
+    count: number;
+    /** The signed `PUT ?wait=true` answered (the service says HAProxy has it). */
+    answered: Latencies;
+    /** The source the new list adds: its first handshake that reaches the API server. */
+    allowed: Latencies;
+    /** The source the new list drops: its first handshake refused. */
+    refused: Latencies;
+    /** Alternating: even changes proven by the allowed source, odd ones by the refused one. */
+    firstProof: Latencies;
+    /** Both proven. */
+    both: Latencies;
+    reloads: number;
+  };
+  error?: string;
+}
+
+export interface NetworksOptions {
+  n: number;
+  /** Entries per cluster's list (the issue asks 16). */
+  entries: number;
+  changes: number;
+  /** How many clusters the changes go round (each with its own two loopback sources). */
+  probed: number;
+  servers: IdentityServers;
+  address: string;
+  log: (line: string) => void;
+}
+
+const DOMAIN = 'an.example.com';
+const name = (i: number) => `n${String(i).padStart(5, '0')}`;
+/** Entry `j` of cluster `i`: a /32 of 198.18.0.0/15 no other cluster holds (only a map key to HAProxy). */
+const filler = (i: number, j: number, entries: number) => {
+  const k = i * entries + j;
+  return `198.${18 + (k >> 16)}.${(k >> 8) & 255}.${k & 255}/32`;
+};
+/** The two loopback sources of probed cluster `k`: a change lets one in and shuts the other out. */
+const sourcesOf = (k: number): [string, string] => [`127.0.0.${10 + 2 * k}`, `127.0.0.${11 + 2 * k}`];
+
+/** HAProxy's current worker's RSS, read inside its container (the first worker `show proc` lists). */
+async function workerRssMb(target: Target): Promise<number | null> {
+  const container = target.stock?.containerId ?? target.dataplane?.containerId;
+  const pid = parseShowProc(await target.masterCli('show proc')).workers[0];
+  if (!container || pid === undefined) return null;
+  for (const cat of [['/bin/busybox', 'cat'], ['cat']])
+    try {
+      const { stdout } = await run('docker', ['exec', container, ...cat, `/proc/${pid}/status`]);
+      const kb = /VmRSS:\s+(\d+) kB/.exec(stdout)?.[1];
+      if (kb) return Math.round(Number(kb) / 102.4) / 10;
+    } catch {}
+  return null;
+}
+
+async function memory(target: Target, svc: BenchService): Promise<Memory> {
+  await sleep(2_000);
+  const heaps: number[] = [];
+  for (let i = 0; i < 5; i++) {
+    const h = (await svc.metrics()).get('nodejs_heap_size_used_bytes');
+    if (h !== undefined) heaps.push(h);
+    await sleep(500);
+  }
+  heaps.sort((a, b) => a - b);
+  const heap = heaps[Math.floor(heaps.length / 2)];
+  const r = svc.resources();
+  return {
+    workerRssMb: await workerRssMb(target),
+    serviceRssMb: Math.round(r.rssMb),
+    servicePeakRssMb: Math.round(r.peakRssMb),
+    heapUsedMb: heap === undefined ? null : Math.round(heap / 1e5) / 10,
+  };
+}
+
+export async function runNetworks(
+  target: Target,
+  kube: BenchKube,
+  o: NetworksOptions,
+): Promise<NetworksResult> {
+  const dir = mkdtempSync(join(tmpdir(), 'kubebyon-nets-'));
+  const secret = `nets-${Math.random().toString(36).slice(2)}-secret`;
+  const env = {
+    ...benchServiceEnv(target, kube.kubeconfig, dir),
+    ...(target.provider === 'dataplaneapi'
+      ? { KUBEBYON_DATAPLANE_SLOTS: process.env.BENCH_DATAPLANE_SLOTS ?? 'storage' }
+      : {}),
+    NODE_OPTIONS: process.env.BENCH_NODE_OPTIONS ?? imageNodeOptions(),
+  };
+  const svc = await startService(env, secret);
+  const port = target.sniPort;
+  const ports = o.servers.ports;
+  const from = sources(200);
+  const nodePort = (i: number) => ports[i % ports.length] as number;
+  const host = (i: number) => `${name(i)}.${DOMAIN}`;
+  const expected = (i: number) => `${o.address}:${nodePort(i)} ${host(i)}`;
+  const body = (i: number, networks?: string[]) => ({
+    control_plane_host: host(i),
+    public_access_mode: 'loadbalancer',
+    node_port: nodePort(i),
+    ...(networks ? { authorized_networks: networks } : {}),
+  });
+  /** Cluster `i`'s list: its fillers, and for a probed cluster in state `s` one of its loopback sources. */
+  const list = (i: number, s: 0 | 1) => {
+    const fill = Array.from({ length: o.entries - (i < o.probed ? 1 : 0) }, (_, j) =>
+      filler(i, j, o.entries),
+    );
+    return i < o.probed ? [...fill, `${sourcesOf(i)[s]}/32`] : fill;
+  };
+  const call = async (method: string, path: string, b?: unknown) => {
+    const res = await svc.call(method, path, b);
+    if (res.status < 200 || res.status >= 300)
+      throw new Error(`${method} ${path}: ${res.status} ${res.body.slice(0, 300)}`);
+  };
+  const all = Array.from({ length: o.n }, (_, i) => i);
+  const sample = all.filter((i) => i % Math.max(1, Math.floor(o.n / 40)) === 0);
+  const result: Partial<NetworksResult> = {
+    provider: target.provider,
+    ...('KUBEBYON_DATAPLANE_SLOTS' in env ? { slots: env.KUBEBYON_DATAPLANE_SLOTS } : {}),
+    n: o.n,
+    entries: o.entries,
+  };
+  try {
+    // N clusters open to all, in one request, to routable; memory.
+    let loads = await target.loads();
+    let t = performance.now();
+    const routable = untilAll(
+      port,
+      sample.map((i) => ({ host: host(i), expected: expected(i) })),
+      t,
+      Date.now() + 600_000,
+      4,
+      from,
+    );
+    await call('PUT', '/v1/clusters?wait=true', {
+      clusters: all.map((i) => ({ name: name(i), ...body(i) })),
+    });
+    const openPut = performance.now() - t;
+    const r = await routable;
+    result.open = {
+      putAllMs: Math.round(openPut),
+      routableMs: r.ms && Math.round(r.ms),
+      reloads: (await target.loads()) - loads,
+      memory: await memory(target, svc),
+    };
+    o.log(`open ${JSON.stringify(result.open)}`);
+
+    // Every cluster gets a list of `entries` networks, in one request: enforced when each probed cluster
+    // lets its first source in and shuts its second out, and sampled others shut out the bench's sources.
+    loads = await target.loads();
+    t = performance.now();
+    await call('PUT', '/v1/clusters?wait=true', {
+      clusters: all.map((i) => ({ name: name(i), ...body(i, list(i, 0)) })),
+    });
+    const listsPut = performance.now() - t;
+    const deadline = Date.now() + 1_200_000;
+    const proofs = await Promise.all([
+      ...all
+        .slice(0, o.probed)
+        .flatMap((k) => [
+          until(port, host(k), expected(k), t, deadline, () => sourcesOf(k)[0]),
+          untilClosed(port, host(k), t, deadline, () => sourcesOf(k)[1]),
+        ]),
+      ...sample.filter((i) => i >= o.probed).map((i) => untilClosed(port, host(i), t, deadline, from)),
+    ]);
+    result.lists = {
+      putAllMs: Math.round(listsPut),
+      enforcedMs: proofs.includes(null) ? null : Math.round(Math.max(...(proofs as number[]))),
+      reloads: (await target.loads()) - loads,
+      memory: await memory(target, svc),
+    };
+    o.log(`lists ${JSON.stringify(result.lists)}`);
+
+    // One list change at a time, round the probed clusters: the loopback source swaps (and one filler).
+    const state = new Array<0 | 1>(o.probed).fill(0);
+    const answered: number[] = [];
+    const allowed: Array<number | null> = [];
+    const refused: Array<number | null> = [];
+    const first: Array<number | null> = [];
+    const both: Array<number | null> = [];
+    loads = await target.loads();
+    for (let c = 0; c < o.changes; c++) {
+      const k = c % o.probed;
+      const to: 0 | 1 = state[k] === 0 ? 1 : 0;
+      const networks = list(k, to);
+      // The filler too: a change is two keys added and two deleted.
+      networks[0] = to === 1 ? `198.19.255.${k}/32` : filler(k, 0, o.entries);
+      const [inside, outside] = to === 1 ? sourcesOf(k).reverse() : sourcesOf(k);
+      const t0 = performance.now();
+      const end = Date.now() + 30_000;
+      await call('PUT', `/v1/clusters/${name(k)}?wait=true`, body(k, networks));
+      answered.push(performance.now() - t0);
+      const [a, x] = await Promise.all([
+        until(port, host(k), expected(k), t0, end, () => inside),
+        untilClosed(port, host(k), t0, end, () => outside),
+      ]);
+      state[k] = to;
+      allowed.push(a);
+      refused.push(x);
+      first.push(c % 2 === 0 ? a : x);
+      both.push(a === null || x === null ? null : Math.max(a, x));
+    }
+    const reloads = (await target.loads()) - loads;
+    const slow = both.flatMap((v, i) => (v !== null && v > 40 ? [`${i}:${Math.round(v)}`] : []));
+    if (slow.length) o.log(`slow changes ${slow.join(' ')}`);
+    result.changes = {
+      count: o.changes,
+      answered: latencies(answered, reloads),
+      allowed: latencies(allowed, reloads),
+      refused: latencies(refused, reloads),
+      firstProof: latencies(first, reloads),
+      both: latencies(both, reloads),
+      reloads,
+    };
+    o.log(`changes ${JSON.stringify(result.changes)}`);
+  } catch (err) {
+    result.error = err instanceof Error ? err.message : String(err);
+    o.log(`error: ${result.error}`);
+  } finally {
+    await svc.stop().catch(() => {});
+    rmSync(dir, { recursive: true, force: true });
+  }
+  return result as NetworksResult;
+}
