@@ -56,7 +56,8 @@ fi
 stop_pid containerd
 # Shims outlive containerd by design: ours are the ones started with our socket's address.
 for p in /proc/[0-9]*; do
-  if tr '\0' ' ' 2>/dev/null <"$p/cmdline" | grep -qF -- "-address $NODE_SOCK "; then
+  cmdline=$(tr '\0' ' ' 2>/dev/null <"$p/cmdline") || continue
+  if [[ "$cmdline" == *"-address $NODE_SOCK "* ]]; then
     kill -KILL "${p#/proc/}" 2>/dev/null && node_log "killed a leftover shim (pid ${p#/proc/})"
   fi
 done

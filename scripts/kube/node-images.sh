@@ -37,7 +37,7 @@ mkdir -p "$NODE_DIR/images"
 for image in "$adapter" "$haproxy" "$vcluster"; do
   id=$(docker image inspect -f '{{.Id}}' "$image")
   stamp="$NODE_DIR/images/$(echo "$image" | tr '/:' '__').id"
-  if [ "$(cat "$stamp" 2>/dev/null)" = "$id" ] && node_ctr images ls -q | grep -qx "docker.io/$image"; then continue; fi
+  if [ "$(cat "$stamp" 2>/dev/null)" = "$id" ] && grep -qx "docker.io/$image" <<<"$(node_ctr images ls -q)"; then continue; fi
   t=$(node_now)
   docker save "$image" | node_ctr images import - >/dev/null
   echo "$id" >"$stamp"

@@ -49,7 +49,7 @@ sysctl -qw net.ipv4.ip_forward=1
 if ! ip link show "$NODE_BRIDGE" >/dev/null 2>&1; then
   ip link add "$NODE_BRIDGE" type bridge
 fi
-ip addr show dev "$NODE_BRIDGE" | grep -q "inet $NODE_IP/24" || ip addr add "$NODE_IP/24" dev "$NODE_BRIDGE"
+case "$(ip -4 addr show dev "$NODE_BRIDGE")" in *"inet $NODE_IP/24 "*) ;; *) ip addr add "$NODE_IP/24" dev "$NODE_BRIDGE" ;; esac
 ip link set "$NODE_BRIDGE" up
 
 # --- certificates, tokens, kubeconfigs (kept across runs) -------------------------------------------------
@@ -247,12 +247,14 @@ launch etcd "$NODE_BIN/etcd" --name kubebyon-node --data-dir "$D/etcd" \
   --unsafe-no-fsync --log-level warn
 wait_for etcd etcd sh -c "curl --silent --max-time 2 --noproxy '*' http://$NODE_IP:2379/health | grep -q '\"health\":\"true\"'"
 
+# Kubelets are reached at their InternalIP only: a node's name would be looked up in the machine's DNS.
 launch kube-apiserver "$NODE_BIN/kube-apiserver" \
   --bind-address="$NODE_IP" --advertise-address="$NODE_IP" --secure-port="$NODE_API_PORT" \
   --etcd-servers="http://$NODE_IP:2379" \
   --tls-cert-file="$pki/apiserver.crt" --tls-private-key-file="$pki/apiserver.key" --cert-dir="$pki" \
   --client-ca-file="$pki/ca.crt" \
   --kubelet-client-certificate="$pki/kubelet-client.crt" --kubelet-client-key="$pki/kubelet-client.key" \
+  --kubelet-preferred-address-types=InternalIP \
   --authorization-mode=RBAC --token-auth-file="$pki/tokens.csv" --allow-privileged=true \
   --service-account-issuer=https://kubernetes.default.svc.cluster.local \
   --service-account-key-file="$pki/sa.pub" --service-account-signing-key-file="$pki/sa.key" \
@@ -274,7 +276,7 @@ launch kube-scheduler "$NODE_BIN/kube-scheduler" \
 
 launch containerd containerd --config "$D/containerd/config.toml"
 wait_for containerd containerd node_ctr version
-if ! node_ctr images ls -q | grep -qx "$NODE_PAUSE_IMAGE"; then
+if ! grep -qx "$NODE_PAUSE_IMAGE" <<<"$(node_ctr images ls -q)"; then
   node_ctr images import "$NODE_CACHE/images/pause.tar" >/dev/null
 fi
 

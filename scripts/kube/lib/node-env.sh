@@ -28,6 +28,9 @@ node_pid_alive() {
   [ -f "$file" ] || return 1
   pid=$(cat "$file")
   [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
-  tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF -e "$NODE_DIR" -e "$NODE_BIN" || return 1
+  # Captured first: with pipefail, grep -q closing the pipe early could make a live process look dead.
+  local cmdline
+  cmdline=$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline") || return 1
+  case "$cmdline" in *"$NODE_DIR"* | *"$NODE_BIN"*) ;; *) return 1 ;; esac
   echo "$pid"
 }
