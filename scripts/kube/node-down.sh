@@ -21,10 +21,13 @@ start=$(node_now)
 [ -d "$D" ] || { node_log "nothing to tear down ($D does not exist)"; exit 0; }
 
 stop_pid() {
-  local name=$1 pid i
+  local name=$1 pid i t
+  t=$(node_now)
   pid=$(node_pid_alive "$D/pids/$name.pid") || { rm -f "$D/pids/$name.pid"; return 0; }
   kill -TERM "$pid" 2>/dev/null
+  # Gone, or a zombie: its parent is PID 1 (node-up.sh has exited), which may reap it only later.
   for i in $(seq 1 100); do
+    [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" = Z ] && break
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.1
   done
@@ -33,6 +36,7 @@ stop_pid() {
     kill -KILL "$pid" 2>/dev/null
   fi
   rm -f "$D/pids/$name.pid"
+  node_log "stopped $name in $(node_elapsed "$t")s"
 }
 
 # --- pods ---------------------------------------------------------------------------------------------------
@@ -54,6 +58,7 @@ if node_pid_alive "$D/pids/containerd.pid" >/dev/null; then
   for id in $(node_ctr containers ls -q 2>/dev/null); do node_ctr containers delete "$id" >/dev/null 2>&1; done
 fi
 stop_pid containerd
+node_log "pods and containerd stopped after $(node_elapsed "$start")s"
 # Shims outlive containerd by design: ours are the ones started with our socket's address.
 for p in /proc/[0-9]*; do
   cmdline=$(tr '\0' ' ' 2>/dev/null <"$p/cmdline") || continue
@@ -81,9 +86,11 @@ for ipt in iptables ip6tables; do
   done
 done
 
+node_log "iptables restored after $(node_elapsed "$start")s"
 # --- the control plane ------------------------------------------------------------------------------------------
 for c in kube-scheduler kube-controller-manager kube-apiserver etcd; do stop_pid "$c"; done
 
+node_log "control plane stopped after $(node_elapsed "$start")s"
 # --- mounts, cgroups, sysctls, links, fixed paths ---------------------------------------------------------------
 findmnt -rn -o TARGET | grep -E "^($D|/var/lib/kubelet)/" | sort -r | while read -r m; do umount "$m" 2>/dev/null || umount -l "$m"; done
 for root in /sys/fs/cgroup/*/ /sys/fs/cgroup/; do
@@ -112,5 +119,6 @@ if [ "$left" -gt 0 ]; then
   node_log "$left mounts are still under $D; leaving the dir"
   exit 1
 fi
+node_log "mounts, cgroups, sysctls, links and paths restored after $(node_elapsed "$start")s"
 rm -rf "$D"
 node_log "node torn down in $(node_elapsed "$start")s"
