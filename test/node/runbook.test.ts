@@ -213,9 +213,12 @@ describe('the runbook on a real node (sidecar shape)', () => {
     );
   });
 
-  afterAll(() => {
+  afterAll(async () => {
     timings.suite = seconds(suiteStart);
     console.log(`[node] timings (s): ${JSON.stringify({ nodeUp: ctx.nodeUpSeconds, ...timings })}`);
+    // The node's :443 is free again for the next file.
+    await helm('uninstall', RELEASE, '-n', NS, '--ignore-not-found', '--wait');
+    await kubectl('delete', 'namespace', NS, VC_NS, '--ignore-not-found', '--wait=true');
   });
 
   it('installs the chart with helm in the sidecar shape, every pod Ready', async () => {
