@@ -76,6 +76,18 @@ export default defineConfig({
       },
       {
         test: {
+          // The runbook on a real one-node Kubernetes: its own setup brings the node up (scripts/kube/node-up.sh)
+          // and tears it down after. One file at a time: they share the node's :443.
+          name: 'node',
+          include: ['test/node/**/*.test.ts'],
+          globalSetup: ['test/node/global-setup.ts'],
+          fileParallelism: false,
+          testTimeout: 300_000,
+          hookTimeout: 300_000,
+        },
+      },
+      {
+        test: {
           ...withContainers,
           name: 'faults',
           include: ['test/faults/**/*.test.ts'],

@@ -64,3 +64,7 @@ log "kube-apiserver, etcd and helm for the Kubernetes tests"
 scripts/kube/build-apiserver.sh >/dev/null
 scripts/kube/install-etcd.sh >/dev/null
 scripts/kube/build-helm.sh >/dev/null
+# The node suite's node: kubelet, kube-proxy, controller-manager, scheduler (same module; ~3 min on a warm
+# cache), Debian's CNI plugins and the local pause image.
+log "the test node's binaries, CNI plugins and pause image"
+scripts/kube/build-node.sh

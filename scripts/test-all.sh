@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Runs every check and test: type check, lint, unit tests, the Kubernetes suite against a real
-# kube-apiserver + etcd on loopback, the integration suite against a real HAProxy 3.0, 2.6 and 3.2
-# (each in a local container with host networking), the end-to-end suite on the three versions, the ship
-# suite (the built CLI, the adapter's image in compose.yaml driven through the signed webhook, and
-# scripts/run-local.sh), the fault suite, then, when a Data Plane API is given, the dataplaneapi suite on
-# 3.0, 2.6 and 3.2 and the fault suite again with the dataplaneapi provider. Prints one closing line
-# "tests: N passed, N failed".
+# kube-apiserver + etcd on loopback, the node suite on a real one-node Kubernetes (the chart, real pods),
+# the integration suite against a real HAProxy 3.0, 2.6 and 3.2 (each in a local container with host
+# networking), the end-to-end suite on the three versions, the ship suite (the built CLI, the adapter's image
+# in compose.yaml driven through the signed webhook, and scripts/run-local.sh), the fault suite, then, when a
+# Data Plane API is given, the dataplaneapi suite on 3.0, 2.6 and 3.2 and the fault suite again with the
+# dataplaneapi provider. Prints one closing line "tests: N passed, N failed".
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
@@ -21,6 +21,10 @@ npm run --silent lint
 status=0
 npx vitest run --project unit --reporter=default --reporter=json --outputFile="$results/unit.json" || status=1
 npx vitest run --project kubernetes --reporter=default --reporter=json --outputFile="$results/kubernetes.json" || status=1
+# The runbook on a real one-node Kubernetes (scripts/kube/node-up.sh; torn down after): the chart installed
+# with helm, a vCluster pod reached through HAProxy by SNI, real pods deleted and upgraded. About 6 minutes.
+echo "== node suite: the runbook on a real one-node Kubernetes"
+npx vitest run --project node --reporter=default --reporter=json --outputFile="$results/node.json" || status=1
 for v in 3.0 2.6 3.2; do
   echo "== integration suite against HAProxy $v"
   KUBEBYON_TEST_HAPROXY_VERSION=$v npx vitest run --project integration \
@@ -66,7 +70,7 @@ else
   echo "fault suite with the dataplaneapi provider skipped: set KUBEBYON_TEST_DATAPLANEAPI_BIN or KUBEBYON_TEST_DATAPLANEAPI_IMAGE"
 fi
 
-node scripts/lib/count-results.mjs "$results/unit.json" "$results/kubernetes.json" "$results/integration-3.0.json" \
+node scripts/lib/count-results.mjs "$results/unit.json" "$results/kubernetes.json" "$results/node.json" "$results/integration-3.0.json" \
   "$results/integration-2.6.json" "$results/integration-3.2.json" "$results/e2e-3.0.json" "$results/e2e-2.6.json" \
   "$results/e2e-3.2.json" "$results/ship.json" \
   "$results/faults.json" ${dpapi_results[@]+"${dpapi_results[@]}"}

@@ -5,7 +5,8 @@
 # (KUBEBYON_KUBE_CACHE defaults to /var/cache/kubebyon-kube.) A binary is rebuilt only when its stamp
 # (a hash of go.mod, go.sum, the Go version and this recipe) changed, so a second run is a no-op.
 #
-# Usage: scripts/kube/build-apiserver.sh [binary...]      binaries: kube-apiserver kubectl (default both)
+# Usage: scripts/kube/build-apiserver.sh [binary...]      binaries: kube-apiserver kubectl (default both),
+#        and the node's kubelet kube-proxy kube-controller-manager kube-scheduler (scripts/kube/build-node.sh)
 # Env:   KUBEBYON_KUBE_CACHE   cache dir (outside the repo)
 #        KUBEBYON_KUBE_FORCE=1 rebuild even when the stamp matches
 #        GOCACHE / GOMODCACHE  honoured as usual (Go's defaults otherwise)
@@ -59,8 +60,8 @@ stamp=$({
 
 for name in "${binaries[@]}"; do
   case "$name" in
-    kube-apiserver | kubectl) ;;
-    *) log "unknown binary $name (want kube-apiserver or kubectl)"; exit 2 ;;
+    kube-apiserver | kubectl | kubelet | kube-proxy | kube-controller-manager | kube-scheduler) ;;
+    *) log "unknown binary $name (want kube-apiserver, kubectl, kubelet, kube-proxy, kube-controller-manager or kube-scheduler)"; exit 2 ;;
   esac
   out="$bin/$name"
   stampfile="$bin/.$name.stamp"
@@ -73,13 +74,14 @@ for name in "${binaries[@]}"; do
   log "building $name $kube_version with $(go env GOVERSION) (CGO_ENABLED=0); this takes minutes on a cold cache"
   start=$(date +%s)
   rm -f "$stampfile"
-  CGO_ENABLED=0 go build -trimpath -mod=readonly -ldflags "$ldflags" -o "$out.tmp" "k8s.io/kubernetes/cmd/$name"
+  # -p 1: the machines have 2 cores shared with other work; one package at a time keeps them usable.
+  CGO_ENABLED=0 go build -p 1 -trimpath -mod=readonly -ldflags "$ldflags" -o "$out.tmp" "k8s.io/kubernetes/cmd/$name"
   mv -f "$out.tmp" "$out"
   secs=$(($(date +%s) - start))
   # Smoke check: the binary runs and reports the pinned release.
   case "$name" in
-    kube-apiserver) reported=$("$out" --version) ;;
     kubectl) reported=$("$out" version --client 2>/dev/null | sed -n 1p) ;;
+    *) reported=$("$out" --version 2>/dev/null) ;;
   esac
   case "$reported" in
     *"$kube_version"*) ;;

@@ -1,0 +1,3 @@
+module kubebyon.local/tools/pause
+
+go 1.24.0
