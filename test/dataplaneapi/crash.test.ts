@@ -46,6 +46,13 @@ describe.skipIf(!source)(
       return p;
     };
 
+    /** Waits until exactly `ids` are in progress: an implicit transaction of a push under way may end first. */
+    const onlyOpen = (ids: string[]) =>
+      waitFor(() => bed.openTransactions(), 15_000, `exactly ${ids.join()} open`, {
+        ok: (open) => open.join() === [...ids].sort().join(),
+        everyMs: 100,
+      });
+
     beforeAll(async () => {
       if (!source) return;
       bed = await startKillBed(source, SERVERS);
@@ -80,7 +87,13 @@ describe.skipIf(!source)(
         60_000,
         'the old ledger to be swept and removed',
       );
-      expect(await bed.openTransactions()).toEqual([foreign]);
+      // Swept before the ledger went: never listed again. The service's first push may be under way, in
+      // the API's implicit transaction for it, which ends with the push (seen on v3.0.23).
+      const after = await bed.openTransactions();
+      expect(after).toContain(foreign);
+      expect(after).not.toContain(ours);
+      expect(after).not.toContain(outdated);
+      await onlyOpen([foreign]);
       // A change, so that the service writes: the version moves past the foreign transaction too.
       const res = await service.client.request('PUT', '/v1/clusters/planted?wait=true', {
         control_plane_host: 'planted.kill.example.com',
@@ -91,7 +104,7 @@ describe.skipIf(!source)(
       expect(await sniProbe(bed.sniPort, 'planted.kill.example.com')).toEqual({ reached: 'a' });
       expect(await bed.configVersion()).toBeGreaterThan(version);
       // Still open: a start sweeps once, and it could commit then. The next start finds it outdated.
-      expect(await bed.openTransactions()).toEqual([foreign]);
+      await onlyOpen([foreign]);
       await service.kill9();
       const again = await start(dir);
       await waitFor(
