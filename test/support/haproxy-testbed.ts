@@ -175,7 +175,13 @@ export async function startHaproxyTestbed(
   logs.on('data', (line: Buffer | string) => logLines.push(line.toString()));
   // Counted over the whole log: a chunk of the stream may hold several lines.
   const loadCount = () => logLines.join('').split('Loading success').length - 1;
-  const loadAttempts = () => loadCount() + logLines.join('').split('Loading failure').length - 1;
+  // A failed reload: 2.6 and 3.0 log "Loading failure"; 3.2's master logs "Failed to load worker" instead.
+  const loadAttempts = () => {
+    const log = logLines.join('');
+    return (
+      loadCount() + log.split('Loading failure').length - 1 + log.split('Failed to load worker').length - 1
+    );
+  };
   // The startup line may have been read by the wait strategy before our stream attached.
   await waitFor(() => loadCount() >= 1, 10_000, 'the first "Loading success" in the log stream', {
     everyMs: 25,
