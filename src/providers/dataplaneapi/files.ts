@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import type { AllowFileText } from '../../haproxy/allow-file.js';
 import type { BackendState, HaproxyState } from '../../haproxy/model.js';
 import { checkedName, checkedPort, checkedServerAddress } from './checked.js';
 import type { Move } from './choose.js';
@@ -35,6 +36,8 @@ export interface FileWrite {
 
 export interface FilesDeps {
   client: DataplaneClient;
+  /** The allow maps' text, rendered again only where a list changed. */
+  allow: AllowFileText;
   reads: ConfigReads;
   maps: MapFiles;
   workers: Workers;
@@ -67,8 +70,11 @@ export class Files {
     const contents = new Map<string, string | undefined>();
     for (const f of target.frontends)
       if (f.owned && w.frontends.has(f.name)) for (const m of mapsOf(f)) contents.set(m, undefined);
-    for (const name of w.maps)
-      contents.set(name, mapText(target.maps?.find((m) => m.name === name)?.entries ?? new Map()));
+    const allowMaps = new Set(target.frontends.map((f) => f.edge?.allowMap));
+    for (const name of w.maps) {
+      const entries = target.maps?.find((m) => m.name === name)?.entries ?? new Map<string, string>();
+      contents.set(name, allowMaps.has(name) ? this.d.allow.text(entries) : mapText(entries));
+    }
     const mapFile = new Map<string, string>();
     for (const [name, content] of contents)
       mapFile.set(name, await this.d.maps.write(name, content, signal, counter));

@@ -1,6 +1,7 @@
 import { PERSIST_DELAY_MS } from '../../config/settings.js';
+import { AllowFileText } from '../../haproxy/allow-file.js';
 import type { HaproxyState } from '../../haproxy/model.js';
-import { ConcurrentChangeError, errorText } from '../../model/errors.js';
+import { ConcurrentChangeError, errorText, TerminalError } from '../../model/errors.js';
 import { allowMapNameFor, sniMapNameFor } from '../../naming/names.js';
 import type { Plan } from '../../plan/plan.js';
 import type { Reading } from '../../plan/reading.js';
@@ -67,6 +68,8 @@ export class DataplaneProvider implements Provider {
   private foreignWrites = 0;
   /** One writer at a time: applies and persistence write the same files. */
   private queue: Promise<unknown> = Promise.resolve();
+  /** The allow maps' text, rendered again only where a list changed. */
+  private readonly allow = new AllowFileText((detail) => new TerminalError(detail));
 
   constructor(private readonly o: DataplaneProviderOptions) {
     this.client = createClient({
@@ -92,6 +95,7 @@ export class DataplaneProvider implements Provider {
         : undefined;
     this.files = new Files({
       client: this.client,
+      allow: this.allow,
       reads: this.reads,
       maps: this.maps,
       workers: this.workers,
@@ -136,6 +140,35 @@ export class DataplaneProvider implements Provider {
       this.persistence.follow(target);
     } catch (err) {
       this.persistence.giveBack(pending);
+      this.o.logger.warn({ err: errorText(err) }, 'a list change is not yet in the files; retried');
+    }
+  }
+
+  /**
+   * A list change's allow maps written to the storage, only the slots it touched rendered again
+   * (`AllowFileText`): no configuration read or push, since a list change changes neither. A failure leaves
+   * the maps to the batch, as `persistNow` does.
+   */
+  private async persistLists(
+    change: Change,
+    ops: ReadonlyArray<{ map: string; key: string }>,
+    signal: AbortSignal,
+    counter: Counter,
+  ): Promise<void> {
+    const target = change.to.state;
+    const maps = new Set(ops.map((o) => o.map));
+    try {
+      for (const name of maps) {
+        const entries = target.maps?.find((m) => m.name === name)?.entries ?? new Map<string, string>();
+        const from = change.from.state.maps?.find((m) => m.name === name)?.entries;
+        const keys = ops.filter((o) => o.map === name).map((o) => o.key);
+        const text = this.allow.text(entries, from ? { from, keys } : undefined);
+        await this.maps.write(name, text, signal, counter);
+      }
+      this.persistence.follow(target);
+    } catch (err) {
+      if (err instanceof TerminalError) throw err;
+      this.persistence.schedule(target, new Set(), maps);
       this.o.logger.warn({ err: errorText(err) }, 'a list change is not yet in the files; retried');
     }
   }
@@ -323,11 +356,16 @@ export class DataplaneProvider implements Provider {
           `moved servers carry streams (${busy.join(', ')}): moved in place instead`,
         );
       }
-      this.persistence.schedule(target, touched.backends, touched.maps);
       // A list change is in the files before it is acknowledged: a reload by anyone right after (the
-      // service up or killed) must not bring back a list that was narrowed. Lists change seldom.
-      if (path.steps.some((o) => o.kind === 'add_allow_entry' || o.kind === 'delete_allow_entry'))
-        await this.persistNow(target);
+      // service up or killed) must not bring back a list that was narrowed.
+      const lists = path.steps.filter(isAllowOp);
+      if (lists.length > 0 && lists.length === path.steps.length && !this.persistence.isPending) {
+        // Only lists changed, and the files hold every route: the allow maps alone are written.
+        await this.persistLists(change, lists, signal, counter);
+      } else {
+        this.persistence.schedule(target, touched.backends, touched.maps);
+        if (lists.length > 0) await this.persistNow(target);
+      }
       // A server left draining still runs: the next pass reads what runs and deletes it once it can.
       return {
         reload: 'none',
@@ -416,4 +454,11 @@ export class DataplaneProvider implements Provider {
   private translate(err: unknown): unknown {
     return translate(err, this.client.url, (why) => this.workers.distrust(why));
   }
+}
+
+/** An operation on an allow map (a list change). */
+function isAllowOp<T extends { kind: string }>(
+  o: T,
+): o is Extract<T, { kind: 'add_allow_entry' | 'delete_allow_entry' }> {
+  return o.kind === 'add_allow_entry' || o.kind === 'delete_allow_entry';
 }

@@ -60,6 +60,10 @@ export function mapUseBackendLine(path: string): string {
 
 export const MAP_USE_BACKEND = /^use_backend %\[req\.ssl_sni,lower,map\((\S+)\)\]$/;
 
+/** The allow map's first line (authorized networks; its lines are `AllowFileText`'s). */
+export const ALLOW_HEADER =
+  '# Managed by kubebyon-haproxy-adapter (authorized networks: <slot> and <network>|<slot>): rewritten after every change, edits are lost.';
+
 const MAP_HEADER =
   '# Managed by kubebyon-haproxy-adapter (SNI host -> backend): rewritten after every change, edits are lost.';
 

@@ -1,9 +1,11 @@
 import { readFile } from 'node:fs/promises';
 import { setImmediate } from 'node:timers/promises';
+import type { AllowFileText } from '../../haproxy/allow-file.js';
 import type { RawMap, RawState } from '../../haproxy/model.js';
 import { errorText } from '../../model/errors.js';
+import type { Plan } from '../../plan/plan.js';
 import { writeFileAtomic } from '../../store/atomic-file.js';
-import { mapPath, mapsOf, renderMapFile } from './map-file.js';
+import { ALLOW_HEADER, mapPath, mapsOf, renderMapFile } from './map-file.js';
 import { renderOwnedFile } from './owned-file.js';
 import type { FileReading, OwnedFileCache } from './read.js';
 import { mapDirOf, OWNED_FILE_MODE, type Session, writeOwnedFile } from './session.js';
@@ -39,12 +41,15 @@ export async function writeMapFiles(
   s: Session,
   fileState: RawState,
   maps: readonly RawMap[] | undefined,
+  allow: AllowFileText,
 ): Promise<() => Promise<void>> {
   const previous: Array<{ path: string; text: string }> = [];
+  const allowMaps = new Set(fileState.frontends.map((f) => f.edge?.allowMap));
   for (const name of new Set(fileState.frontends.flatMap(mapsOf))) {
     const path = mapPath(mapDirOf(s), name);
     await setImmediate();
-    const text = renderMapFile(maps?.find((m) => m.name === name)?.entries ?? new Map());
+    const entries = maps?.find((m) => m.name === name)?.entries ?? new Map<string, string>();
+    const text = allowMaps.has(name) ? `${ALLOW_HEADER}\n${allow.text(entries)}` : renderMapFile(entries);
     const before = await readText(path);
     if (before === text) continue;
     await writeFileAtomic(path, text, OWNED_FILE_MODE);
@@ -58,6 +63,31 @@ export async function writeMapFiles(
         s.logger.warn({ err: errorText(err), path: p.path }, 'could not put the previous map file back'),
       );
   };
+}
+
+/**
+ * A list change's allow maps, written before it is acknowledged: only the maps its operations name, and of
+ * those only the slots they touch rendered again (`AllowFileText`), since `to` is `from` with `plan` applied.
+ * The owned file and the SNI map are not touched: a list change changes neither.
+ */
+export async function writeAllowMaps(
+  s: Session,
+  plan: Plan,
+  from: RawState,
+  to: RawState,
+  allow: AllowFileText,
+): Promise<void> {
+  const byMap = new Map<string, string[]>();
+  for (const op of plan.operations)
+    if (op.kind === 'add_allow_entry' || op.kind === 'delete_allow_entry')
+      byMap.set(op.map, [...(byMap.get(op.map) ?? []), op.key]);
+  for (const [name, keys] of byMap) {
+    const entries = to.maps?.find((m) => m.name === name)?.entries ?? new Map<string, string>();
+    const before = from.maps?.find((m) => m.name === name)?.entries;
+    const text = `${ALLOW_HEADER}\n${allow.text(entries, before ? { from: before, keys } : undefined)}`;
+    await writeFileAtomic(mapPath(mapDirOf(s), name), text, OWNED_FILE_MODE);
+    s.traffic?.bytes('sent', Buffer.byteLength(text));
+  }
 }
 
 /** What a persistence writes: the owned file's new text (null: it already holds it), then the map files. */
@@ -95,6 +125,7 @@ export async function writePersist(
   owned: OwnedFileCache,
   reading: FileReading,
   w: PersistWrite,
+  allow: AllowFileText,
 ): Promise<void> {
   const started = Date.now();
   // The owned file first: a crash between the two leaves servers no entry names, never an entry that
@@ -104,6 +135,6 @@ export async function writePersist(
     owned.remember(w.text, w.fileState);
     reading.text = w.text;
   }
-  await writeMapFiles(s, w.fileState, reading.raw.maps);
+  await writeMapFiles(s, w.fileState, reading.raw.maps, allow);
   s.logger.debug({ ms: Date.now() - started }, 'runtime state persisted to the files HAProxy loads');
 }

@@ -1,6 +1,7 @@
 import { dirname } from 'node:path';
 import type { Logger } from 'pino';
 import { PERSIST_DELAY_MS } from '../../config/settings.js';
+import { AllowFileText } from '../../haproxy/allow-file.js';
 import { parseShowTable } from '../../haproxy/edge.js';
 import type { RawState, Tagger } from '../../haproxy/model.js';
 import { ConcurrentChangeError, errorText, TerminalError } from '../../model/errors.js';
@@ -22,7 +23,7 @@ import { runtimeSteps } from '../runtime-steps.js';
 import type { StockHaproxyConfig } from './config.js';
 import { MasterCli } from './master-cli.js';
 import { defaultsNameFor, renderOwnedFile, UnsafeValueError } from './owned-file.js';
-import { fileStateOf, preparePersist, writeMapFiles, writePersist } from './persist.js';
+import { fileStateOf, preparePersist, writeAllowMaps, writeMapFiles, writePersist } from './persist.js';
 import { type FileReading, OwnedFileCache, takeReading, workerGeneration } from './read.js';
 import { applyByReload } from './reload.js';
 import { applyAtRuntime } from './runtime.js';
@@ -82,6 +83,8 @@ export class StockHaproxyProvider implements Provider {
   private fileSeen: string | undefined;
   private foreignEdits = 0;
   private swept = false;
+  /** The allow map's text, rendered again only where a list changed. */
+  private readonly allowText = new AllowFileText((detail) => new UnsafeValueError(detail));
 
   constructor(
     private readonly config: StockHaproxyConfig,
@@ -188,8 +191,21 @@ export class StockHaproxyProvider implements Provider {
         await applyAtRuntime(this.session, steps, change.from, signal);
         this.latest = { ...reading, raw: target };
         // A list change is in the files before it is acknowledged: a reload while no service runs (killed
-        // right after) must not bring back a list that was narrowed. Lists change seldom; routes batch.
-        if (plan.operations.some((o) => o.kind === 'add_allow_entry' || o.kind === 'delete_allow_entry')) {
+        // right after) must not bring back a list that was narrowed. Routes batch.
+        const lists = plan.operations.filter(isAllowOp).length;
+        if (lists > 0 && lists === plan.operations.length && !this.persistence.pending) {
+          // Only lists changed, and the files hold every route: the allow maps alone are written.
+          await this.io;
+          const write = this.guard(() =>
+            writeAllowMaps(this.session, plan, change.from.state, target, this.allowText),
+          );
+          this.io = write.catch(() => {});
+          await write.catch((err) => {
+            this.persistFailed(err);
+            throw err;
+          });
+        } else if (lists > 0) {
+          // Routes changed with the lists (or wait in the batch): all the files, in their order.
           await this.persist(this.latest);
           await this.io;
         } else this.persistence.schedule();
@@ -209,7 +225,9 @@ export class StockHaproxyProvider implements Provider {
     try {
       await this.io;
       const { fileState, text } = this.render(reading, plan, target);
-      const restoreMaps = await this.guard(() => writeMapFiles(this.session, fileState, target.maps));
+      const restoreMaps = await this.guard(() =>
+        writeMapFiles(this.session, fileState, target.maps, this.allowText),
+      );
       try {
         await applyByReload(this.session, reading.text, fileState, text, signal);
       } catch (err) {
@@ -268,7 +286,7 @@ export class StockHaproxyProvider implements Provider {
     const to = w.text ?? from;
     this.persisting = { from, to };
     const write = w;
-    this.io = this.guard(() => writePersist(this.session, this.owned, reading, write))
+    this.io = this.guard(() => writePersist(this.session, this.owned, reading, write, this.allowText))
       .then(
         () => {
           this.fileSeen = to;
@@ -339,4 +357,9 @@ export class StockHaproxyProvider implements Provider {
       throw err;
     }
   }
+}
+
+/** An operation on an allow map (a list change). */
+function isAllowOp(o: Plan['operations'][number]): boolean {
+  return o.kind === 'add_allow_entry' || o.kind === 'delete_allow_entry';
 }

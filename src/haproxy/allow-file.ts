@@ -1,0 +1,127 @@
+import { ALLOW_VALUE, isAllowKey } from './edge.js';
+
+/**
+ * The allow map's file text (authorized networks, `edge.ts`), kept per slot so that a list change renders
+ * one slot again rather than every key. At 5000 clusters × 16 networks the map holds 85 000 keys: sorting,
+ * checking and joining them all took 300-600 ms per write on 2 busy cores (`bench/networks.ts`), and a list
+ * change is written before it is acknowledged. Both providers write the allow map with it.
+ *
+ * The text: each slot in name order, its flag (`<slot> 1`) first, then its `<network>|<slot> 1` keys in
+ * order; every key checked (`isAllowKey`) and every value `1`, as each write checked them before.
+ *
+ * Incremental only when told exactly what changed: `text(entries, { from, keys })` renders again only the
+ * slots of `keys` when `from` is the very entries object of the last call (states are never changed in
+ * place, `model.ts`), so `entries` is `from` with those keys added or deleted; anything else renders all.
+ */
+export class AllowFileText {
+  /** Slot -> its keys, and its lines. */
+  private readonly slots = new Map<string, { keys: Set<string>; text: string | undefined }>();
+  private order: string[] | undefined;
+  private keys = 0;
+  private basis: ReadonlyMap<string, string> | undefined;
+  private last: string | undefined;
+
+  /** `refuse` makes the error a key or value that must not reach HAProxy is thrown as. */
+  constructor(private readonly refuse: (detail: string) => Error) {}
+
+  text(
+    entries: ReadonlyMap<string, string>,
+    since?: { from: ReadonlyMap<string, string>; keys: Iterable<string> },
+  ): string {
+    if (entries === this.basis && this.last !== undefined) return this.last;
+    try {
+      if (since && since.from === this.basis && this.last !== undefined) {
+        for (const key of since.keys) this.touch(key, entries);
+        // The keys said must account for every entry; if not, all is rendered from the entries.
+        if (this.keys !== entries.size) this.rebuild(entries);
+      } else this.rebuild(entries);
+      this.last = this.join();
+      this.basis = entries;
+      return this.last;
+    } catch (err) {
+      this.reset();
+      throw err;
+    }
+  }
+
+  private touch(key: string, entries: ReadonlyMap<string, string>): void {
+    const slot = slotOf(key);
+    let s = this.slots.get(slot);
+    const value = entries.get(key);
+    if (value === undefined) {
+      if (!s?.keys.delete(key)) return;
+      this.keys--;
+      s.text = undefined;
+      if (s.keys.size === 0) {
+        this.slots.delete(slot);
+        this.order = undefined;
+      }
+      return;
+    }
+    this.check(key, value);
+    if (!s) {
+      s = { keys: new Set(), text: undefined };
+      this.slots.set(slot, s);
+      this.order = undefined;
+    }
+    if (s.keys.has(key)) return;
+    s.keys.add(key);
+    s.text = undefined;
+    this.keys++;
+  }
+
+  private rebuild(entries: ReadonlyMap<string, string>): void {
+    this.reset();
+    for (const [key, value] of entries) {
+      this.check(key, value);
+      const slot = slotOf(key);
+      let s = this.slots.get(slot);
+      if (!s) {
+        s = { keys: new Set(), text: undefined };
+        this.slots.set(slot, s);
+      }
+      s.keys.add(key);
+    }
+    this.keys = entries.size;
+  }
+
+  private join(): string {
+    this.order ??= [...this.slots.keys()].sort(compare);
+    const parts: string[] = [];
+    for (const slot of this.order) {
+      const s = this.slots.get(slot) as { keys: Set<string>; text: string | undefined };
+      s.text ??= slotText(slot, s.keys);
+      parts.push(s.text);
+    }
+    return parts.join('');
+  }
+
+  private check(key: string, value: string): void {
+    if (!isAllowKey(key) || value !== ALLOW_VALUE)
+      throw this.refuse(`refusing to write allow-map entry ${JSON.stringify(`${key} ${value}`)} to HAProxy`);
+  }
+
+  private reset(): void {
+    this.slots.clear();
+    this.order = undefined;
+    this.keys = 0;
+    this.basis = undefined;
+    this.last = undefined;
+  }
+}
+
+/** The slot a key belongs to: the flag is the slot's name, a network's key ends with `|<slot>`. */
+function slotOf(key: string): string {
+  const bar = key.indexOf('|');
+  return bar < 0 ? key : key.slice(bar + 1);
+}
+
+function slotText(slot: string, keys: ReadonlySet<string>): string {
+  const networks = [...keys].filter((k) => k !== slot).sort(compare);
+  const lines = keys.has(slot) ? [slot, ...networks] : networks;
+  return lines.map((k) => `${k} ${ALLOW_VALUE}\n`).join('');
+}
+
+function compare(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
