@@ -151,7 +151,17 @@ export function describeInstances<B extends InstanceBed>(s: InstancesScenario<B>
         for (const bed of [h0, h1]) expect(await reaches(bed, host, who, 5_000)).toEqual(served(who));
         lags.push(Date.now() - sent);
         added.push([host, who]);
-        const status = await view(`k${i}`);
+        // Routable may come before the status says so: an apply that reloads (the Data Plane API on HAProxy
+        // 2.6) is confirmed, and published, once the new workers run, which may be after they answer.
+        let status = await view(`k${i}`);
+        await waitFor(
+          async () => {
+            status = await view(`k${i}`);
+            return states(status)[0] === 'h0:applied' && states(status)[1] === 'h1:applied';
+          },
+          10_000,
+          `k${i} applied on h0 and h1`,
+        ).catch(() => {});
         expect(states(status).slice(0, 2), JSON.stringify(status)).toEqual(['h0:applied', 'h1:applied']);
         expect(states(status)[2]).toMatch(/^h2:/);
         expect(states(status)[2]).not.toBe('h2:applied');
