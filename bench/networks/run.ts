@@ -224,7 +224,9 @@ export async function runNetworks(
       const [inside, outside] = to === 1 ? sourcesOf(k).reverse() : sourcesOf(k);
       const t0 = performance.now();
       const end = Date.now() + 30_000;
-      await call('PUT', `/v1/clusters/${name(k)}?wait=true`, body(k, networks));
+      // A distinct query per change: the same signed request twice within a second is a replay (401), and
+      // every 2 × probed changes send the same list again.
+      await call('PUT', `/v1/clusters/${name(k)}?wait=true&change=${c}`, body(k, networks));
       answered.push(performance.now() - t0);
       const [a, x] = await Promise.all([
         until(port, host(k), expected(k), t0, end, () => inside),
