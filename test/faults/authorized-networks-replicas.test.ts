@@ -146,5 +146,45 @@ describeFault(
       expect((await put(left[left.length - 1] as ServiceProcess, [`${OUTSIDE}/32`])).status).toBe(200);
       await enforced(OUTSIDE, INSIDE);
     }, 180_000);
+
+    it('a narrowing acknowledged by a standby holds when the leader is killed the moment it is acknowledged', async () => {
+      const first = await waitFor(holder, 30_000, 'a leader', { ok: (h) => !!h && replicas.has(h) });
+      const leader = replicas.get(first ?? '') as ServiceProcess;
+      await waitFor(() => leading(leader), 10_000, 'the leader to lead');
+      const standby = [...replicas.entries()].find(([id]) => id !== first)?.[1] as ServiceProcess;
+      expect((await put(standby, ['127.0.0.0/30'])).status).toBe(200);
+      await enforced(INSIDE, '127.0.0.5');
+      await enforced(OUTSIDE, '127.0.0.5');
+      // Narrowed to OUTSIDE alone; the leader SIGKILLed as soon as the standby says the change is applied.
+      const removed = fireLoop(() => from(INSIDE), { maxMs: 60_000 });
+      const kept = fireLoop(() => from(OUTSIDE), { maxMs: 60_000 });
+      let second: string | undefined;
+      try {
+        expect((await put(standby, [`${OUTSIDE}/32`])).status).toBe(200);
+        const removedBefore = removed.totals().reached;
+        await leader.kill9();
+        replicas.delete(first ?? '');
+        // Probes already under way when the answer came may have been judged by the old list.
+        await Promise.all([removed.probesFromNow(1), kept.probesFromNow(1)]);
+        const settled = removed.totals().reached;
+        second = await waitFor(holder, 30_000, 'a new leader', { ok: (h) => !!h && h !== first });
+        const next = replicas.get(second ?? '') as ServiceProcess;
+        await waitFor(() => leading(next), 10_000, 'the new leader to lead');
+        await waitFor(() => next.client.request('GET', '/v1/plan'), 15_000, 'an empty plan', {
+          ok: (p) => p.status === 200 && p.body.operations?.length === 0,
+        });
+        await sleep(2_000);
+        await Promise.all([removed.probesFromNow(5), kept.probesFromNow(5)]);
+        const r = removed.totals();
+        const k = kept.totals();
+        console.log(
+          `[measure] replicas, narrowing then kill -9 of the leader ${first} (${provider}, HAProxy ${haproxyVersionUnderTest()}): ${second} leads; removed ${INSIDE}: ${r.reached - settled} let in after the answer (${settled - removedBefore} while it arrived), ${r.refused} closed; kept ${OUTSIDE}: ${k.reached} in, ${k.refused} refused ${JSON.stringify(k.why)}`,
+        );
+        expect(r.reached - settled).toBe(0);
+        expect(k.refused).toBe(0);
+      } finally {
+        await Promise.all([removed.stop(), kept.stop()]);
+      }
+    }, 180_000);
   },
 );
