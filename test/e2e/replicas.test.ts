@@ -24,7 +24,8 @@ import { type E2eHaproxy, startE2eHaproxy } from './fixture.js';
 // Three replicas sharing ClusterRoute objects on a real kube-apiserver and electing a leader on a Lease, in
 // front of one real HAProxy. Writes go to any replica; the leader is killed with SIGKILL during a burst of
 // 200 changes: a standby leads, every acknowledged change ends in HAProxy (proven by SNI), and the replicas'
-// own logs show that no two applies ever overlapped.
+// own logs show that no two applies ever overlapped. Authorized networks too: a list written to a standby is
+// enforced by the leader and held, for the listed source and against another, through a kill -9 of the leader.
 const LEASE = { duration: 3000, renew: 2000, retry: 250 };
 const NS = 'kubebyon-system';
 
