@@ -1,7 +1,9 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { CoordinationV1Api, KubernetesObjectApi, loadAllYaml } from '@kubernetes/client-node';
 import { afterAll, beforeAll, beforeEach, describe, expect, it, onTestFailed } from 'vitest';
+import { fireLoop } from '../support/fire-loop.js';
 import { haproxyVersionUnderTest } from '../support/haproxy-testbed.js';
 import {
   applyChartRbac,
@@ -10,14 +12,20 @@ import {
   startKubeApiserver,
 } from '../support/kube-apiserver.js';
 import type { ServiceProcess } from '../support/service-process.js';
-import { startVersionServer, type VersionServer, waitForIdentity } from '../support/version-server.js';
+import {
+  getVersion,
+  startVersionServer,
+  type VersionServer,
+  waitForIdentity,
+} from '../support/version-server.js';
 import { waitFor } from '../support/wait.js';
 import { type E2eHaproxy, startE2eHaproxy } from './fixture.js';
 
 // Three replicas sharing ClusterRoute objects on a real kube-apiserver and electing a leader on a Lease, in
 // front of one real HAProxy. Writes go to any replica; the leader is killed with SIGKILL during a burst of
 // 200 changes: a standby leads, every acknowledged change ends in HAProxy (proven by SNI), and the replicas'
-// own logs show that no two applies ever overlapped.
+// own logs show that no two applies ever overlapped. Authorized networks too: a list written to a standby is
+// enforced by the leader and held, for the listed source and against another, through a kill -9 of the leader.
 const LEASE = { duration: 3000, renew: 2000, retry: 250 };
 const NS = 'kubebyon-system';
 
@@ -285,4 +293,82 @@ describe(`end to end, three replicas with leader election, HAProxy ${haproxyVers
       `replicas: kube-apiserver down: writes refused (503), leader stepped down ${steppedDownMs} ms after; back: a leader ${ledAgainMs} ms after up()`,
     );
   }, 120_000);
+
+  it('a list set through a standby reaches HAProxy, and the next leader keeps it through a kill -9 of the leader', async () => {
+    // Sources are loopback addresses the client binds to: 127.0.0.1 listed, 127.0.0.2 not.
+    const host = 'api.listed.example.com';
+    const url = `https://${host}:${e.sniPort}`;
+    const from = async (localAddress: string) => {
+      const a = await getVersion(url, { localAddress, timeoutMs: 3000 });
+      return 'identity' in a ? { reached: a.identity } : a;
+    };
+    const enforced = (inside: string, outside: string) =>
+      waitFor(
+        async () => 'reached' in (await from(inside)) && !('reached' in (await from(outside))),
+        20_000,
+        `${host}: ${inside} let in, ${outside} closed`,
+        { everyMs: 100 },
+      );
+    const put = (r: ServiceProcess, networks: string[]) =>
+      r.client.request('PUT', `/v1/clusters/listed?wait=true&n=${Date.now()}`, {
+        ...body(host, 'alpha'),
+        authorized_networks: networks,
+      });
+    const first = await waitFor(holder, 30_000, 'a leader', { ok: (h) => !!h && replicas.has(h) });
+    const leader = replicas.get(first ?? '') as ServiceProcess;
+    await waitFor(() => leading(leader), 10_000, 'the leader to lead');
+    const standbys = [...replicas.entries()].filter(([id]) => id !== first).map(([, r]) => r);
+    expect(standbys.length).toBeGreaterThan(0);
+    // Written to a standby: the leader applies it (from the ClusterRoute), the standby waits for its status.
+    const set = await put(standbys[0] as ServiceProcess, ['127.0.0.1/32']);
+    expect(set.status).toBe(200);
+    expect(set.body.authorized_networks).toEqual(['127.0.0.1/32']);
+    await enforced('127.0.0.1', '127.0.0.2');
+    // Both sources in a tight loop while the leader dies and another takes over, and a while after.
+    const inside = fireLoop(() => from('127.0.0.1'), { maxMs: 60_000 });
+    const outside = fireLoop(() => from('127.0.0.2'), { maxMs: 60_000 });
+    let takeoverMs = 0;
+    try {
+      await Promise.all([inside.probesFromNow(5), outside.probesFromNow(5)]);
+      const killedAt = Date.now();
+      await leader.kill9();
+      replicas.delete(first ?? '');
+      const second = await waitFor(holder, 30_000, 'a new leader', { ok: (h) => !!h && h !== first });
+      const next = replicas.get(second ?? '') as ServiceProcess;
+      await waitFor(() => leading(next), 10_000, 'the new leader to lead');
+      takeoverMs = Date.now() - killedAt;
+      // The new leader's first passes (a fresh read of HAProxy, then the plan) with both loops still going.
+      await waitFor(
+        async () => (await next.client.request('GET', '/v1/plan')).status === 200,
+        10_000,
+        'the new leader to plan',
+      );
+      await sleep(2_000);
+      await Promise.all([inside.probesFromNow(5), outside.probesFromNow(5)]);
+    } finally {
+      await Promise.all([inside.stop(), outside.stop()]);
+    }
+    const i = inside.totals();
+    const o = outside.totals();
+    console.log(
+      `replicas, authorized networks through a kill -9 of the leader ${first} (HAProxy ${haproxyVersionUnderTest()}): a leader again after ${takeoverMs} ms; 127.0.0.1: ${i.reached} in, ${i.refused} refused ${JSON.stringify(i.why)}; 127.0.0.2: ${o.reached} in, ${o.refused} closed`,
+    );
+    expect(o.reached).toBe(0);
+    expect(i.refused).toBe(0);
+    expect(i.reached).toBeGreaterThanOrEqual(10);
+    expect(o.refused).toBeGreaterThanOrEqual(10);
+    // The new leader keeps the list: its plan changes nothing, and it applies the next list sent to any replica.
+    const now = await waitFor(holder, 10_000, 'the leader', { ok: (h) => !!h && replicas.has(h) });
+    const led = replicas.get(now ?? '') as ServiceProcess;
+    const plan = await waitFor(() => led.client.request('GET', '/v1/plan'), 10_000, 'an empty plan', {
+      ok: (p) => p.status === 200 && p.body.operations?.length === 0,
+    });
+    expect(plan.body).toMatchObject({ operations: [] });
+    expect((await led.client.request('GET', '/v1/clusters/listed')).body.authorized_networks).toEqual([
+      '127.0.0.1/32',
+    ]);
+    const alive = [...replicas.values()];
+    expect((await put(alive[alive.length - 1] as ServiceProcess, ['127.0.0.2/32'])).status).toBe(200);
+    await enforced('127.0.0.2', '127.0.0.1');
+  }, 180_000);
 });
