@@ -1,3 +1,4 @@
+import { appendFileSync } from 'node:fs';
 import { Agent, createServer, request, type Server } from 'node:http';
 
 export interface Counts {
@@ -41,7 +42,8 @@ const headerBytes = (headers: Record<string, unknown>) =>
 /**
  * An HTTP proxy on 127.0.0.1 in front of the Data Plane API that counts every request, its bytes both ways
  * (request line, headers and body) and the transactions opened. Large headers pass (a runtime-actions
- * header can carry thousands of commands).
+ * header can carry thousands of commands). With `BENCH_API_LOG=<file>`, every request is appended there as
+ * a JSON line when its answer ends: start (ms since the epoch), method, path, status, ms, bytes received.
  */
 export async function startCountingProxy(target: string): Promise<CountingProxy> {
   const upstream = new URL(target);
@@ -51,6 +53,9 @@ export async function startCountingProxy(target: string): Promise<CountingProxy>
   const server: Server = createServer({ maxHeaderSize: 16 * 1024 * 1024 }, (req, res) => {
     const method = req.method ?? 'GET';
     const path = req.url ?? '/';
+    const logFile = process.env.BENCH_API_LOG;
+    const started = Date.now();
+    let received = 0;
     c.requests++;
     inFlight++;
     res.once('close', () => {
@@ -72,7 +77,15 @@ export async function startCountingProxy(target: string): Promise<CountingProxy>
         c.bytesReceived += 15 + headerBytes(answer.headers);
         answer.on('data', (chunk: Buffer) => {
           c.bytesReceived += chunk.length;
+          received += chunk.length;
         });
+        if (logFile)
+          answer.on('end', () =>
+            appendFileSync(
+              logFile,
+              `${JSON.stringify({ t: started, method, path, status: answer.statusCode, ms: Date.now() - started, bytes: received })}\n`,
+            ),
+          );
         res.writeHead(answer.statusCode ?? 502, answer.headers);
         answer.pipe(res);
       },

@@ -50,7 +50,7 @@ export async function withRunning(
     return { raw: { ...raw, maps }, drift: none, draining: new Set() };
   }
   const [running, entries, stored] = await Promise.all([
-    readRunningServers(client, signal, counter),
+    readRunningServers(client, signal, counter, raw.backends),
     Promise.all(names.map((m) => readRunningEntries(client, m, signal, counter))),
     Promise.all(names.map((m) => readStoredEntries(client, m, signal, counter))),
   ]);

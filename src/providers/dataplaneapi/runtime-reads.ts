@@ -1,4 +1,4 @@
-import type { DataplaneClient } from './client.js';
+import { type DataplaneClient, DataplaneHttpError } from './client.js';
 import { storageName } from './map-names.js';
 import type { Counter } from './reload.js';
 
@@ -13,22 +13,31 @@ export interface RunningServer {
 }
 
 /**
- * Every backend HAProxy runs, with the servers it runs, from two stats requests (no request per backend): a
- * backend without servers is listed, empty.
+ * Past this many backends whose servers all went at runtime, one `stats/native?type=backend` tells which run
+ * rather than a request each.
+ */
+export const PROBE_MAX = 32;
+
+/**
+ * Every server HAProxy runs, by backend, from one stats request (`type=server`: no request per backend), and
+ * the backends of `files` (the files as read) that run with no server left: those whose file names servers
+ * but the stats none, each asked on its own (`runs`), or, past `PROBE_MAX`, all from one `type=backend`
+ * stats request. That request is not made on every read: its answer carries every stat of every backend
+ * (4 MB and ten seconds of the API's time at 5000 backends, more than the servers' own), and a backend with
+ * no server in its file reads the same whether it runs empty or not at all.
  */
 export async function readRunningServers(
   client: DataplaneClient,
   signal: AbortSignal,
   counter: Counter,
+  files: ReadonlyArray<{ name: string; servers: readonly unknown[] }>,
 ): Promise<Map<string, RunningServer[]>> {
-  counter.requests += 2;
-  const [backends, res] = await Promise.all([
-    client.GET('/services/haproxy/stats/native', { params: { query: { type: 'backend' } }, signal }),
-    client.GET('/services/haproxy/stats/native', { params: { query: { type: 'server' } }, signal }),
-  ]);
+  counter.requests++;
+  const res = await client.GET('/services/haproxy/stats/native', {
+    params: { query: { type: 'server' } },
+    signal,
+  });
   const out = new Map<string, RunningServer[]>();
-  for (const c of Array.isArray(backends.data) ? backends.data : [backends.data])
-    for (const b of c?.stats ?? []) if (b.type === 'backend' && b.name) out.set(b.name, []);
   const collections = Array.isArray(res.data) ? res.data : [res.data];
   for (const c of collections)
     for (const s of c?.stats ?? []) {
@@ -39,7 +48,50 @@ export async function readRunningServers(
       list.push({ name: s.name, ...endpoint, maint: /^MAINT/i.test(s.stats?.status ?? '') });
       out.set(s.backend_name, list);
     }
+  const unsure = files.filter((b) => b.servers.length > 0 && !out.has(b.name)).map((b) => b.name);
+  if (unsure.length > PROBE_MAX) {
+    counter.requests++;
+    const backends = await client.GET('/services/haproxy/stats/native', {
+      params: { query: { type: 'backend' } },
+      signal,
+    });
+    const runs = new Set<string>();
+    for (const c of Array.isArray(backends.data) ? backends.data : [backends.data])
+      for (const b of c?.stats ?? []) if (b.type === 'backend' && b.name) runs.add(b.name);
+    for (const name of unsure) if (runs.has(name)) out.set(name, []);
+    return out;
+  }
+  for (let i = 0; i < unsure.length; i += 4) {
+    const names = unsure.slice(i, i + 4);
+    const runs = await Promise.all(names.map((name) => runsBackend(client, name, signal, counter)));
+    names.forEach((name, j) => {
+      if (runs[j] && !out.has(name)) out.set(name, []);
+    });
+  }
   return out;
+}
+
+/**
+ * Whether HAProxy runs backend `name`: an unknown backend is answered `no data for <name>: not found` (404 on
+ * v3.4, 500 on v3.0.23); an empty one `[]`.
+ */
+export async function runsBackend(
+  client: DataplaneClient,
+  name: string,
+  signal: AbortSignal,
+  counter: Counter,
+): Promise<boolean> {
+  counter.requests++;
+  try {
+    await client.GET('/services/haproxy/runtime/backends/{parent_name}/servers', {
+      params: { path: { parent_name: name } },
+      signal,
+    });
+    return true;
+  } catch (err) {
+    if (err instanceof DataplaneHttpError && /^no data for .*not found/.test(err.apiMessage)) return false;
+    throw err;
+  }
 }
 
 /** `1.2.3.4:80` or `[::1]:80`. */

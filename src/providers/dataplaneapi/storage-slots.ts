@@ -1,10 +1,11 @@
 import type { HaproxyState, RawState } from '../../haproxy/model.js';
 import { TerminalError } from '../../model/errors.js';
 import type { Reading } from '../../plan/reading.js';
-import { type DataplaneClient, DataplaneHttpError } from './client.js';
+import type { DataplaneClient } from './client.js';
 import { type Files, putBack } from './files.js';
 import type { Pending } from './persist.js';
 import type { Counter, Workers } from './reload.js';
+import { runsBackend } from './runtime-reads.js';
 import { byName, fileBackendNames, type SlotsFile } from './slots.js';
 
 /**
@@ -84,16 +85,6 @@ export class StorageSlots {
    */
   private async runs(name: string, signal: AbortSignal, counter: Counter): Promise<boolean | undefined> {
     if (this.workers.runtimeServers === false) return undefined;
-    counter.requests++;
-    try {
-      await this.client.GET('/services/haproxy/runtime/backends/{parent_name}/servers', {
-        params: { path: { parent_name: name } },
-        signal,
-      });
-      return true;
-    } catch (err) {
-      if (err instanceof DataplaneHttpError && /^no data for .*not found/.test(err.apiMessage)) return false;
-      throw err;
-    }
+    return runsBackend(this.client, name, signal, counter);
   }
 }
