@@ -111,7 +111,7 @@ for (const slots of ['config', 'storage'] as const)
           const first = await pass(h, provider, [alpha()], map);
           expect(first.result.ok, first.result.error).toBe(true);
           expect(await sniProbe(h.sniPort, 'alpha.example.com')).toEqual({ reached: 'alpha' });
-          const loads = h.tb.loadCount();
+          const loads = await h.tb.loads();
 
           const t0 = performance.now();
           const add = await pass(h, provider, [alpha(), beta()], map);
@@ -129,7 +129,7 @@ for (const slots of ['config', 'storage'] as const)
           const delMs = performance.now() - t1;
           expect(del.result.ok, del.result.error).toBe(true);
           expect(await sniProbe(h.sniPort, 'beta.example.com')).toEqual({ reached: 'console' });
-          expect(h.tb.loadCount()).toBe(loads);
+          expect(await h.tb.loads()).toBe(loads);
 
           // Written to the file within about a second, still without a reload.
           await waitFor(
@@ -140,7 +140,7 @@ for (const slots of ['config', 'storage'] as const)
           ).catch(async (err) => {
             throw new Error(`${err}: ${(await slotServersInFile()).join()}`);
           });
-          expect(h.tb.loadCount()).toBe(loads);
+          expect(await h.tb.loads()).toBe(loads);
           const stored = await h.tb.api.get(`/services/haproxy/runtime/maps/${STORED}/entries`);
           expect(
             (stored.data as Array<{ key: string; value: string }>).map(
@@ -183,7 +183,7 @@ for (const slots of ['config', 'storage'] as const)
           });
           await new Promise<void>((resolve) => stream.once('data', () => resolve()));
           const closed = new Promise<void>((resolve) => stream.once('close', () => resolve()));
-          const loads = h.tb.loadCount();
+          const loads = await h.tb.loads();
           // The route closes at once; HAProxy refuses to delete a server with a connection and the API has no
           // `shutdown sessions`: the server drains in maintenance, and the pass does not fail for it.
           const del = await pass(h, provider, [alpha()], map);
@@ -203,7 +203,7 @@ for (const slots of ['config', 'storage'] as const)
             { everyMs: 100 },
           );
           expect((await pass(h, mapProvider(), [alpha()], map)).changed).toBe(false);
-          expect(h.tb.loadCount()).toBe(loads);
+          expect(await h.tb.loads()).toBe(loads);
         } finally {
           held.close();
         }
@@ -227,7 +227,7 @@ for (const slots of ['config', 'storage'] as const)
             });
             stream.on('error', () => {});
             await new Promise<void>((resolve) => stream.once('data', () => resolve()));
-            const loads = h.tb.loadCount();
+            const loads = await h.tb.loads();
             // The server carries a stream: deleting it at runtime would be refused, so its address moves in place.
             const move = await pass(
               h,
@@ -238,7 +238,7 @@ for (const slots of ['config', 'storage'] as const)
             expect(move.result.ok, move.result.error).toBe(true);
             expect(await sniProbe(h.sniPort, 'watch.example.com')).toEqual({ reached: 'gamma' });
             expect(stream.destroyed).toBe(false);
-            expect(h.tb.loadCount()).toBe(loads);
+            expect(await h.tb.loads()).toBe(loads);
             stream.destroy();
           } finally {
             held.close();
@@ -253,7 +253,7 @@ for (const slots of ['config', 'storage'] as const)
           const slow = mapProvider({ persistDelayMs: 60_000 });
           expect((await pass(h, slow, [alpha(), beta()], map)).result.ok).toBe(true);
           const before = await slow.revision(AbortSignal.timeout(5_000));
-          const loads = h.tb.loadCount();
+          const loads = await h.tb.loads();
           await h.tb.masterCli('reload');
           await waitFor(() => h.tb.loadCount() > loads, 10_000, 'the reload', { everyMs: 25 });
           // Neither beta's server nor its map entry had reached the files: the new worker has neither.
@@ -269,7 +269,7 @@ for (const slots of ['config', 'storage'] as const)
           expect(repair.result.ok, repair.result.error).toBe(true);
           expect(repair.changed).toBe(true);
           expect(await sniProbe(h.sniPort, 'beta.example.com')).toEqual({ reached: 'beta' });
-          expect(h.tb.loadCount()).toBe(loads + 1);
+          expect(await h.tb.loads()).toBe(loads + 1);
           console.log(
             `[${versionUnderTest()} ${h.tb.version}] repair pass after a reload ${repairMs.toFixed(0)} ms`,
           );
@@ -282,7 +282,7 @@ for (const slots of ['config', 'storage'] as const)
           expect((await pass(h, provider, [alpha()], map)).result.ok).toBe(true);
           // A provider that would persist only after a minute stands for one killed before it did.
           const doomed = mapProvider({ persistDelayMs: 60_000 });
-          const loads = h.tb.loadCount();
+          const loads = await h.tb.loads();
           expect((await pass(h, doomed, [alpha(), beta()], map)).result.ok).toBe(true);
           expect(await sniProbe(h.sniPort, 'beta.example.com')).toEqual({ reached: 'beta' });
           expect(await slotServersInFile()).toHaveLength(1);
@@ -295,7 +295,7 @@ for (const slots of ['config', 'storage'] as const)
             5_000,
             'both servers in the file',
           );
-          expect(h.tb.loadCount()).toBe(loads);
+          expect(await h.tb.loads()).toBe(loads);
         },
       );
 
@@ -303,7 +303,7 @@ for (const slots of ['config', 'storage'] as const)
         const roomy = { ...map, minSlots: 128 };
         expect((await pass(h, provider, [alpha()], roomy)).result.ok).toBe(true);
         await provider.persisted();
-        const loads = h.tb.loadCount();
+        const loads = await h.tb.loads();
         const host = (i: number) => `${'p'.repeat(48)}-${String(i).padStart(3, '0')}.example.com`;
         const many = Array.from({ length: 60 }, (_, i) => record(`p${i}`, host(i), h.beta.port));
         const add = await pass(h, provider, [alpha(), ...many], roomy);
@@ -312,7 +312,7 @@ for (const slots of ['config', 'storage'] as const)
         expect((entries.data as unknown[]).length).toBe(61);
         for (const i of [0, 29, 59]) expect(await sniProbe(h.sniPort, host(i))).toEqual({ reached: 'beta' });
         expect(await sniProbe(h.sniPort, 'alpha.example.com')).toEqual({ reached: 'alpha' });
-        expect(h.tb.loadCount()).toBe(loads);
+        expect(await h.tb.loads()).toBe(loads);
         expect((await pass(h, mapProvider(), [alpha(), ...many], roomy)).changed).toBe(false);
       });
 
@@ -320,7 +320,7 @@ for (const slots of ['config', 'storage'] as const)
         'on HAProxy 2.6 a new route is written and reloaded, and routable',
         async () => {
           expect((await pass(h, provider, [alpha()], map)).result.ok).toBe(true);
-          const loads = h.tb.loadCount();
+          const loads = await h.tb.loads();
           const add = await pass(h, provider, [alpha(), beta()], map);
           expect(add.result.ok, add.result.error).toBe(true);
           await waitFor(() => h.tb.loadCount() > loads, 10_000, 'the reload');
@@ -363,7 +363,7 @@ for (const slots of ['config', 'storage'] as const)
         ];
         const version = (await h.tb.api.get('/services/haproxy/configuration/version')).data as number;
         const text = `${(await rawConfig(h.tb)).trimEnd()}\n\n${lines.join('\n')}`;
-        const loads = h.tb.loadCount();
+        const loads = await h.tb.loads();
         const put = await h.tb.api.post(
           `/services/haproxy/configuration/raw?version=${version}&force_reload=true`,
           text,
@@ -377,7 +377,7 @@ for (const slots of ['config', 'storage'] as const)
       it('moves an install of per-route backends and rules to the map in one pass with one reload', async () => {
         await installRules([alpha(), beta()]);
         expect(await sniProbe(h.sniPort, 'alpha.example.com')).toEqual({ reached: 'alpha' });
-        const loads = h.tb.loadCount();
+        const loads = await h.tb.loads();
         const upgrade = await pass(h, mapProvider(), [alpha(), beta()], map);
         expect(upgrade.result.ok, upgrade.result.error).toBe(true);
         await waitFor(() => h.tb.loadCount() === loads + 1, 10_000, 'one reload');
@@ -388,7 +388,7 @@ for (const slots of ['config', 'storage'] as const)
         expect(text).not.toMatch(/use_backend \S+ if \{ req\.ssl_sni/);
         const converged = await pass(h, mapProvider(), [alpha(), beta()], map);
         expect(converged.changed).toBe(false);
-        expect(h.tb.loadCount()).toBe(loads + 1);
+        expect(await h.tb.loads()).toBe(loads + 1);
       });
       it.runIf(slots === 'storage')(
         'moves slot backends from the configuration to the slots file with one reload, every route kept',
@@ -399,7 +399,7 @@ for (const slots of ['config', 'storage'] as const)
           expect((await pass(h, before, [alpha(), beta()], map)).result.ok).toBe(true);
           await before.persisted();
           expect(await rawConfig(h.tb)).toMatch(/^backend \S+slot_00001/m);
-          const loads = h.tb.loadCount();
+          const loads = await h.tb.loads();
           const moved = await pass(h, provider, [alpha(), beta()], map);
           expect(moved.result.ok, moved.result.error).toBe(true);
           expect(moved.changed).toBe(false);
@@ -412,7 +412,7 @@ for (const slots of ['config', 'storage'] as const)
           expect(await sniProbe(h.sniPort, 'alpha.example.com')).toEqual({ reached: 'alpha' });
           expect(await sniProbe(h.sniPort, 'beta.example.com')).toEqual({ reached: 'beta' });
           expect((await pass(h, mapProvider(), [alpha(), beta()], map)).changed).toBe(false);
-          expect(h.tb.loadCount()).toBe(loads + 1);
+          expect(await h.tb.loads()).toBe(loads + 1);
         },
       );
 
@@ -425,7 +425,7 @@ for (const slots of ['config', 'storage'] as const)
           const roomy = { ...map, minSlots: 2 ** Math.ceil(Math.log2(count * 1.25)) };
           expect((await pass(h, provider, [alpha()], roomy)).result.ok).toBe(true);
           await provider.persisted();
-          const loads = h.tb.loadCount();
+          const loads = await h.tb.loads();
           const host = (i: number) => `burst-${String(i).padStart(3, '0')}.example.com`;
           const many = Array.from({ length: count }, (_, i) => record(`b${i}`, host(i), h.beta.port));
           const add = await pass(h, provider, [alpha(), ...many], roomy);
@@ -436,7 +436,7 @@ for (const slots of ['config', 'storage'] as const)
           expect(await sniProbe(h.sniPort, 'alpha.example.com')).toEqual({ reached: 'alpha' });
           expect(await slotServersInFile()).toHaveLength(count + 1);
           expect((await pass(h, mapProvider(), [alpha(), ...many], roomy)).changed).toBe(false);
-          expect(h.tb.loadCount()).toBe(loads + 1);
+          expect(await h.tb.loads()).toBe(loads + 1);
         },
       );
       it.runIf(slots === 'storage')(

@@ -134,14 +134,14 @@ describe.skipIf(!source)(`Data Plane API provider on HAProxy ${versionUnderTest(
       true,
     );
     expect(await sniProbe(h.sniPort, 'alpha.example.com')).toEqual({ reached: 'alpha' });
-    const loads = h.tb.loadCount();
+    const loads = await h.tb.loads();
     const reloads = (await h.tb.api.get('/services/haproxy/reloads')).data as unknown[];
     const report = await pass(h, provider, [record('alpha', 'alpha.example.com', h.beta.port)]);
     expect(report.result.ok, report.result.error).toBe(true);
     expect(await sniProbe(h.sniPort, 'alpha.example.com')).toEqual({ reached: 'beta' });
     // No "Loading success" in HAProxy's log, nothing new in the API's reload list.
     await sleep(1500);
-    expect(h.tb.loadCount()).toBe(loads);
+    expect(await h.tb.loads()).toBe(loads);
     expect(((await h.tb.api.get('/services/haproxy/reloads')).data as unknown[]).length).toBe(reloads.length);
   });
 
@@ -152,7 +152,7 @@ describe.skipIf(!source)(`Data Plane API provider on HAProxy ${versionUnderTest(
     await provider.persisted();
     for (const n of names)
       expect(await sniProbe(h.sniPort, `${n}.example.com`)).toEqual({ reached: 'alpha' });
-    const loads = h.tb.loadCount();
+    const loads = await h.tb.loads();
     const proxy = await startProxy(h.tb.url, () => 'forward');
     const writes = () =>
       proxy.seen.filter((r) => r.method !== 'GET').map((r) => `${r.method} ${r.path.split('?')[0]}`);
@@ -177,7 +177,7 @@ describe.skipIf(!source)(`Data Plane API provider on HAProxy ${versionUnderTest(
     }
     for (const n of names) expect(await sniProbe(h.sniPort, `${n}.example.com`)).toEqual({ reached: 'beta' });
     await sleep(1500);
-    expect(h.tb.loadCount()).toBe(loads);
+    expect(await h.tb.loads()).toBe(loads);
     // The files say so too: a provider that never wrote anything finds nothing to change, and HAProxy keeps
     // the moves when it next loads them.
     expect((await pass(h, h.provider(), at(h.beta.port))).changed).toBe(false);
@@ -193,7 +193,7 @@ describe.skipIf(!source)(`Data Plane API provider on HAProxy ${versionUnderTest(
 
   it('applies a first plan as one write of the configuration with one reload, maps beside it', async () => {
     const many = Array.from({ length: 12 }, (_, i) => record(`f${i}`, `f${i}.example.com`, h.gamma.port));
-    const loads = h.tb.loadCount();
+    const loads = await h.tb.loads();
     const proxy = await startProxy(h.tb.url, () => 'forward');
     try {
       const counted = h.provider({ url: proxy.url });
@@ -212,7 +212,7 @@ describe.skipIf(!source)(`Data Plane API provider on HAProxy ${versionUnderTest(
     } finally {
       await proxy.close();
     }
-    expect(h.tb.loadCount()).toBe(loads + 1);
+    expect(await h.tb.loads()).toBe(loads + 1);
     for (const c of many) expect(await sniProbe(h.sniPort, c.host)).toEqual({ reached: 'gamma' });
     expect((await pass(h, h.provider(), many)).changed).toBe(false);
   });

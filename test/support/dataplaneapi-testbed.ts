@@ -54,8 +54,14 @@ export interface DataplaneTestbed {
   dir: string;
   /** An authenticated client on `<url>/v3` that never throws on a status (for tests acting as another tool). */
   api: AxiosInstance;
-  /** HAProxy's successful (re)loads so far, from its own log. */
+  /** HAProxy's successful (re)loads so far, from its own log (which trails HAProxy: see `loads`). */
   loadCount(): number;
+  /**
+   * `loadCount` once the log shows every load the master counts now (the first, and each reload, done or
+   * failed): what to compare before and after a change that may reload. A count read from the log right after
+   * a reload may miss that reload's line, which then arrives later as one load too many.
+   */
+  loads(): Promise<number>;
   /** HAProxy's log lines so far. */
   haproxyLog(): string;
   dataplaneLog(): string;
@@ -302,6 +308,28 @@ export async function startDataplaneTestbed(
       dir,
       api,
       loadCount,
+      async loads() {
+        const proc = await unixSocketCommand(join(dir, 'master.sock'), 'show proc');
+        // The master's line: `<pid> master <reloads> [failed: <n>] <uptime> <version>`.
+        const master = /^\d+\s+master\s+(\d+)\s+\[failed:/m.exec(proc);
+        if (!master) throw new Error(`unexpected answer to show proc: ${proc.slice(0, 200)}`);
+        const attempts = 1 + Number(master[1]);
+        const logged = () => {
+          const log = logLines.join('');
+          return (
+            loadCount() +
+            log.split('Loading failure').length -
+            1 +
+            log.split('Failed to load worker').length -
+            1
+          );
+        };
+        await waitFor(logged, 10_000, `HAProxy's log to show ${attempts} loads or failures`, {
+          ok: (n) => n >= attempts,
+          everyMs: 25,
+        });
+        return loadCount();
+      },
       haproxyLog: () => logLines.join(''),
       dataplaneLog: () => readLog(dir, 'dataplaneapi.log'),
       masterCli: (command) => unixSocketCommand(join(dir, 'master.sock'), command),
