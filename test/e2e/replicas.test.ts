@@ -1,16 +1,11 @@
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { CoordinationV1Api, KubernetesObjectApi, loadAllYaml } from '@kubernetes/client-node';
+import type { CoordinationV1Api } from '@kubernetes/client-node';
 import { afterAll, beforeAll, beforeEach, describe, expect, it, onTestFailed } from 'vitest';
 import { fireLoop } from '../support/fire-loop.js';
 import { haproxyVersionUnderTest } from '../support/haproxy-testbed.js';
-import {
-  applyChartRbac,
-  applyClusterRouteCrd,
-  type KubeApiserver,
-  startKubeApiserver,
-} from '../support/kube-apiserver.js';
+import { type KubeApiserver, prepareForReplicas, startKubeApiserver } from '../support/kube-apiserver.js';
 import type { ServiceProcess } from '../support/service-process.js';
 import {
   getVersion,
@@ -93,14 +88,7 @@ describe(`end to end, three replicas with leader election, HAProxy ${haproxyVers
     // (HAProxy's SNI port taken by etcd made every reload fail once in CI).
     kube = await startKubeApiserver();
     e = await startE2eHaproxy();
-    const objects = kube.admin.makeApiClient(KubernetesObjectApi);
-    for (const manifest of loadAllYaml(`apiVersion: v1\nkind: Namespace\nmetadata: {name: ${NS}}\n`))
-      await objects.create(manifest);
-    await applyClusterRouteCrd(kube);
-    await applyChartRbac(kube);
-    leases = kube.admin.makeApiClient(CoordinationV1Api);
-    kubeconfig = join(e.stateDir, 'kubeconfig');
-    writeFileSync(kubeconfig, kube.adapter.exportConfig());
+    ({ kubeconfig, leases } = await prepareForReplicas(kube, NS, e.stateDir));
     for (const id of ['r0', 'r1', 'r2']) replicas.set(id, await start(id));
   }, 300_000);
   // What each replica logged says who led and why a pass failed.

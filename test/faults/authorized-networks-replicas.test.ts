@@ -1,16 +1,11 @@
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { CoordinationV1Api, KubernetesObjectApi, loadAllYaml } from '@kubernetes/client-node';
+import type { CoordinationV1Api } from '@kubernetes/client-node';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { fireLoop } from '../support/fire-loop.js';
 import { haproxyVersionUnderTest } from '../support/haproxy-testbed.js';
-import {
-  applyChartRbac,
-  applyClusterRouteCrd,
-  type KubeApiserver,
-  startKubeApiserver,
-} from '../support/kube-apiserver.js';
+import { type KubeApiserver, prepareForReplicas, startKubeApiserver } from '../support/kube-apiserver.js';
 import { type ServiceProcess, startServiceProcess } from '../support/service-process.js';
 import { type NamedTlsServer, sniProbe, startNamedTlsServer } from '../support/tls.js';
 import { waitFor } from '../support/wait.js';
@@ -65,14 +60,7 @@ describeFault(
       alpha = await startNamedTlsServer('alpha');
       kube = await startKubeApiserver();
       bed = await startFaultBed({ provider });
-      const objects = kube.admin.makeApiClient(KubernetesObjectApi);
-      for (const manifest of loadAllYaml(`apiVersion: v1\nkind: Namespace\nmetadata: {name: ${NS}}\n`))
-        await objects.create(manifest);
-      await applyClusterRouteCrd(kube);
-      await applyChartRbac(kube);
-      leases = kube.admin.makeApiClient(CoordinationV1Api);
-      kubeconfig = join(bed.stateDir, 'kubeconfig');
-      writeFileSync(kubeconfig, kube.adapter.exportConfig());
+      ({ kubeconfig, leases } = await prepareForReplicas(kube, NS, bed.stateDir));
       for (const id of ['r0', 'r1', 'r2']) {
         const dir = join(bed.stateDir, id);
         mkdirSync(dir, { recursive: true });

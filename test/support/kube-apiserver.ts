@@ -1,8 +1,14 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ApiextensionsV1Api, KubeConfig, KubernetesObjectApi } from '@kubernetes/client-node';
+import {
+  ApiextensionsV1Api,
+  CoordinationV1Api,
+  KubeConfig,
+  KubernetesObjectApi,
+  loadAllYaml,
+} from '@kubernetes/client-node';
 import { chartRbac, clusterRouteCrd } from './chart.js';
 import { waitFor } from './wait.js';
 
@@ -113,4 +119,23 @@ export async function applyClusterRouteCrd(kube: KubeApiserver): Promise<void> {
     30_000,
     'the ClusterRoute CRD to be Established',
   );
+}
+
+/**
+ * The API server as the chart leaves it for replicas led by a Lease: namespace `ns`, the ClusterRoute CRD and
+ * the chart's RBAC; the adapter's kubeconfig written to `<dir>/kubeconfig`. Gives that path and a Lease client.
+ */
+export async function prepareForReplicas(
+  kube: KubeApiserver,
+  ns: string,
+  dir: string,
+): Promise<{ kubeconfig: string; leases: CoordinationV1Api }> {
+  const objects = kube.admin.makeApiClient(KubernetesObjectApi);
+  for (const manifest of loadAllYaml(`apiVersion: v1\nkind: Namespace\nmetadata: {name: ${ns}}\n`))
+    await objects.create(manifest);
+  await applyClusterRouteCrd(kube);
+  await applyChartRbac(kube);
+  const kubeconfig = join(dir, 'kubeconfig');
+  writeFileSync(kubeconfig, kube.adapter.exportConfig());
+  return { kubeconfig, leases: kube.admin.makeApiClient(CoordinationV1Api) };
 }
