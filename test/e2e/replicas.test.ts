@@ -1,11 +1,15 @@
-import { mkdirSync } from 'node:fs';
-import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { CoordinationV1Api } from '@kubernetes/client-node';
 import { afterAll, beforeAll, beforeEach, describe, expect, it, onTestFailed } from 'vitest';
 import { fireLoop } from '../support/fire-loop.js';
 import { haproxyVersionUnderTest } from '../support/haproxy-testbed.js';
-import { type KubeApiserver, prepareForReplicas, startKubeApiserver } from '../support/kube-apiserver.js';
+import {
+  type KubeApiserver,
+  prepareForReplicas,
+  replicaSettings,
+  startKubeApiserver,
+  TEST_LEASE,
+} from '../support/kube-apiserver.js';
 import type { ServiceProcess } from '../support/service-process.js';
 import {
   getVersion,
@@ -21,7 +25,7 @@ import { type E2eHaproxy, startE2eHaproxy } from './fixture.js';
 // 200 changes: a standby leads, every acknowledged change ends in HAProxy (proven by SNI), and the replicas'
 // own logs show that no two applies ever overlapped. Authorized networks too: a list written to a standby is
 // enforced by the leader and held, for the listed source and against another, through a kill -9 of the leader.
-const LEASE = { duration: 3000, renew: 2000, retry: 250 };
+const LEASE = TEST_LEASE;
 const NS = 'kubebyon-system';
 
 interface Interval {
@@ -57,18 +61,9 @@ describe(`end to end, three replicas with leader election, HAProxy ${haproxyVers
   let leases: CoordinationV1Api;
 
   const start = (id: string) => {
-    const dir = join(e.stateDir, id);
-    mkdirSync(dir, { recursive: true });
     return e.startService({
       KUBEBYON_STATIC_NODE_ADDRESSES: '127.0.0.1',
-      KUBEBYON_STATE_FILE: join(dir, 'clusters.json'),
-      KUBEBYON_STATE_STORE: 'kubernetes',
-      KUBEBYON_KUBERNETES_NAMESPACE: NS,
-      KUBECONFIG: kubeconfig,
-      KUBEBYON_LEADER_ELECTION_ID: id,
-      KUBEBYON_LEASE_DURATION_MS: String(LEASE.duration),
-      KUBEBYON_LEASE_RENEW_DEADLINE_MS: String(LEASE.renew),
-      KUBEBYON_LEASE_RETRY_PERIOD_MS: String(LEASE.retry),
+      ...replicaSettings(id, e.stateDir, kubeconfig, NS),
     });
   };
   const holder = async () =>

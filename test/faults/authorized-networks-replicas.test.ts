@@ -1,11 +1,14 @@
-import { mkdirSync } from 'node:fs';
-import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { CoordinationV1Api } from '@kubernetes/client-node';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { fireLoop } from '../support/fire-loop.js';
 import { haproxyVersionUnderTest } from '../support/haproxy-testbed.js';
-import { type KubeApiserver, prepareForReplicas, startKubeApiserver } from '../support/kube-apiserver.js';
+import {
+  type KubeApiserver,
+  prepareForReplicas,
+  replicaSettings,
+  startKubeApiserver,
+} from '../support/kube-apiserver.js';
 import { type ServiceProcess, startServiceProcess } from '../support/service-process.js';
 import { type NamedTlsServer, sniProbe, startNamedTlsServer } from '../support/tls.js';
 import { waitFor } from '../support/wait.js';
@@ -13,7 +16,6 @@ import { describeFault, type FaultBed, faultProviderUnderTest, startFaultBed } f
 
 const provider = faultProviderUnderTest();
 const NS = 'kubebyon-system';
-const LEASE = { duration: 3000, renew: 2000, retry: 250 };
 const HOST = 'api.listed.example.com';
 /** The listed source, and one no list holds (127/8 is loopback on Linux). */
 const INSIDE = '127.0.0.1';
@@ -62,17 +64,8 @@ describeFault(
       bed = await startFaultBed({ provider });
       ({ kubeconfig, leases } = await prepareForReplicas(kube, NS, bed.stateDir));
       for (const id of ['r0', 'r1', 'r2']) {
-        const dir = join(bed.stateDir, id);
-        mkdirSync(dir, { recursive: true });
         const env = bed.env({
-          KUBEBYON_STATE_FILE: join(dir, 'clusters.json'),
-          KUBEBYON_STATE_STORE: 'kubernetes',
-          KUBEBYON_KUBERNETES_NAMESPACE: NS,
-          KUBECONFIG: kubeconfig,
-          KUBEBYON_LEADER_ELECTION_ID: id,
-          KUBEBYON_LEASE_DURATION_MS: String(LEASE.duration),
-          KUBEBYON_LEASE_RENEW_DEADLINE_MS: String(LEASE.renew),
-          KUBEBYON_LEASE_RETRY_PERIOD_MS: String(LEASE.retry),
+          ...replicaSettings(id, bed.stateDir, kubeconfig, NS),
           // Tight loops from one source: the per-source rate limit would refuse them for another reason.
           KUBEBYON_HAPROXY_MAX_CONN_RATE_PER_SOURCE: '0',
         });

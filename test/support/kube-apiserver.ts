@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
@@ -138,4 +138,31 @@ export async function prepareForReplicas(
   const kubeconfig = join(dir, 'kubeconfig');
   writeFileSync(kubeconfig, kube.adapter.exportConfig());
   return { kubeconfig, leases: kube.admin.makeApiClient(CoordinationV1Api) };
+}
+
+/** Lease timings short enough for a test to see a takeover in seconds. */
+export const TEST_LEASE = { duration: 3000, renew: 2000, retry: 250 };
+
+/**
+ * The settings of replica `id` led by a Lease, its desired state in the API server's namespace `ns`: its own
+ * state folder under `stateDir` (made here), and `TEST_LEASE`'s timings.
+ */
+export function replicaSettings(
+  id: string,
+  stateDir: string,
+  kubeconfig: string,
+  ns: string,
+): Record<string, string> {
+  const dir = join(stateDir, id);
+  mkdirSync(dir, { recursive: true });
+  return {
+    KUBEBYON_STATE_FILE: join(dir, 'clusters.json'),
+    KUBEBYON_STATE_STORE: 'kubernetes',
+    KUBEBYON_KUBERNETES_NAMESPACE: ns,
+    KUBECONFIG: kubeconfig,
+    KUBEBYON_LEADER_ELECTION_ID: id,
+    KUBEBYON_LEASE_DURATION_MS: String(TEST_LEASE.duration),
+    KUBEBYON_LEASE_RENEW_DEADLINE_MS: String(TEST_LEASE.renew),
+    KUBEBYON_LEASE_RETRY_PERIOD_MS: String(TEST_LEASE.retry),
+  };
 }
