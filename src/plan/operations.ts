@@ -52,6 +52,13 @@ export type Operation =
       removed: SwitchingRule[];
     };
 
+/** An operation on an allow map (authorized networks): what a list change is made of. */
+export type AllowOperation = Extract<Operation, { kind: 'add_allow_entry' | 'delete_allow_entry' }>;
+
+export function isAllowOperation<T extends { kind: string }>(op: T): op is Extract<T, AllowOperation> {
+  return op.kind === 'add_allow_entry' || op.kind === 'delete_allow_entry';
+}
+
 export type ConflictKind = 'frontend_not_owned' | 'default_backend_missing';
 
 /** Something the desired state asks for that would mean touching an object the service does not own. */

@@ -3,6 +3,7 @@ import { AllowFileText } from '../../haproxy/allow-file.js';
 import type { HaproxyState } from '../../haproxy/model.js';
 import { ConcurrentChangeError, errorText, TerminalError } from '../../model/errors.js';
 import { allowMapNameFor, sniMapNameFor } from '../../naming/names.js';
+import { isAllowOperation } from '../../plan/operations.js';
 import type { Plan } from '../../plan/plan.js';
 import type { Reading } from '../../plan/reading.js';
 import { systemClock } from '../../timing/clock.js';
@@ -361,7 +362,7 @@ export class DataplaneProvider implements Provider {
       }
       // A list change is in the files before it is acknowledged: a reload by anyone right after (the
       // service up or killed) must not bring back a list that was narrowed.
-      const lists = path.steps.filter(isAllowOp);
+      const lists = path.steps.filter(isAllowOperation);
       if (lists.length > 0 && lists.length === path.steps.length && !this.persistence.isPending) {
         // Only lists changed, and the files hold every route: the allow maps alone are written.
         await this.persistLists(change, lists, signal, counter);
@@ -457,11 +458,4 @@ export class DataplaneProvider implements Provider {
   private translate(err: unknown): unknown {
     return translate(err, this.client.url, (why) => this.workers.distrust(why));
   }
-}
-
-/** An operation on an allow map (a list change). */
-function isAllowOp<T extends { kind: string }>(
-  o: T,
-): o is Extract<T, { kind: 'add_allow_entry' | 'delete_allow_entry' }> {
-  return o.kind === 'add_allow_entry' || o.kind === 'delete_allow_entry';
 }

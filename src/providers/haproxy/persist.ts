@@ -3,6 +3,7 @@ import { setImmediate } from 'node:timers/promises';
 import type { AllowFileText } from '../../haproxy/allow-file.js';
 import type { RawMap, RawState } from '../../haproxy/model.js';
 import { errorText } from '../../model/errors.js';
+import { isAllowOperation } from '../../plan/operations.js';
 import type { Plan } from '../../plan/plan.js';
 import { writeFileAtomic } from '../../store/atomic-file.js';
 import { ALLOW_HEADER, mapPath, mapsOf, renderMapFile } from './map-file.js';
@@ -79,8 +80,7 @@ export async function writeAllowMaps(
 ): Promise<void> {
   const byMap = new Map<string, string[]>();
   for (const op of plan.operations)
-    if (op.kind === 'add_allow_entry' || op.kind === 'delete_allow_entry')
-      byMap.set(op.map, [...(byMap.get(op.map) ?? []), op.key]);
+    if (isAllowOperation(op)) byMap.set(op.map, [...(byMap.get(op.map) ?? []), op.key]);
   for (const [name, keys] of byMap) {
     const entries = to.maps?.find((m) => m.name === name)?.entries ?? new Map<string, string>();
     const before = from.maps?.find((m) => m.name === name)?.entries;

@@ -6,6 +6,7 @@ import { parseShowTable } from '../../haproxy/edge.js';
 import type { RawState, Tagger } from '../../haproxy/model.js';
 import { ConcurrentChangeError, errorText, TerminalError } from '../../model/errors.js';
 import { isHaproxyName } from '../../naming/names.js';
+import { isAllowOperation } from '../../plan/operations.js';
 import type { Plan } from '../../plan/plan.js';
 import { removeTemporaries } from '../../store/atomic-file.js';
 import { type Clock, systemClock } from '../../timing/clock.js';
@@ -192,7 +193,7 @@ export class StockHaproxyProvider implements Provider {
         this.latest = { ...reading, raw: target };
         // A list change is in the files before it is acknowledged: a reload while no service runs (killed
         // right after) must not bring back a list that was narrowed. Routes batch.
-        const lists = plan.operations.filter(isAllowOp).length;
+        const lists = plan.operations.filter(isAllowOperation).length;
         if (lists > 0 && lists === plan.operations.length && !this.persistence.pending) {
           // Only lists changed, and the files hold every route: the allow maps alone are written.
           await this.io;
@@ -357,9 +358,4 @@ export class StockHaproxyProvider implements Provider {
       throw err;
     }
   }
-}
-
-/** An operation on an allow map (a list change). */
-function isAllowOp(o: Plan['operations'][number]): boolean {
-  return o.kind === 'add_allow_entry' || o.kind === 'delete_allow_entry';
 }
