@@ -1,38 +1,20 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import pino from 'pino';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { main } from '../../src/cli/main.js';
+import { describe, expect, it } from 'vitest';
 import { NETWORKS_CELL_WIDTH, networksCell } from '../../src/cli/output.js';
-import type { CliDeps } from '../../src/cli/pass.js';
 import { MemoryProvider } from '../../src/providers/memory/memory-provider.js';
+import { cliHarness } from '../support/cli-harness.js';
 import { startWebhookApp, TEST_SECRET } from '../support/webhook-app.js';
 
 // Authorized networks as the command line shows them: a NETWORKS column in status (only when some cluster has
 // a list), every list in full in plan, apply and render, all of them in --json.
 
-let dir: string;
-beforeEach(() => {
-  dir = mkdtempSync(join(tmpdir(), 'kubebyon-cli-networks-'));
-});
-afterEach(() => {
-  rmSync(dir, { recursive: true, force: true });
-});
-
-async function run(args: string[], env: NodeJS.ProcessEnv = {}, deps: CliDeps = {}) {
-  const out: string[] = [];
-  const err: string[] = [];
-  const io = { out: (l: string) => out.push(l), err: (l: string) => err.push(l) };
-  const code = await main(args, env, io, { logger: pino({ level: 'silent' }), ...deps });
-  return { code, out, err: err.join('\n') };
-}
-
-function file(name: string, content: unknown): string {
-  const path = join(dir, name);
-  writeFileSync(path, JSON.stringify(content));
-  return path;
-}
+const cli = cliHarness('kubebyon-cli-networks-');
+const { file } = cli;
+/** Here stdout is looked at line by line. */
+const run = async (...args: Parameters<typeof cli.run>) => {
+  const r = await cli.run(...args);
+  return { ...r, out: r.lines };
+};
 
 const cluster = (name: string, host: string, nodePort: number, networks?: string[]) => ({
   name,
@@ -44,7 +26,7 @@ const cluster = (name: string, host: string, nodePort: number, networks?: string
 
 const passEnv = () => ({
   KUBEBYON_PROVIDER: 'haproxy',
-  KUBEBYON_STATE_FILE: join(dir, 'state', 'clusters.json'),
+  KUBEBYON_STATE_FILE: join(cli.dir, 'state', 'clusters.json'),
   KUBEBYON_STATIC_NODE_ADDRESSES: '127.0.0.1',
   KUBEBYON_RECONCILE_RETRIES: '0',
 });

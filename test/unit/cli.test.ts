@@ -1,38 +1,17 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import pino from 'pino';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { EXIT_USAGE, main } from '../../src/cli/main.js';
-import type { CliDeps } from '../../src/cli/pass.js';
+import { describe, expect, it } from 'vitest';
+import { EXIT_USAGE } from '../../src/cli/main.js';
 import { MemoryProvider } from '../../src/providers/memory/memory-provider.js';
 import { ClusterStore } from '../../src/store/cluster-store.js';
+import { cliHarness } from '../support/cli-harness.js';
 import { routedHosts } from '../support/owner.js';
 
 // The command line as a user meets it: exit codes, what goes to stdout and stderr, and that a refused input
 // changes nothing. HAProxy is the strict in-memory provider; the built CLI is run in test/e2e.
 
-let dir: string;
-beforeEach(() => {
-  dir = mkdtempSync(join(tmpdir(), 'kubebyon-cli-'));
-});
-afterEach(() => {
-  rmSync(dir, { recursive: true, force: true });
-});
-
-async function run(args: string[], env: NodeJS.ProcessEnv = {}, deps: CliDeps = {}) {
-  const out: string[] = [];
-  const err: string[] = [];
-  const io = { out: (l: string) => out.push(l), err: (l: string) => err.push(l) };
-  const code = await main(args, env, io, { logger: pino({ level: 'silent' }), ...deps });
-  return { code, out: out.join('\n'), err: err.join('\n') };
-}
-
-function file(name: string, content: unknown): string {
-  const path = join(dir, name);
-  writeFileSync(path, typeof content === 'string' ? content : JSON.stringify(content));
-  return path;
-}
+const cli = cliHarness('kubebyon-cli-');
+const { file } = cli;
+const run = cli.run;
 
 const cluster = (name: string, host: string, nodePort: number) => ({
   name,
@@ -44,7 +23,7 @@ const cluster = (name: string, host: string, nodePort: number) => ({
 // The stock provider's variables need no secret; the provider itself is replaced by the memory provider.
 const passEnv = () => ({
   KUBEBYON_PROVIDER: 'haproxy',
-  KUBEBYON_STATE_FILE: join(dir, 'state', 'clusters.json'),
+  KUBEBYON_STATE_FILE: join(cli.dir, 'state', 'clusters.json'),
   KUBEBYON_STATIC_NODE_ADDRESSES: '127.0.0.1,127.0.0.2',
   KUBEBYON_RECONCILE_RETRIES: '0',
 });
@@ -144,7 +123,7 @@ describe('command line: render', () => {
   });
 
   it('exits 1 for a missing file, a file that is not JSON and one of the wrong shape', async () => {
-    expect((await run(['render', join(dir, 'absent.json')])).err).toMatch(/cannot read/);
+    expect((await run(['render', join(cli.dir, 'absent.json')])).err).toMatch(/cannot read/);
     const notJson = await run(['render', file('bad.json', '{"clusters": [')]);
     expect(notJson.code).toBe(1);
     expect(notJson.err).toMatch(/not JSON/);
@@ -345,7 +324,7 @@ describe('command line: plan and apply', () => {
     expect(r.code).toBe(1);
     expect(r.err).toMatch(/KUBEBYON_HAPROXY_MASTER_SOCKET: must be an absolute path/);
     expect(r.err).not.toMatch(/WEBHOOK/);
-    const dataplane = await run(['apply', clusters], { KUBEBYON_STATE_FILE: join(dir, 'x.json') });
+    const dataplane = await run(['apply', clusters], { KUBEBYON_STATE_FILE: join(cli.dir, 'x.json') });
     expect(dataplane.code).toBe(1);
     expect(dataplane.err).toMatch(/KUBEBYON_DATAPLANE_PASSWORD: required/);
   });
