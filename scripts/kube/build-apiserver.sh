@@ -52,11 +52,9 @@ for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
 done
 recipe="CGO_ENABLED=0 go build -trimpath -mod=readonly -ldflags '$ldflags'"
 
-stamp=$({
-  cat go.mod go.sum
-  go env GOVERSION GOOS GOARCH
-  echo "$recipe"
-} | sha256sum | cut -d' ' -f1)
+# shellcheck source=lib/go-stamp.sh
+. "$here/lib/go-stamp.sh"
+stamp=$(go_stamp "$recipe")
 
 for name in "${binaries[@]}"; do
   case "$name" in
@@ -65,8 +63,7 @@ for name in "${binaries[@]}"; do
   esac
   out="$bin/$name"
   stampfile="$bin/.$name.stamp"
-  if [ "${KUBEBYON_KUBE_FORCE:-0}" != 1 ] && [ -x "$out" ] && [ -f "$stampfile" ] \
-    && [ "$(cat "$stampfile")" = "$stamp" ]; then
+  if go_stamp_current "$out" "$stampfile" "$stamp"; then
     log "$name $kube_version is up to date ($out)"
     echo "$out"
     continue

@@ -46,16 +46,13 @@ for pkg in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
 done
 recipe="CGO_ENABLED=0 go build -p 1 -trimpath -mod=readonly -ldflags '$ldflags'"
 
-stamp=$({
-  cat go.mod go.sum
-  go env GOVERSION GOOS GOARCH
-  echo "$recipe"
-} | sha256sum | cut -d' ' -f1)
+# shellcheck source=lib/go-stamp.sh
+. "$here/lib/go-stamp.sh"
+stamp=$(go_stamp "$recipe")
 
 out="$bin/helm"
 stampfile="$bin/.helm.stamp"
-if [ "${KUBEBYON_KUBE_FORCE:-0}" != 1 ] && [ -x "$out" ] && [ -f "$stampfile" ] \
-  && [ "$(cat "$stampfile")" = "$stamp" ]; then
+if go_stamp_current "$out" "$stampfile" "$stamp"; then
   log "helm $helm_version is up to date ($out)"
   echo "$out"
   exit 0
