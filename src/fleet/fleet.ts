@@ -44,6 +44,7 @@ const STARTING = 'starting: its HAProxy has not been reached yet';
  * Every HAProxy instance, each read, planned and applied by its own `Reconciler` (a lane), so that a slow or
  * dead instance holds no other back. Lanes exist only while this replica leads (always, without leader
  * election); a replica that does not lead answers from what the leader published in the shared store.
+ * (Just over 300 lines: the `Loop` contract's one class, leading and following side by side.)
  */
 export class Fleet<T extends InstanceTarget = InstanceTarget> implements Loop {
   private targets: T[] = [];

@@ -1,4 +1,4 @@
-import { ALLOW_VALUE, isAllowKey } from './edge.js';
+import { ALLOW_VALUE, isAllowKey } from './allow-keys.js';
 
 /**
  * The allow map's file text (authorized networks, `edge.ts`), kept per slot so that a list change renders

@@ -1,5 +1,3 @@
-import { formatAddress, parseNetwork } from '../routes/networks.js';
-
 /**
  * What the SNI frontend does to a connection before it reaches a slot: the public :443's guard. Both
  * providers write the same lines (`edgeLines`) and read them back (`readEdge`). Pure.
@@ -50,29 +48,6 @@ const LENGTHS: ReadonlyArray<{ v4: number; v6: number }> = [
   ...Array.from({ length: 33 }, (_, i) => ({ v4: 32 - i, v6: 32 - i })),
   ...Array.from({ length: 96 }, (_, i) => ({ v4: 32, v6: 128 - i })),
 ];
-
-/** The allow-map keys that let `networks` reach `slot`: its flag and one key per network. */
-export function allowKeys(slot: string, networks: readonly string[], dualStack: boolean): string[] {
-  if (networks.length === 0) return [];
-  const keys = new Set([slot]);
-  for (const text of networks) {
-    keys.add(`${text}|${slot}`);
-    const parsed = parseNetwork(text);
-    if (!parsed.ok) continue;
-    const n = parsed.network;
-    // An IPv6 socket that also takes IPv4 sees an IPv4 client as ::ffff:a.b.c.d: the same network, mapped.
-    if (dualStack && n.family === 4)
-      keys.add(`${formatAddress(6, (0xffffn << 32n) | n.bits)}/${96 + n.prefix}|${slot}`);
-    // A source in ::/96 is looked up by its exact address alone (`kb_v6compat`): ::1 gets a key of its own
-    // when a wider IPv6 network holds it.
-    const host = BigInt(128 - n.prefix);
-    if (n.family === 6 && n.prefix < 128 && n.bits >> host === LOOPBACK6 >> host) keys.add(`::1/128|${slot}`);
-  }
-  return [...keys];
-}
-
-/** ::1, the IPv6 loopback. */
-const LOOPBACK6 = 1n;
 
 /** A bind that takes IPv4 clients on an IPv6 socket (`[::]:443`, `[2001:db8::1]:443` too). */
 export function isDualStack(address: string): boolean {
@@ -282,47 +257,6 @@ export function edgeText(edge: Edge | null | undefined): string {
     `refusals=${edge.refusals}`,
   ].join(',');
 }
-
-const NAME = /^[A-Za-z0-9_.:-]{1,127}$/;
-const V4_NET = /^(?:(?:0|[1-9][0-9]{0,2})\.){3}(?:0|[1-9][0-9]{0,2})\/(?:0|[1-9][0-9]?)$/;
-const V6_NET = /^[0-9a-f:.]{2,45}\/(?:0|[1-9][0-9]{0,2})$/;
-
-/**
- * Whether `key` is one `allowKeys` writes: a slot's name (its flag), or `<network>|<slot>` with the network
- * in canonical text (IPv4, IPv6, or IPv4 as mapped IPv6). Checked before a key reaches a file or a command.
- */
-export function isAllowKey(key: string): boolean {
-  if (ALLOW_KEYS_SEEN.has(key)) return true;
-  const ok = checkAllowKey(key);
-  if (ok) {
-    // A key once checked stays valid (a string cannot change): 85 000 keys are checked again on every write
-    // of the allow map, at about 5 µs each (bench/networks.ts, N = 5000 × 16). Bounded: cleared past a million.
-    if (ALLOW_KEYS_SEEN.size >= ALLOW_KEYS_SEEN_MAX) ALLOW_KEYS_SEEN.clear();
-    ALLOW_KEYS_SEEN.add(key);
-  }
-  return ok;
-}
-
-const ALLOW_KEYS_SEEN = new Set<string>();
-const ALLOW_KEYS_SEEN_MAX = 1_000_000;
-
-function checkAllowKey(key: string): boolean {
-  const bar = key.indexOf('|');
-  if (bar < 0) return NAME.test(key);
-  const net = key.slice(0, bar);
-  const slot = key.slice(bar + 1);
-  if (!NAME.test(slot) || !(V4_NET.test(net) || V6_NET.test(net))) return false;
-  const parsed = parseNetwork(net);
-  if (parsed.ok)
-    return `${formatAddress(parsed.network.family, parsed.network.bits)}/${parsed.network.prefix}` === net;
-  // The mapped twin of an IPv4 network (`::ffff:a.b.c.d/96+L`), which the webhook itself refuses.
-  const m = /^::ffff:((?:[0-9]{1,3}\.){3}[0-9]{1,3})\/([0-9]{1,3})$/.exec(net);
-  const v4 = m ? parseNetwork(`${m[1]}/${Number(m[2]) - 96}`) : undefined;
-  return v4?.ok === true && v4.network.family === 4 && `::ffff:${m?.[1]}/${m?.[2]}` === net;
-}
-
-/** The value of every allow-map key. */
-export const ALLOW_VALUE = '1';
 
 /**
  * The entries of the refusals table as HAProxy's `show table <name>` lists them (`0x...: key=<slot> use=0

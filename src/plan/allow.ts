@@ -1,4 +1,4 @@
-import { allowKeys } from '../haproxy/edge.js';
+import { allowKeys } from '../haproxy/allow-keys.js';
 import type { DesiredRoute } from '../haproxy/model.js';
 import type { Operation } from './operations.js';
 

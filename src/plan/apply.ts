@@ -1,5 +1,5 @@
+import { ALLOW_VALUE } from '../haproxy/allow-keys.js';
 import { CowMap } from '../haproxy/cow-map.js';
-import { ALLOW_VALUE } from '../haproxy/edge.js';
 import type {
   BackendState,
   FrontendState,

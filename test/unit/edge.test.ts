@@ -1,13 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import {
-  allowKeys,
-  type Edge,
-  edgeLines,
-  isAllowKey,
-  parseShowTable,
-  readEdge,
-} from '../../src/haproxy/edge.js';
+import { allowKeys, isAllowKey } from '../../src/haproxy/allow-keys.js';
+import { type Edge, edgeLines, parseShowTable, readEdge } from '../../src/haproxy/edge.js';
 import { PROPERTY_TIMEOUT_MS } from '../support/property.js';
 
 const FILES = { sniMap: '/etc/haproxy/o.sni.map', allowMap: '/etc/haproxy/o.allow.map' };

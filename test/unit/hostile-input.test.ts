@@ -1,7 +1,7 @@
 import { join } from 'node:path';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { isAllowKey } from '../../src/haproxy/edge.js';
+import { isAllowKey } from '../../src/haproxy/allow-keys.js';
 import type { Plan } from '../../src/plan/plan.js';
 import { renderOwnedFile } from '../../src/providers/haproxy/owned-file.js';
 import { MemoryProvider } from '../../src/providers/memory/memory-provider.js';

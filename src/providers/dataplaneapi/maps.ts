@@ -1,4 +1,4 @@
-import { ALLOW_VALUE, isAllowKey } from '../../haproxy/edge.js';
+import { ALLOW_VALUE, isAllowKey } from '../../haproxy/allow-keys.js';
 import { checkedHost, checkedName } from './checked.js';
 import { type DataplaneClient, DataplaneHttpError } from './client.js';
 import { storageName } from './map-names.js';

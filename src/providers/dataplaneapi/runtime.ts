@@ -1,4 +1,4 @@
-import { ALLOW_VALUE, isAllowKey } from '../../haproxy/edge.js';
+import { ALLOW_VALUE, isAllowKey } from '../../haproxy/allow-keys.js';
 import type { RuntimeOp } from '../runtime-steps.js';
 import { checkedHost, checkedName, checkedPort, checkedServerAddress } from './checked.js';
 import type { DataplaneClient } from './client.js';

@@ -1,5 +1,5 @@
 import { basename, dirname, isAbsolute, join } from 'node:path';
-import { ALLOW_VALUE, isAllowKey } from '../../haproxy/edge.js';
+import { ALLOW_VALUE, isAllowKey } from '../../haproxy/allow-keys.js';
 import { isHaproxyName } from '../../naming/names.js';
 import { RuntimeAnswerError } from './runtime-text.js';
 import { HOST, UnsafeValueError } from './safe-values.js';

@@ -1,4 +1,4 @@
-import { ALLOW_VALUE, isAllowKey } from '../../haproxy/edge.js';
+import { ALLOW_VALUE, isAllowKey } from '../../haproxy/allow-keys.js';
 import { errorText } from '../../model/errors.js';
 import { isHaproxyName } from '../../naming/names.js';
 import type { Operation } from '../../plan/plan.js';
