@@ -20,7 +20,7 @@ import type { Provider, ProviderTraffic } from '../../src/providers/provider.js'
 import { OwnedProvider } from '../../src/registry/owned-provider.js';
 import { resolveRoutes } from '../../src/routes/route.js';
 import { DPAPI_USER } from '../../test/support/dataplaneapi-testbed.js';
-import { legacyBackendName } from '../../test/support/legacy-stock-file.js';
+import { legacyBackendName } from '../../test/support/legacy-rules.js';
 import { ownerTags, registry } from '../../test/support/owner.js';
 import { waitFor } from '../../test/support/wait.js';
 import { type Counts, zeroCounts } from './counting-proxy.js';

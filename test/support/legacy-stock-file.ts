@@ -1,7 +1,7 @@
-import { createHash } from 'node:crypto';
 import type { Bind, RawBackend, RawState, Tagger } from '../../src/haproxy/model.js';
 import { defaultsNameFor, renderOwnedFile } from '../../src/providers/haproxy/owned-file.js';
 import { compareStrings } from '../../src/routes/route.js';
+import { legacyBackendName } from './legacy-rules.js';
 
 /**
  * The owned file the stock-HAProxy provider of the releases before map routing wrote with
@@ -13,16 +13,6 @@ import { compareStrings } from '../../src/routes/route.js';
  * HAProxy running only the operator's proxies) wrote for `LEGACY_FIXTURE_ROUTES`, which
  * test/integration/stock-map-routing.test.ts compares this with.
  */
-
-/** The backend name the old releases gave a cluster (`backendNameFor`, gone with rules routing). */
-export function legacyBackendName(cluster: string, prefix = 'kubebyon_'): string {
-  const slug = cluster
-    .toLowerCase()
-    .replace(/[^a-z0-9]/g, '-')
-    .slice(0, 32);
-  const hash = createHash('sha256').update(cluster, 'utf8').digest('hex').slice(0, 12);
-  return `${prefix}${slug}_${hash}`;
-}
 
 export interface LegacyRoute {
   cluster: string;
