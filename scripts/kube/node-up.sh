@@ -224,18 +224,13 @@ launch() {
   echo $! >"$D/pids/$name.pid"
   node_log "started $name (pid $!)"
 }
+# shellcheck source=lib/wait-ready.sh
+. "$here/lib/wait-ready.sh"
 wait_for() {
-  local what=$1 name=$2 deadline=$(($(date +%s) + timeout))
+  local what=$1 name=$2 pid
   shift 2
-  until "$@" >/dev/null 2>&1; do
-    if ! node_pid_alive "$D/pids/$name.pid" >/dev/null; then
-      node_log "$name exited; the end of its log:"
-      tail -n 30 "$D/logs/$name.log" >&2
-      exit 1
-    fi
-    [ "$(date +%s)" -lt "$deadline" ] || { node_log "$what not ready after ${timeout}s"; tail -n 30 "$D/logs/$name.log" >&2; exit 1; }
-    sleep 0.2
-  done
+  pid=$(node_pid_alive "$D/pids/$name.pid") || { node_log "$name is not running"; exit 1; }
+  wait_ready node_log "$what" "$pid" "$D/logs/$name.log" "$timeout" "$@"
 }
 curl_api() { curl --silent --fail --max-time 5 --noproxy '*' --cacert "$pki/ca.crt" "$@"; }
 admin_token=$(awk -F, '$2 == "kubebyon-admin" {print $1}' "$pki/tokens.csv")

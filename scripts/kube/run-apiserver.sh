@@ -161,16 +161,10 @@ chmod 700 "$run/etcd"
   --unsafe-no-fsync --log-level warn >"$run/etcd.log" 2>&1 &
 etcd_pid=$!
 
-deadline=$(($(date +%s) + timeout))
-until curl "${curl_opts[@]}" "$etcd_url/health" 2>/dev/null | grep -q '"health":"true"'; do
-  if ! kill -0 "$etcd_pid" 2>/dev/null; then
-    log "etcd exited early; its log:"
-    tail -n 30 "$run/etcd.log" >&2
-    exit 1
-  fi
-  [ "$(date +%s)" -lt "$deadline" ] || { log "etcd not healthy after ${timeout}s"; tail -n 30 "$run/etcd.log" >&2; exit 1; }
-  sleep 0.1
-done
+etcd_healthy() { curl "${curl_opts[@]}" "$etcd_url/health" 2>/dev/null | grep -q '"health":"true"'; }
+# shellcheck source=lib/wait-ready.sh
+. "$here/lib/wait-ready.sh"
+wait_ready log etcd "$etcd_pid" "$run/etcd.log" "$timeout" etcd_healthy
 log "etcd healthy on $etcd_url after $(elapsed "$start")s"
 
 # --- kube-apiserver -----------------------------------------------------------------------------
@@ -218,7 +212,7 @@ set_state() {
 
 : >"$run/kube-apiserver.log"
 start_apiserver
-wait_apiserver_ready "$deadline"
+wait_apiserver_ready $(($(date +%s) + timeout))
 set_state up
 ready_secs=$(elapsed "$start")
 
