@@ -6,7 +6,18 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { waitFor } from '../support/wait.js';
 import { type SignedClient, signedClient } from '../support/webhook-client.js';
-import { cli, nodeContext, repo, seconds, servingCert, sniReaches } from './node.js';
+import {
+  chartSets,
+  cli,
+  createVclusterPki,
+  nodeContext,
+  repo,
+  seconds,
+  servingCert,
+  sniReaches,
+  vclusterDeployment,
+  vclusterService,
+} from './node.js';
 
 // The chart's central shape on the real node: two adapter replicas (pod network) elect a leader, which drives
 // the edge pod's HAProxy through its Data Plane API. No registry serves an image with the API, so this runs
@@ -63,61 +74,12 @@ describe.skipIf(!IMAGE)(
         join(pki.dir, 'tokens.csv'),
         `${randomBytes(24).toString('hex')},vc-admin,vc-admin,"system:masters"\n`,
       );
-      await kubectl('create', 'namespace', VC_NS);
-      await kubectl(
-        '-n',
-        VC_NS,
-        'create',
-        'secret',
-        'generic',
-        'demo-pki',
-        `--from-file=tls.crt=${join(pki.dir, 'tls.crt')}`,
-        `--from-file=tls.key=${join(pki.dir, 'tls.key')}`,
-        `--from-file=sa.key=${join(pki.dir, 'sa.key')}`,
-        `--from-file=tokens.csv=${join(pki.dir, 'tokens.csv')}`,
-      );
-      const labels = { app: 'vcluster-demo' };
+      await createVclusterPki(kubectl, VC_NS, pki.dir);
       await kubectl.withInput(
         JSON.stringify({
           apiVersion: 'v1',
           kind: 'List',
-          items: [
-            {
-              apiVersion: 'apps/v1',
-              kind: 'Deployment',
-              metadata: { name: 'demo', namespace: VC_NS },
-              spec: {
-                replicas: 1,
-                selector: { matchLabels: labels },
-                template: {
-                  metadata: { labels },
-                  spec: {
-                    automountServiceAccountToken: false,
-                    containers: [
-                      {
-                        name: 'apiserver',
-                        image: ctx.images.vcluster,
-                        imagePullPolicy: 'Never',
-                        env: [{ name: 'POD_IP', valueFrom: { fieldRef: { fieldPath: 'status.podIP' } } }],
-                        readinessProbe: {
-                          httpGet: { path: '/readyz', port: 6443, scheme: 'HTTPS' },
-                          periodSeconds: 2,
-                        },
-                        volumeMounts: [{ name: 'pki', mountPath: '/pki', readOnly: true }],
-                      },
-                    ],
-                    volumes: [{ name: 'pki', secret: { secretName: 'demo-pki' } }],
-                  },
-                },
-              },
-            },
-            {
-              apiVersion: 'v1',
-              kind: 'Service',
-              metadata: { name: 'demo', namespace: VC_NS },
-              spec: { type: 'NodePort', selector: labels, ports: [{ port: 443, targetPort: 6443 }] },
-            },
-          ],
+          items: [vclusterDeployment(VC_NS, ctx.images.vcluster), vclusterService(VC_NS)],
         }),
         'apply',
         '-f',
@@ -130,28 +92,19 @@ describe.skipIf(!IMAGE)(
         CHART,
         '-n',
         NS,
-        '--set',
-        'mode=central',
-        '--set',
-        'imagePullPolicy=Never',
-        '--set',
-        `adapter.image.repository=${adapterRepo}`,
-        '--set',
-        `adapter.image.tag=${adapterTag}`,
-        '--set',
-        `edge.images.central.repository=${edgeRepo}`,
-        '--set',
-        `edge.images.central.tag=${edgeTag}`,
-        '--set',
-        `edge.bindAddress=${ctx.nodeIp}:443`,
-        '--set',
-        'adapter.lease.durationMs=6000',
-        '--set',
-        'adapter.lease.renewDeadlineMs=4000',
-        '--set',
-        'adapter.lease.retryPeriodMs=1000',
-        '--set',
-        'service.type=NodePort',
+        ...chartSets({
+          mode: 'central',
+          imagePullPolicy: 'Never',
+          'adapter.image.repository': adapterRepo,
+          'adapter.image.tag': adapterTag,
+          'edge.images.central.repository': edgeRepo,
+          'edge.images.central.tag': edgeTag,
+          'edge.bindAddress': `${ctx.nodeIp}:443`,
+          'adapter.lease.durationMs': 6000,
+          'adapter.lease.renewDeadlineMs': 4000,
+          'adapter.lease.retryPeriodMs': 1000,
+          'service.type': 'NodePort',
+        }),
       );
       await waitFor(
         async () =>

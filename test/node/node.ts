@@ -138,3 +138,82 @@ export function sniReaches(
 }
 
 export const seconds = (fromMs: number) => Number(((Date.now() - fromMs) / 1000).toFixed(1));
+
+/** `--set key=value` for each entry, in order (helm's flags for a chart's values). */
+export function chartSets(values: Record<string, string | number>): string[] {
+  return Object.entries(values).flatMap(([key, value]) => ['--set', `${key}=${value}`]);
+}
+
+/** The vCluster's namespace and the secret its pod mounts: serving certificate and key, SA key, tokens. */
+export async function createVclusterPki(kubectl: Cli, ns: string, pkiDir: string): Promise<void> {
+  await kubectl('create', 'namespace', ns);
+  await kubectl(
+    '-n',
+    ns,
+    'create',
+    'secret',
+    'generic',
+    'demo-pki',
+    `--from-file=tls.crt=${join(pkiDir, 'tls.crt')}`,
+    `--from-file=tls.key=${join(pkiDir, 'tls.key')}`,
+    `--from-file=sa.key=${join(pkiDir, 'sa.key')}`,
+    `--from-file=tokens.csv=${join(pkiDir, 'tokens.csv')}`,
+  );
+}
+
+const VCLUSTER_LABELS = { app: 'vcluster-demo' };
+
+/** The vCluster: kube-apiserver and etcd in one pod (`image`), serving with the `demo-pki` secret. */
+export function vclusterDeployment(ns: string, image: string) {
+  return {
+    apiVersion: 'apps/v1',
+    kind: 'Deployment',
+    metadata: { name: 'demo', namespace: ns },
+    spec: {
+      replicas: 1,
+      selector: { matchLabels: VCLUSTER_LABELS },
+      template: {
+        metadata: { labels: VCLUSTER_LABELS },
+        spec: {
+          automountServiceAccountToken: false,
+          terminationGracePeriodSeconds: 5,
+          containers: [
+            {
+              name: 'apiserver',
+              image,
+              imagePullPolicy: 'Never',
+              env: [{ name: 'POD_IP', valueFrom: { fieldRef: { fieldPath: 'status.podIP' } } }],
+              ports: [{ containerPort: 6443, name: 'https' }],
+              readinessProbe: {
+                httpGet: { path: '/readyz', port: 6443, scheme: 'HTTPS' },
+                periodSeconds: 2,
+              },
+              volumeMounts: [
+                { name: 'pki', mountPath: '/pki', readOnly: true },
+                { name: 'data', mountPath: '/var/lib/vcluster' },
+              ],
+            },
+          ],
+          volumes: [
+            { name: 'pki', secret: { secretName: 'demo-pki' } },
+            { name: 'data', emptyDir: {} },
+          ],
+        },
+      },
+    },
+  };
+}
+
+/** The vCluster's NodePort Service (`nodePort`: a given port, else one the cluster picks). */
+export function vclusterService(ns: string, nodePort?: number) {
+  return {
+    apiVersion: 'v1',
+    kind: 'Service',
+    metadata: { name: 'demo', namespace: ns },
+    spec: {
+      type: 'NodePort',
+      selector: VCLUSTER_LABELS,
+      ports: [{ name: 'https', port: 443, targetPort: 6443, ...(nodePort ? { nodePort } : {}) }],
+    },
+  };
+}

@@ -6,7 +6,19 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { waitFor } from '../support/wait.js';
 import { type SignedClient, signedClient } from '../support/webhook-client.js';
-import { type Cli, cli, nodeContext, repo, seconds, servingCert, sniReaches } from './node.js';
+import {
+  type Cli,
+  chartSets,
+  cli,
+  createVclusterPki,
+  nodeContext,
+  repo,
+  seconds,
+  servingCert,
+  sniReaches,
+  vclusterDeployment,
+  vclusterService,
+} from './node.js';
 
 // The operations runbook, for real, on a one-node Kubernetes (scripts/kube/node-up.sh): the chart installed
 // with helm in the sidecar shape, a "vCluster" (a pod running the project's kube-apiserver) behind a NodePort
@@ -64,16 +76,7 @@ describe('the runbook on a real node (sidecar shape)', () => {
     public_access_mode: 'loadbalancer',
     service: { namespace: VC_NS, name: 'demo', port: 443 },
   });
-  const vcService = (nodePort?: number) => ({
-    apiVersion: 'v1',
-    kind: 'Service',
-    metadata: { name: 'demo', namespace: VC_NS },
-    spec: {
-      type: 'NodePort',
-      selector: { app: 'vcluster-demo' },
-      ports: [{ name: 'https', port: 443, targetPort: 6443, ...(nodePort ? { nodePort } : {}) }],
-    },
-  });
+  const vcService = (nodePort?: number) => vclusterService(VC_NS, nodePort);
   const curlVersion = async () => {
     const { stdout } = await run('curl', [
       '-sk',
@@ -116,6 +119,24 @@ describe('the runbook on a real node (sidecar shape)', () => {
     return b;
   };
 
+  /** `helm upgrade` of the release, keeping its values, with `args` on top. */
+  const upgrade = (...args: string[]) => helm('upgrade', RELEASE, CHART, '-n', NS, '--reuse-values', ...args);
+
+  /**
+   * Lets burst `b` run until `acked` changes are acknowledged (`when`: by whom, after what), stops it, and
+   * returns the acknowledged hosts (of every burst so far) that HAProxy still does not route once settled.
+   */
+  const finishBurst = async (b: ReturnType<typeof startBurst>, acked: number, when: string) => {
+    await waitFor(() => b.acked.length >= acked, 180_000, `${acked} changes acknowledged ${when}`);
+    b.stopped = true;
+    await b.done;
+    for (const h of b.acked) acknowledged.add(h);
+    return waitFor(() => allRouted([...acknowledged]), 120_000, `every acknowledged change routed ${when}`, {
+      ok: (m) => m.length === 0,
+      everyMs: 500,
+    });
+  };
+
   beforeAll(async () => {
     // A node kept from an earlier run (KUBEBYON_TEST_NODE_REUSE) may still hold them.
     await helm('uninstall', RELEASE, '-n', NS, '--ignore-not-found', '--wait');
@@ -135,56 +156,8 @@ describe('the runbook on a real node (sidecar shape)', () => {
     const pki = await servingCert(HOST);
     vcCa = pki.ca;
     writeFileSync(join(pki.dir, 'tokens.csv'), `${adminToken},vc-admin,vc-admin,"system:masters"\n`);
-    await kubectl('create', 'namespace', VC_NS);
-    await kubectl(
-      '-n',
-      VC_NS,
-      'create',
-      'secret',
-      'generic',
-      'demo-pki',
-      `--from-file=tls.crt=${join(pki.dir, 'tls.crt')}`,
-      `--from-file=tls.key=${join(pki.dir, 'tls.key')}`,
-      `--from-file=sa.key=${join(pki.dir, 'sa.key')}`,
-      `--from-file=tokens.csv=${join(pki.dir, 'tokens.csv')}`,
-    );
-    const deployment = {
-      apiVersion: 'apps/v1',
-      kind: 'Deployment',
-      metadata: { name: 'demo', namespace: VC_NS },
-      spec: {
-        replicas: 1,
-        selector: { matchLabels: { app: 'vcluster-demo' } },
-        template: {
-          metadata: { labels: { app: 'vcluster-demo' } },
-          spec: {
-            automountServiceAccountToken: false,
-            terminationGracePeriodSeconds: 5,
-            containers: [
-              {
-                name: 'apiserver',
-                image: ctx.images.vcluster,
-                imagePullPolicy: 'Never',
-                env: [{ name: 'POD_IP', valueFrom: { fieldRef: { fieldPath: 'status.podIP' } } }],
-                ports: [{ containerPort: 6443, name: 'https' }],
-                readinessProbe: {
-                  httpGet: { path: '/readyz', port: 6443, scheme: 'HTTPS' },
-                  periodSeconds: 2,
-                },
-                volumeMounts: [
-                  { name: 'pki', mountPath: '/pki', readOnly: true },
-                  { name: 'data', mountPath: '/var/lib/vcluster' },
-                ],
-              },
-            ],
-            volumes: [
-              { name: 'pki', secret: { secretName: 'demo-pki' } },
-              { name: 'data', emptyDir: {} },
-            ],
-          },
-        },
-      },
-    };
+    await createVclusterPki(kubectl, VC_NS, pki.dir);
+    const deployment = vclusterDeployment(VC_NS, ctx.images.vcluster);
     await kubectl.withInput(JSON.stringify(deployment), 'apply', '-f', '-');
     await kubectl.withInput(JSON.stringify(vcService()), 'apply', '-f', '-');
     vcNodePort = (await json('-n', VC_NS, 'get', 'service', 'demo')).spec.ports[0].nodePort;
@@ -232,30 +205,20 @@ describe('the runbook on a real node (sidecar shape)', () => {
       '--wait',
       '--timeout',
       '240s',
-      '--set',
-      'mode=sidecar',
-      '--set',
-      'imagePullPolicy=Never',
-      '--set',
-      `adapter.image.repository=${adapterRepo}`,
-      '--set',
-      `adapter.image.tag=${adapterTag}`,
-      '--set',
-      `edge.images.sidecar.repository=${haproxyRepo}`,
-      '--set',
-      `edge.images.sidecar.tag=${haproxyTag}`,
-      '--set',
-      `edge.bindAddress=${ctx.nodeIp}:443`,
-      '--set',
-      `adapter.port=${ADAPTER_PORT}`,
-      '--set',
-      `adapter.lease.durationMs=${LEASE.durationMs}`,
-      '--set',
-      `adapter.lease.renewDeadlineMs=${LEASE.renewDeadlineMs}`,
-      '--set',
-      `adapter.lease.retryPeriodMs=${LEASE.retryPeriodMs}`,
-      '--set',
-      'service.type=NodePort',
+      ...chartSets({
+        mode: 'sidecar',
+        imagePullPolicy: 'Never',
+        'adapter.image.repository': adapterRepo,
+        'adapter.image.tag': adapterTag,
+        'edge.images.sidecar.repository': haproxyRepo,
+        'edge.images.sidecar.tag': haproxyTag,
+        'edge.bindAddress': `${ctx.nodeIp}:443`,
+        'adapter.port': ADAPTER_PORT,
+        'adapter.lease.durationMs': LEASE.durationMs,
+        'adapter.lease.renewDeadlineMs': LEASE.renewDeadlineMs,
+        'adapter.lease.retryPeriodMs': LEASE.retryPeriodMs,
+        'service.type': 'NodePort',
+      }),
     );
     const pod = await waitFor(readyEdgePod, 60_000, 'a Ready edge pod');
     timings.chartInstalled = seconds(t);
@@ -330,19 +293,7 @@ describe('the runbook on a real node (sidecar shape)', () => {
       ok: (h) => !!h && h !== leader,
     });
     timings.leaderTakeover = seconds(t);
-    await waitFor(() => b.acked.length >= before + 10, 180_000, '10 changes acknowledged by the new leader');
-    b.stopped = true;
-    await b.done;
-    for (const h of b.acked) acknowledged.add(h);
-    const missing = await waitFor(
-      () => allRouted([...acknowledged]),
-      120_000,
-      'every acknowledged change routed',
-      {
-        ok: (m) => m.length === 0,
-        everyMs: 500,
-      },
-    );
+    const missing = await finishBurst(b, before + 10, 'by the new leader');
     timings.allRoutedAfterTakeover = seconds(t);
     expect(missing).toEqual([]);
     expect(next).toBe(await readyEdgePod());
@@ -456,19 +407,7 @@ describe('the runbook on a real node (sidecar shape)', () => {
       }
     })();
     const t = Date.now();
-    await helm(
-      'upgrade',
-      RELEASE,
-      CHART,
-      '-n',
-      NS,
-      '--reuse-values',
-      '--set',
-      `adapter.image.tag=${newTag}`,
-      '--wait',
-      '--timeout',
-      '240s',
-    );
+    await upgrade('--set', `adapter.image.tag=${newTag}`, '--wait', '--timeout', '240s');
     const pod = await waitFor(readyEdgePod, 120_000, 'the upgraded edge pod', {
       ok: (p) => !!p && p !== old,
     });
@@ -476,19 +415,7 @@ describe('the runbook on a real node (sidecar shape)', () => {
       (c: { image: string }) => c.image,
     );
     expect(images).toContain(`${adapterRepo}:${newTag}`);
-    await waitFor(() => b.acked.length >= before + 5, 180_000, '5 changes acknowledged after the upgrade');
-    b.stopped = true;
-    await b.done;
-    for (const h of b.acked) acknowledged.add(h);
-    const missing = await waitFor(
-      () => allRouted([...acknowledged]),
-      120_000,
-      'every route after the upgrade',
-      {
-        ok: (m) => m.length === 0,
-        everyMs: 500,
-      },
-    );
+    const missing = await finishBurst(b, before + 5, 'after the upgrade');
     timings.upgradeAllRouted = seconds(t);
     probing = false;
     await probe;
@@ -534,13 +461,7 @@ describe('the runbook on a real node (sidecar shape)', () => {
   };
   // The chart's default gets it right: back to it, the route is applied and answers again.
   const backToDefault = async () => {
-    await helm(
-      'upgrade',
-      RELEASE,
-      CHART,
-      '-n',
-      NS,
-      '--reuse-values',
+    await upgrade(
       '--set-json',
       'edge.securityContext.capabilities={"drop":["ALL"],"add":["NET_BIND_SERVICE"]}',
       '--set',
