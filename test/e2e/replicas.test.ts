@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { CoordinationV1Api } from '@kubernetes/client-node';
 import { afterAll, beforeAll, beforeEach, describe, expect, it, onTestFailed } from 'vitest';
-import { fireLoop } from '../support/fire-loop.js';
+import { aroundLoops, fireLoop } from '../support/fire-loop.js';
 import { haproxyVersionUnderTest } from '../support/haproxy-testbed.js';
 import {
   type KubeApiserver,
@@ -10,6 +10,7 @@ import {
   startKubeApiserver,
   TEST_LEASE,
 } from '../support/kube-apiserver.js';
+import { leaseReplicas } from '../support/lease-replicas.js';
 import type { ServiceProcess } from '../support/service-process.js';
 import {
   getVersion,
@@ -69,11 +70,8 @@ describe(`end to end, three replicas with leader election, HAProxy ${haproxyVers
       KUBEBYON_HAPROXY_MAX_CONN_RATE_PER_SOURCE: '0',
     });
   };
-  const holder = async () =>
-    (await leases.readNamespacedLease({ name: 'kubebyon-haproxy-adapter', namespace: NS })).spec
-      ?.holderIdentity;
-  const leading = async (svc: ServiceProcess) =>
-    /^kubebyon_haproxy_adapter_leader 1$/m.test(await (await fetch(`${svc.url}/metrics`)).text());
+  const elected = leaseReplicas(() => leases, NS, replicas);
+  const { holder, leading } = elected;
   const body = (host: string, server: string) => ({
     control_plane_host: host,
     public_access_mode: 'loadbalancer',
@@ -300,10 +298,8 @@ describe(`end to end, three replicas with leader election, HAProxy ${haproxyVers
         ...body(host, 'alpha'),
         authorized_networks: networks,
       });
-    const first = await waitFor(holder, 30_000, 'a leader', { ok: (h) => !!h && replicas.has(h) });
-    const leader = replicas.get(first ?? '') as ServiceProcess;
-    await waitFor(() => leading(leader), 10_000, 'the leader to lead');
-    const standbys = [...replicas.entries()].filter(([id]) => id !== first).map(([, r]) => r);
+    const leader = await elected.leader();
+    const standbys = [...replicas.entries()].filter(([id]) => id !== leader.id).map(([, r]) => r);
     expect(standbys.length).toBeGreaterThan(0);
     // Written to a standby: the leader applies it (from the ClusterRoute), the standby waits for its status.
     const set = await put(standbys[0] as ServiceProcess, ['127.0.0.1/32']);
@@ -314,14 +310,10 @@ describe(`end to end, three replicas with leader election, HAProxy ${haproxyVers
     const inside = fireLoop(() => from('127.0.0.1'), { maxMs: 60_000 });
     const outside = fireLoop(() => from('127.0.0.2'), { maxMs: 60_000 });
     let takeoverMs = 0;
-    try {
-      await Promise.all([inside.probesFromNow(5), outside.probesFromNow(5)]);
+    const { i, o } = await aroundLoops(inside, outside, async () => {
       const killedAt = Date.now();
-      await leader.kill9();
-      replicas.delete(first ?? '');
-      const second = await waitFor(holder, 30_000, 'a new leader', { ok: (h) => !!h && h !== first });
-      const next = replicas.get(second ?? '') as ServiceProcess;
-      await waitFor(() => leading(next), 10_000, 'the new leader to lead');
+      await elected.kill(leader);
+      const next = (await elected.next(leader)).replica;
       takeoverMs = Date.now() - killedAt;
       // The new leader's first passes (a fresh read of HAProxy, then the plan) with both loops still going.
       await waitFor(
@@ -330,14 +322,9 @@ describe(`end to end, three replicas with leader election, HAProxy ${haproxyVers
         'the new leader to plan',
       );
       await sleep(2_000);
-      await Promise.all([inside.probesFromNow(5), outside.probesFromNow(5)]);
-    } finally {
-      await Promise.all([inside.stop(), outside.stop()]);
-    }
-    const i = inside.totals();
-    const o = outside.totals();
+    });
     console.log(
-      `replicas, authorized networks through a kill -9 of the leader ${first} (HAProxy ${haproxyVersionUnderTest()}): a leader again after ${takeoverMs} ms; 127.0.0.1: ${i.reached} in, ${i.refused} refused ${JSON.stringify(i.why)}; 127.0.0.2: ${o.reached} in, ${o.refused} closed`,
+      `replicas, authorized networks through a kill -9 of the leader ${leader.id} (HAProxy ${haproxyVersionUnderTest()}): a leader again after ${takeoverMs} ms; 127.0.0.1: ${i.reached} in, ${i.refused} refused ${JSON.stringify(i.why)}; 127.0.0.2: ${o.reached} in, ${o.refused} closed`,
     );
     expect(o.reached).toBe(0);
     expect(i.refused).toBe(0);

@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { CoordinationV1Api } from '@kubernetes/client-node';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { fireLoop } from '../support/fire-loop.js';
+import { aroundLoops, fireLoop } from '../support/fire-loop.js';
 import { haproxyVersionUnderTest } from '../support/haproxy-testbed.js';
 import {
   type KubeApiserver,
@@ -9,6 +9,7 @@ import {
   replicaSettings,
   startKubeApiserver,
 } from '../support/kube-apiserver.js';
+import { leaseReplicas } from '../support/lease-replicas.js';
 import { type ServiceProcess, startServiceProcess } from '../support/service-process.js';
 import { type NamedTlsServer, sniProbe, startNamedTlsServer } from '../support/tls.js';
 import { waitFor } from '../support/wait.js';
@@ -36,11 +37,7 @@ describeFault(
     let kubeconfig: string;
     const replicas = new Map<string, ServiceProcess>();
 
-    const holder = async () =>
-      (await leases.readNamespacedLease({ name: 'kubebyon-haproxy-adapter', namespace: NS })).spec
-        ?.holderIdentity;
-    const leading = async (r: ServiceProcess) =>
-      /^kubebyon_haproxy_adapter_leader 1$/m.test(await (await fetch(`${r.url}/metrics`)).text());
+    const elected = leaseReplicas(() => leases, NS, replicas);
     const from = (localAddress: string) => sniProbe(bed.sniPort, HOST, 5_000, { localAddress });
     const enforced = (inside: string, outside: string) =>
       waitFor(
@@ -83,10 +80,8 @@ describeFault(
     });
 
     it('a list written to a standby is enforced, and kept by the next leader through a kill -9 of the leader', async () => {
-      const first = await waitFor(holder, 30_000, 'a leader', { ok: (h) => !!h && replicas.has(h) });
-      const leader = replicas.get(first ?? '') as ServiceProcess;
-      await waitFor(() => leading(leader), 10_000, 'the leader to lead');
-      const standby = [...replicas.entries()].find(([id]) => id !== first)?.[1] as ServiceProcess;
+      const leader = await elected.leader();
+      const standby = [...replicas.entries()].find(([id]) => id !== leader.id)?.[1] as ServiceProcess;
       const set = await put(standby, [`${INSIDE}/32`]);
       expect(set.status).toBe(200);
       await enforced(INSIDE, OUTSIDE);
@@ -94,29 +89,26 @@ describeFault(
       const outside = fireLoop(() => from(OUTSIDE), { maxMs: 60_000 });
       let takeoverMs = 0;
       let second: string | undefined;
-      try {
-        await Promise.all([inside.probesFromNow(5), outside.probesFromNow(5)]);
+      const { i, o } = await aroundLoops(inside, outside, async () => {
         const killedAt = Date.now();
-        await leader.kill9();
-        replicas.delete(first ?? '');
-        second = await waitFor(holder, 30_000, 'a new leader', { ok: (h) => !!h && h !== first });
-        const next = replicas.get(second ?? '') as ServiceProcess;
-        await waitFor(() => leading(next), 10_000, 'the new leader to lead');
+        await elected.kill(leader);
+        const next = await elected.next(leader);
+        second = next.id;
         takeoverMs = Date.now() - killedAt;
         // Its first pass reads HAProxy afresh and plans, with both loops still going.
-        const plan = await waitFor(() => next.client.request('GET', '/v1/plan'), 15_000, 'an empty plan', {
-          ok: (p) => p.status === 200 && p.body.operations?.length === 0,
-        });
+        const plan = await waitFor(
+          () => next.replica.client.request('GET', '/v1/plan'),
+          15_000,
+          'an empty plan',
+          {
+            ok: (p) => p.status === 200 && p.body.operations?.length === 0,
+          },
+        );
         expect(plan.body).toMatchObject({ operations: [] });
         await sleep(2_000);
-        await Promise.all([inside.probesFromNow(5), outside.probesFromNow(5)]);
-      } finally {
-        await Promise.all([inside.stop(), outside.stop()]);
-      }
-      const i = inside.totals();
-      const o = outside.totals();
+      });
       console.log(
-        `[measure] replicas (${provider}, HAProxy ${haproxyVersionUnderTest()}): leader ${first} killed, ${second} leading ${takeoverMs} ms later; ${INSIDE}: ${i.reached} in, ${i.refused} refused ${JSON.stringify(i.why)}; ${OUTSIDE}: ${o.reached} in, ${o.refused} closed`,
+        `[measure] replicas (${provider}, HAProxy ${haproxyVersionUnderTest()}): leader ${leader.id} killed, ${second} leading ${takeoverMs} ms later; ${INSIDE}: ${i.reached} in, ${i.refused} refused ${JSON.stringify(i.why)}; ${OUTSIDE}: ${o.reached} in, ${o.refused} closed`,
       );
       expect(o.reached).toBe(0);
       expect(i.refused).toBe(0);
@@ -129,10 +121,8 @@ describeFault(
     }, 180_000);
 
     it('a narrowing acknowledged by a standby holds when the leader is killed the moment it is acknowledged', async () => {
-      const first = await waitFor(holder, 30_000, 'a leader', { ok: (h) => !!h && replicas.has(h) });
-      const leader = replicas.get(first ?? '') as ServiceProcess;
-      await waitFor(() => leading(leader), 10_000, 'the leader to lead');
-      const standby = [...replicas.entries()].find(([id]) => id !== first)?.[1] as ServiceProcess;
+      const leader = await elected.leader();
+      const standby = [...replicas.entries()].find(([id]) => id !== leader.id)?.[1] as ServiceProcess;
       expect((await put(standby, ['127.0.0.0/30'])).status).toBe(200);
       await enforced(INSIDE, '127.0.0.5');
       await enforced(OUTSIDE, '127.0.0.5');
@@ -143,15 +133,13 @@ describeFault(
       try {
         expect((await put(standby, [`${OUTSIDE}/32`])).status).toBe(200);
         const removedBefore = removed.totals().reached;
-        await leader.kill9();
-        replicas.delete(first ?? '');
+        await elected.kill(leader);
         // Probes already under way when the answer came may have been judged by the old list.
         await Promise.all([removed.probesFromNow(1), kept.probesFromNow(1)]);
         const settled = removed.totals().reached;
-        second = await waitFor(holder, 30_000, 'a new leader', { ok: (h) => !!h && h !== first });
-        const next = replicas.get(second ?? '') as ServiceProcess;
-        await waitFor(() => leading(next), 10_000, 'the new leader to lead');
-        await waitFor(() => next.client.request('GET', '/v1/plan'), 15_000, 'an empty plan', {
+        const next = await elected.next(leader);
+        second = next.id;
+        await waitFor(() => next.replica.client.request('GET', '/v1/plan'), 15_000, 'an empty plan', {
           ok: (p) => p.status === 200 && p.body.operations?.length === 0,
         });
         await sleep(2_000);
@@ -159,7 +147,7 @@ describeFault(
         const r = removed.totals();
         const k = kept.totals();
         console.log(
-          `[measure] replicas, narrowing then kill -9 of the leader ${first} (${provider}, HAProxy ${haproxyVersionUnderTest()}): ${second} leads; removed ${INSIDE}: ${r.reached - settled} let in after the answer (${settled - removedBefore} while it arrived), ${r.refused} closed; kept ${OUTSIDE}: ${k.reached} in, ${k.refused} refused ${JSON.stringify(k.why)}`,
+          `[measure] replicas, narrowing then kill -9 of the leader ${leader.id} (${provider}, HAProxy ${haproxyVersionUnderTest()}): ${second} leads; removed ${INSIDE}: ${r.reached - settled} let in after the answer (${settled - removedBefore} while it arrived), ${r.refused} closed; kept ${OUTSIDE}: ${k.reached} in, ${k.refused} refused ${JSON.stringify(k.why)}`,
         );
         expect(r.reached - settled).toBe(0);
         expect(k.refused).toBe(0);

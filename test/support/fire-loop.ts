@@ -53,3 +53,18 @@ export function fireLoop(
     },
   };
 }
+
+/**
+ * Two loops (a source a list lets in, one it shuts out) around `during`: each completes 5 probes before it and
+ * 5 after, then both stop, whatever `during` did. Returns both totals.
+ */
+export async function aroundLoops(inside: FireLoop, outside: FireLoop, during: () => Promise<void>) {
+  try {
+    await Promise.all([inside.probesFromNow(5), outside.probesFromNow(5)]);
+    await during();
+    await Promise.all([inside.probesFromNow(5), outside.probesFromNow(5)]);
+  } finally {
+    await Promise.all([inside.stop(), outside.stop()]);
+  }
+  return { i: inside.totals(), o: outside.totals() };
+}
