@@ -3,7 +3,7 @@ import { haproxyVersionUnderTest } from '../support/haproxy-testbed.js';
 import type { ServiceProcess } from '../support/service-process.js';
 import { type NamedTlsServer, sniProbe, startNamedTlsServer } from '../support/tls.js';
 import { waitFor } from '../support/wait.js';
-import { type E2eHaproxy, startE2eHaproxy } from './fixture.js';
+import { type E2eHaproxy, instancesSetting, startE2eHaproxy } from './fixture.js';
 
 // Authorized networks on several stock HAProxy instances driven by one service (as test/e2e/instances.test.ts
 // sets them up: each its own master socket, owned file and SNI port): every list change reaches every
@@ -45,20 +45,7 @@ describe(`end to end, authorized networks on ${INSTANCES} stock HAProxy instance
     for (let i = 0; i < INSTANCES; i++) beds.push(await startE2eHaproxy());
     service = await (beds[0] as E2eHaproxy).startService({
       KUBEBYON_STATIC_NODE_ADDRESSES: '127.0.0.1',
-      KUBEBYON_HAPROXY_INSTANCES: JSON.stringify(
-        beds.map((bed, i) => {
-          const owned = bed.haproxy.owned;
-          if (!owned) throw new Error('no owned file');
-          return {
-            name: `h${i}`,
-            masterSocket: owned.masterSocket,
-            ownedFile: owned.path,
-            checkFiles: owned.checkFiles,
-            haproxyBin: owned.checkBin,
-            bind: `127.0.0.1:${bed.sniPort}`,
-          };
-        }),
-      ),
+      KUBEBYON_HAPROXY_INSTANCES: instancesSetting(beds),
     });
   });
   afterAll(async () => {

@@ -113,3 +113,21 @@ backend console
     },
   };
 }
+
+/** `KUBEBYON_HAPROXY_INSTANCES` for stock HAProxies `beds` (named h0, h1, …), each with its owned file. */
+export function instancesSetting(beds: readonly E2eHaproxy[]): string {
+  return JSON.stringify(
+    beds.map((bed, i) => {
+      const owned = bed.haproxy.owned;
+      if (!owned) throw new Error('no owned file');
+      return {
+        name: `h${i}`,
+        masterSocket: owned.masterSocket,
+        ownedFile: owned.path,
+        checkFiles: owned.checkFiles,
+        haproxyBin: owned.checkBin,
+        bind: `127.0.0.1:${bed.sniPort}`,
+      };
+    }),
+  );
+}

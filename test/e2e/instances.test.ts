@@ -1,7 +1,7 @@
 import { haproxyVersionUnderTest } from '../support/haproxy-testbed.js';
 import { describeInstances, docker } from '../support/instances-scenario.js';
 import { waitFor } from '../support/wait.js';
-import { type E2eHaproxy, startE2eHaproxy } from './fixture.js';
+import { type E2eHaproxy, instancesSetting, startE2eHaproxy } from './fixture.js';
 
 // Several stock HAProxy instances driven by one service, each with its own loop (the scenario is shared with
 // test/dataplaneapi/instances.test.ts): each instance has its own master socket, owned file, `haproxy -c` and
@@ -19,20 +19,7 @@ describeInstances<Bed>({
   startService: (beds, n) =>
     (beds[0] as Bed).startService({
       KUBEBYON_STATIC_NODE_ADDRESSES: '127.0.0.1',
-      KUBEBYON_HAPROXY_INSTANCES: JSON.stringify(
-        beds.slice(0, n).map((bed, i) => {
-          const owned = bed.haproxy.owned;
-          if (!owned) throw new Error('no owned file');
-          return {
-            name: `h${i}`,
-            masterSocket: owned.masterSocket,
-            ownedFile: owned.path,
-            checkFiles: owned.checkFiles,
-            haproxyBin: owned.checkBin,
-            bind: `127.0.0.1:${bed.sniPort}`,
-          };
-        }),
-      ),
+      KUBEBYON_HAPROXY_INSTANCES: instancesSetting(beds.slice(0, n)),
     }),
   takeAway: async (bed) => {
     await docker('stop', '-t', '0', bed.haproxy.containerId);
