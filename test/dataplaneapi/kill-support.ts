@@ -13,17 +13,8 @@ import { haproxyVersionUnderTest } from '../support/haproxy-testbed.js';
 import { freeLoopbackPort } from '../support/ports.js';
 import { type NamedTlsServer, startNamedTlsServer } from '../support/tls.js';
 
-/** A seeded PRNG (mulberry32): a run is repeated exactly with the seed it printed. */
-export function random(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** A seeded PRNG: a failing run is repeated with the seed it printed (KUBEBYON_FAULT_SEED in faults). */
+export { random } from '../support/random.js';
 
 /** One transaction as `GET /v3/services/haproxy/transactions` lists it. */
 export interface ApiTransaction {

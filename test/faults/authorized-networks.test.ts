@@ -1,20 +1,19 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { fireLoop } from '../support/fire-loop.js';
 import { haproxyVersionUnderTest } from '../support/haproxy-testbed.js';
 import { type ServiceProcess, startServiceProcess } from '../support/service-process.js';
-import { type NamedTlsServer, sniProbe, startNamedTlsServer } from '../support/tls.js';
+import { sniProbe } from '../support/tls.js';
 import { waitFor } from '../support/wait.js';
 import {
   describeFault,
-  docker,
   type FaultBed,
+  faultFixture,
   faultProviderUnderTest,
   faultSeed,
   metric,
   random,
   type StockFaultBed,
-  startFaultBed,
 } from './harness.js';
 
 const provider = faultProviderUnderTest();
@@ -41,26 +40,25 @@ describeFault(
   'provider',
   `authorized networks under fire and faults, HAProxy ${haproxyVersionUnderTest()}, ${provider} provider`,
   () => {
-    let bed: FaultBed;
-    let service: ServiceProcess | undefined;
-    let alpha: NamedTlsServer;
+    const fx = faultFixture(provider);
+    const { reloadByHand } = fx;
     let n = 0;
     const start = async (extra: Record<string, string> = {}) => {
-      service = await startServiceProcess(bed.env({ ...UNLIMITED, ...extra }), bed.secret, {
+      fx.service = await startServiceProcess(fx.bed.env({ ...UNLIMITED, ...extra }), fx.bed.secret, {
         until: 'readyz',
         startTimeoutMs: 60_000,
       });
-      return service;
+      return fx.service;
     };
     // ?n=: the same signed write twice within a second would be a replay.
     const put = (s: ServiceProcess, networks: string[]) =>
       s.client.request('PUT', `/v1/clusters/guarded?wait=true&n=${n++}`, {
         control_plane_host: HOST,
         public_access_mode: 'loadbalancer',
-        node_port: alpha.port,
+        node_port: fx.alpha.port,
         authorized_networks: networks,
       });
-    const from = (localAddress: string) => sniProbe(bed.sniPort, HOST, 5_000, { localAddress });
+    const from = (localAddress: string) => sniProbe(fx.bed.sniPort, HOST, 5_000, { localAddress });
     const enforced = (inside: string[], outside: string[], timeoutMs = 15_000) =>
       waitFor(
         async () => {
@@ -72,21 +70,6 @@ describeFault(
         `${inside.join(',')} let in, ${outside.join(',')} closed`,
         { ok: (v) => v === true, everyMs: 50 },
       );
-    /** Reloads HAProxy behind the service's back: SIGUSR2 to the master (PID 1 of its container). */
-    const reloadByHand = async () => docker('kill', '--signal', 'USR2', await bed.containerId());
-
-    beforeAll(async () => {
-      alpha = await startNamedTlsServer('alpha');
-      bed = await startFaultBed({ provider });
-    });
-    afterEach(async () => {
-      await service?.stop();
-      service = undefined;
-    });
-    afterAll(async () => {
-      await bed?.stop();
-      await alpha?.close();
-    });
 
     it('100 list changes under fire: the listed client is never refused, the unlisted one never let in', async () => {
       const seed = faultSeed();
@@ -97,7 +80,7 @@ describeFault(
       const refusedBefore = await metric(s.url, 'kubebyon_haproxy_adapter_refused_connections', {
         cluster: 'guarded',
       });
-      const loadsBefore = await loadsOf(bed);
+      const loadsBefore = await loadsOf(fx.bed);
       const inside = fireLoop(() => from(INSIDE));
       const outside = fireLoop(() => from(OUTSIDE));
       const kinds = { narrow: 0, widen: 0, reorder: 0, others: 0 };
@@ -146,7 +129,7 @@ describeFault(
         ok: (v) => v - refusedBefore >= o.refused,
       }).catch(() => undefined);
       const refused = await refusedNow();
-      const loads = await loadsOf(bed);
+      const loads = await loadsOf(fx.bed);
       console.log(
         `[measure] under fire (${provider}, HAProxy ${haproxyVersionUnderTest()}, seed ${seed}): ${CHANGES} list changes in ${ms} ms (${JSON.stringify(kinds)}); ${INSIDE}: ${i.reached} handshakes in, ${i.refused} refused ${JSON.stringify(i.why)}; ${OUTSIDE}: ${o.reached} accepted, ${o.refused} refused; refusals on /metrics +${refused - refusedBefore}; reloads ${loads - loadsBefore}`,
       );
@@ -175,7 +158,7 @@ describeFault(
       // Narrowed to 127.0.0.2 alone, and the service killed the moment it says so.
       expect((await put(s, ['127.0.0.2/32'])).status).toBe(200);
       await s.kill9();
-      service = undefined;
+      fx.service = undefined;
       await enforced(['127.0.0.2'], ['127.0.0.1', OUTSIDE]);
       // Reloaded by someone else while no service runs: HAProxy loads the files as they are.
       await reloadByHand();
@@ -207,7 +190,7 @@ describeFault(
       const afterReload = removed.totals();
       // And the container restarted right after another change.
       expect((await put(s, ['127.0.0.0/31'])).status).toBe(200);
-      await bed.restart();
+      await fx.bed.restart();
       await enforced(['127.0.0.1'], ['127.0.0.2', OUTSIDE], 30_000);
       console.log(
         `[measure] reload by hand right after a list change (${provider}, HAProxy ${haproxyVersionUnderTest()}): the removed source ${afterReload.reached} let in, ${afterReload.refused} closed over 3 s`,

@@ -6,7 +6,7 @@ import { dirname, join } from 'node:path';
 import { createServer as createTlsServer } from 'node:tls';
 import { promisify } from 'node:util';
 import pino from 'pino';
-import { describe } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe } from 'vitest';
 import type { HaproxyState } from '../../src/haproxy/model.js';
 import { DataplaneProvider } from '../../src/providers/dataplaneapi/provider.js';
 import { LEDGER_FILE } from '../../src/providers/dataplaneapi/sweep.js';
@@ -27,23 +27,15 @@ import {
 } from '../support/haproxy-testbed.js';
 import { interpret, registry } from '../support/owner.js';
 import { freeLoopbackPort } from '../support/ports.js';
+import type { ServiceProcess } from '../support/service-process.js';
 import { operatorConfig, stockConfigFor } from '../support/stock-haproxy.js';
-import { testKeyPair } from '../support/tls.js';
+import { type NamedTlsServer, startNamedTlsServer, testKeyPair } from '../support/tls.js';
 import { waitFor } from '../support/wait.js';
 
 const run = promisify(execFile);
 
-/** A seeded PRNG (mulberry32): a failing run can be repeated with KUBEBYON_FAULT_SEED. */
-export function random(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** A seeded PRNG: a failing run is repeated with the seed it printed (KUBEBYON_FAULT_SEED in faults). */
+export { random } from '../support/random.js';
 
 export function faultSeed(): number {
   return Number(process.env.KUBEBYON_FAULT_SEED ?? Date.now() % 1_000_000);
@@ -436,4 +428,31 @@ export async function startPrometheus(target: string, ruleFile: string): Promise
       rmSync(dir, { recursive: true, force: true });
     },
   };
+}
+
+/**
+ * A fault file's fixture: the stand-in API server `alpha` and a bed for `provider`, started before the file's
+ * tests and stopped after them; the service a test keeps in `service` is stopped after each test.
+ */
+export function faultFixture(provider: FaultProvider) {
+  const f = {
+    bed: undefined as unknown as FaultBed,
+    alpha: undefined as unknown as NamedTlsServer,
+    service: undefined as ServiceProcess | undefined,
+    /** Reloads HAProxy behind the service's back: SIGUSR2 to the master (PID 1 of its container). */
+    reloadByHand: async () => docker('kill', '--signal', 'USR2', await f.bed.containerId()),
+  };
+  beforeAll(async () => {
+    f.alpha = await startNamedTlsServer('alpha');
+    f.bed = await startFaultBed({ provider });
+  });
+  afterEach(async () => {
+    await f.service?.stop();
+    f.service = undefined;
+  });
+  afterAll(async () => {
+    await f.bed?.stop();
+    await f.alpha?.close();
+  });
+  return f;
 }

@@ -1,10 +1,10 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { haproxyVersionUnderTest } from '../support/haproxy-testbed.js';
 import { type ServiceProcess, startServiceProcess } from '../support/service-process.js';
-import { type NamedTlsServer, sniProbe, startNamedTlsServer } from '../support/tls.js';
+import { sniProbe } from '../support/tls.js';
 import { waitFor } from '../support/wait.js';
-import { describeFault, docker, type FaultBed, faultProviderUnderTest, startFaultBed } from './harness.js';
+import { describeFault, faultFixture, faultProviderUnderTest } from './harness.js';
 
 const provider = faultProviderUnderTest();
 // Persistence held back long enough that a fault lands between a runtime change and its persistence.
@@ -17,47 +17,31 @@ describeFault(
   'provider',
   `faults between a runtime change and its persistence, HAProxy ${haproxyVersionUnderTest()}, ${provider} provider`,
   () => {
-    let bed: FaultBed;
-    let service: ServiceProcess | undefined;
-    let alpha: NamedTlsServer;
+    const fx = faultFixture(provider);
+    const { reloadByHand } = fx;
     let n = 0;
     const start = async () => {
-      service = await startServiceProcess(bed.env(LATE), bed.secret, {
+      fx.service = await startServiceProcess(fx.bed.env(LATE), fx.bed.secret, {
         until: 'readyz',
         startTimeoutMs: 60_000,
       });
-      return service;
+      return fx.service;
     };
     const put = async (s: ServiceProcess, name: string) => {
       const res = await s.client.request('PUT', `/v1/clusters/${name}?wait=true&n=${n++}`, {
         control_plane_host: `${name}.example.com`,
         public_access_mode: 'loadbalancer',
-        node_port: alpha.port,
+        node_port: fx.alpha.port,
       });
       expect(res.status).toBe(200);
-      expect(await sniProbe(bed.sniPort, `${name}.example.com`)).toEqual({ reached: 'alpha' });
+      expect(await sniProbe(fx.bed.sniPort, `${name}.example.com`)).toEqual({ reached: 'alpha' });
     };
     const reaches = (host: string, timeoutMs: number) =>
-      waitFor(() => sniProbe(bed.sniPort, host, 1_000), timeoutMs, `${host} to reach alpha`, {
+      waitFor(() => sniProbe(fx.bed.sniPort, host, 1_000), timeoutMs, `${host} to reach alpha`, {
         ok: (p) => 'reached' in p && p.reached === 'alpha',
         everyMs: 25,
       });
-    /** Reloads HAProxy behind the service's back: SIGUSR2 to the master (PID 1 of its container). */
-    const reloadByHand = async () => docker('kill', '--signal', 'USR2', await bed.containerId());
-    const hosts = async () => [...(await bed.routes()).keys()].sort();
-
-    beforeAll(async () => {
-      alpha = await startNamedTlsServer('alpha');
-      bed = await startFaultBed({ provider });
-    });
-    afterEach(async () => {
-      await service?.stop();
-      service = undefined;
-    });
-    afterAll(async () => {
-      await bed?.stop();
-      await alpha?.close();
-    });
+    const hosts = async () => [...(await fx.bed.routes()).keys()].sort();
 
     it('a reload by someone else before persistence: the route comes back once the new worker runs', async () => {
       const s = await start();
@@ -74,7 +58,7 @@ describeFault(
       // Once persisted, another reload by hand keeps both without the service's help.
       await sleep(5_000);
       await s.stop();
-      service = undefined;
+      fx.service = undefined;
       await reloadByHand();
       await sleep(1_500);
       await reaches('r1.example.com', 5_000);
@@ -85,14 +69,14 @@ describeFault(
       const s = await start();
       await put(s, 'k1');
       await s.kill9();
-      service = undefined;
+      fx.service = undefined;
       const again = await start();
       expect((await again.client.request('POST', '/v1/reconcile?wait=true')).status).toBe(200);
       expect(await hosts()).toEqual(expect.arrayContaining(['k1.example.com']));
       // The files hold it now (the first read found them behind and wrote them): killed again, with no
       // graceful flush, and reloaded by hand, HAProxy still routes it.
       await again.kill9();
-      service = undefined;
+      fx.service = undefined;
       await reloadByHand();
       await sleep(1_500);
       await reaches('k1.example.com', 5_000);
@@ -101,7 +85,7 @@ describeFault(
     it('HAProxy restarted right after a runtime change: every acknowledged route comes back', async () => {
       const s = await start();
       await put(s, 'h1');
-      await bed.restart();
+      await fx.bed.restart();
       await reaches('h1.example.com', 30_000);
       const listed = await s.client.request('GET', '/v1/clusters');
       const names = (listed.body.clusters as Array<{ name: string }>).map((c) => `${c.name}.example.com`);
