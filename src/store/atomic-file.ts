@@ -1,4 +1,4 @@
-import { open, readdir, rename, unlink } from 'node:fs/promises';
+import { type FileHandle, open, readdir, rename, unlink } from 'node:fs/promises';
 import { basename, dirname, join, resolve } from 'node:path';
 
 /** A new content for a file, written and synced beside it, not yet in place. */
@@ -15,14 +15,19 @@ export interface PreparedFile {
  * The first half of `writeFileAtomic`: lets a caller check the new content where it lies (e.g. `haproxy -c`)
  * before it replaces anything.
  */
-export async function prepareFileAtomic(path: string, content: string, mode = 0o600): Promise<PreparedFile> {
+export async function prepareFileAtomic(
+  path: string,
+  content: string | readonly Buffer[],
+  mode = 0o600,
+): Promise<PreparedFile> {
   // A writer that did not open its file still gets it swept, before this process's first write to it.
   await (swept.get(resolve(path)) ?? removeTemporaries(path));
   const dir = dirname(path);
   const tmpPath = join(dir, `${temporaryPrefix(path)}${process.pid}.${Date.now()}.tmp`);
   const handle = await open(tmpPath, 'w', mode);
   try {
-    await handle.writeFile(content, 'utf8');
+    if (typeof content === 'string') await handle.writeFile(content, 'utf8');
+    else await writeAll(handle, content);
     // open() applies the umask; the mode asked for is what the reader of the file needs.
     await handle.chmod(mode);
     await handle.sync();
@@ -52,11 +57,29 @@ export async function prepareFileAtomic(path: string, content: string, mode = 0o
   };
 }
 
+/** Writes `chunks` in order in one gathered write, as many more as a short write leaves to write. */
+async function writeAll(handle: FileHandle, chunks: readonly Buffer[]): Promise<void> {
+  let rest = chunks.filter((c) => c.length > 0);
+  while (rest.length > 0) {
+    let { bytesWritten } = await handle.writev(rest);
+    let i = 0;
+    while (i < rest.length && bytesWritten >= (rest[i] as Buffer).length)
+      bytesWritten -= (rest[i++] as Buffer).length;
+    rest = rest.slice(i);
+    if (rest.length > 0 && bytesWritten > 0) rest[0] = (rest[0] as Buffer).subarray(bytesWritten);
+  }
+}
+
 /**
- * Replaces `path` with `content` so that a crash at any moment leaves either the old or the new file:
- * write a temporary file beside it, fsync it, rename it over the target, fsync the directory.
+ * Replaces `path` with `content` (text, or buffers written one after the other) so that a crash at any
+ * moment leaves either the old or the new file: write a temporary file beside it, fsync it, rename it over
+ * the target, fsync the directory.
  */
-export async function writeFileAtomic(path: string, content: string, mode = 0o600): Promise<void> {
+export async function writeFileAtomic(
+  path: string,
+  content: string | readonly Buffer[],
+  mode = 0o600,
+): Promise<void> {
   await (await prepareFileAtomic(path, content, mode)).commit();
 }
 

@@ -48,6 +48,30 @@ describe('the allow map file text, rendered again per slot', () => {
     );
   });
 
+  it('gives the same text as buffers per slot, whichever of the two each change asks for', () => {
+    const step = fc.array(fc.record({ key: fc.constantFrom(...KEYS), add: fc.boolean() }), {
+      maxLength: 6,
+    });
+    fc.assert(
+      fc.property(fc.array(fc.tuple(step, fc.boolean(), fc.boolean()), { maxLength: 12 }), (steps) => {
+        const text = new AllowFileText(refuse);
+        let entries: ReadonlyMap<string, string> = new Map();
+        for (const [changes, told, asChunks] of steps) {
+          const next = CowMap.edit(entries);
+          for (const c of changes) c.add ? next.set(c.key, '1') : next.delete(c.key);
+          const since = told ? { from: entries, keys: changes.map((c) => c.key) } : undefined;
+          const got = asChunks
+            ? Buffer.concat(text.chunks(next, since)).toString('utf8')
+            : text.text(next, since);
+          expect(got).toBe(expected(next));
+          entries = next;
+        }
+        expect(Buffer.concat(text.chunks(entries)).toString('utf8')).toBe(text.text(entries));
+      }),
+      { numRuns: 300, seed: 20261206 },
+    );
+  });
+
   it('renders all again when the entries it is told it came from are not the ones it rendered last', () => {
     const text = new AllowFileText(refuse);
     const a = new Map([[`198.18.0.1/32|${SLOTS[0]}`, '1']]);

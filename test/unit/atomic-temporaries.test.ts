@@ -1,4 +1,4 @@
-import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -51,5 +51,18 @@ describe('temporary files of a killed write', () => {
     writeFileSync(join(dir, '.other.json.4243.1796234595392.tmp'), 'in flight');
     await writeFileAtomic(file, 'two\n');
     expect(readdirSync(dir).sort()).toEqual(['.other.json.4243.1796234595392.tmp', 'other.json']);
+  });
+
+  it('writes buffers one after the other, more of them than one gathered write takes, and leaves no temporary', async () => {
+    const path = join(dir, 'allow.map');
+    writeFileSync(path, 'old\n');
+    // 5000 chunks (a gathered write takes at most 1024 on Linux), some empty, of varied lengths.
+    const chunks = Array.from({ length: 5000 }, (_, i) =>
+      Buffer.from(i % 7 === 0 ? '' : `198.18.${i >> 8}.${i & 255}/32|kb_slot_${i} 1\n`.repeat(1 + (i % 3))),
+    );
+    await writeFileAtomic(path, chunks, 0o640);
+    expect(readFileSync(path)).toEqual(Buffer.concat(chunks));
+    expect(statSync(path).mode & 0o777).toBe(0o640);
+    expect(readdirSync(dir)).toEqual(['allow.map']);
   });
 });

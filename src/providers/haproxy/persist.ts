@@ -66,6 +66,8 @@ export async function writeMapFiles(
   };
 }
 
+const HEADER_LINE = Buffer.from(`${ALLOW_HEADER}\n`, 'utf8');
+
 /**
  * A list change's allow maps, written before it is acknowledged: only the maps its operations name, and of
  * those only the slots they touch rendered again (`AllowFileText`), since `to` is `from` with `plan` applied.
@@ -84,9 +86,12 @@ export async function writeAllowMaps(
   for (const [name, keys] of byMap) {
     const entries = to.maps?.find((m) => m.name === name)?.entries ?? new Map<string, string>();
     const before = from.maps?.find((m) => m.name === name)?.entries;
-    const text = `${ALLOW_HEADER}\n${allow.text(entries, before ? { from: before, keys } : undefined)}`;
-    await writeFileAtomic(mapPath(mapDirOf(s), name), text, OWNED_FILE_MODE);
-    s.traffic?.bytes('sent', Buffer.byteLength(text));
+    const chunks = [HEADER_LINE, ...allow.chunks(entries, before ? { from: before, keys } : undefined)];
+    await writeFileAtomic(mapPath(mapDirOf(s), name), chunks, OWNED_FILE_MODE);
+    s.traffic?.bytes(
+      'sent',
+      chunks.reduce((n, c) => n + c.length, 0),
+    );
   }
 }
 
