@@ -15,9 +15,9 @@ import { join } from 'node:path';
 import { arg, targetArgs } from './compare/cli.js';
 import { startIdentityServers } from './compare/identity.js';
 import { startBenchKube } from './compare/kube.js';
-import { benchServiceEnv, startService } from './compare/service.js';
+import { startService } from './compare/service.js';
 import { startTarget } from './compare/targets.js';
-import { imageNodeOptions, serviceEnvOverrides } from './zero-reload/run.js';
+import { benchRunEnv } from './zero-reload/run.js';
 
 const { source, version } = targetArgs('5000');
 const n = Number(arg('n', '5000'));
@@ -34,12 +34,7 @@ const target = await startTarget('dataplaneapi', version, source);
 try {
   const dir = mkdtempSync(join(work, 'svc-'));
   const secret = `dr-${Math.random().toString(36).slice(2)}-secret`;
-  const env = {
-    ...benchServiceEnv(target, kube.kubeconfig, dir),
-    KUBEBYON_DATAPLANE_SLOTS: process.env.BENCH_DATAPLANE_SLOTS ?? 'storage',
-    NODE_OPTIONS: process.env.BENCH_NODE_OPTIONS ?? imageNodeOptions(),
-    ...serviceEnvOverrides(),
-  };
+  const env = benchRunEnv(target, kube.kubeconfig, dir);
   let svc = await startService(env, secret);
   const call = async (method: string, path: string, body?: unknown) => {
     const res = await svc.call(method, path, body);

@@ -7,15 +7,9 @@ import { promisify } from 'node:util';
 import { parseShowProc } from '../../src/providers/haproxy/runtime-text.js';
 import { type IdentityServers, sources, until, untilAll } from '../compare/identity.js';
 import type { BenchKube } from '../compare/kube.js';
-import { type BenchService, benchServiceEnv, startService } from '../compare/service.js';
+import { type BenchService, startService } from '../compare/service.js';
 import type { Target } from '../compare/targets.js';
-import {
-  imageNodeOptions,
-  type Latencies,
-  latencies,
-  serviceEnvOverrides,
-  untilClosed,
-} from '../zero-reload/run.js';
+import { benchRunEnv, type Latencies, latencies, untilClosed } from '../zero-reload/run.js';
 
 const run = promisify(execFile);
 
@@ -115,14 +109,7 @@ export async function runNetworks(
 ): Promise<NetworksResult> {
   const dir = mkdtempSync(join(tmpdir(), 'kubebyon-nets-'));
   const secret = `nets-${Math.random().toString(36).slice(2)}-secret`;
-  const env = {
-    ...benchServiceEnv(target, kube.kubeconfig, dir),
-    ...(target.provider === 'dataplaneapi'
-      ? { KUBEBYON_DATAPLANE_SLOTS: process.env.BENCH_DATAPLANE_SLOTS ?? 'storage' }
-      : {}),
-    NODE_OPTIONS: process.env.BENCH_NODE_OPTIONS ?? imageNodeOptions(),
-    ...serviceEnvOverrides(),
-  };
+  const env = benchRunEnv(target, kube.kubeconfig, dir);
   const svc = await startService(env, secret);
   const port = target.sniPort;
   const ports = o.servers.ports;

@@ -142,6 +142,23 @@ export function serviceEnvOverrides(): Record<string, string> {
   );
 }
 
+/**
+ * The service's environment in a measuring bench: `benchServiceEnv`, the Data Plane API as the deployment
+ * guide sets it up (slot backends in its general storage; `BENCH_DATAPLANE_SLOTS=config` measures them in
+ * the configuration file), `NODE_OPTIONS` as the image runs it unless `BENCH_NODE_OPTIONS` says otherwise
+ * (e.g. `--require` of a profiler), then `BENCH_SERVICE_ENV`'s overrides.
+ */
+export function benchRunEnv(target: Target, kubeconfig: string, dir: string): Record<string, string> {
+  return {
+    ...benchServiceEnv(target, kubeconfig, dir),
+    ...(target.provider === 'dataplaneapi'
+      ? { KUBEBYON_DATAPLANE_SLOTS: process.env.BENCH_DATAPLANE_SLOTS ?? 'storage' }
+      : {}),
+    NODE_OPTIONS: process.env.BENCH_NODE_OPTIONS ?? imageNodeOptions(),
+    ...serviceEnvOverrides(),
+  };
+}
+
 export async function runZeroReload(
   target: Target,
   kube: BenchKube,
@@ -149,17 +166,7 @@ export async function runZeroReload(
 ): Promise<ZeroReloadResult> {
   const dir = mkdtempSync(join(tmpdir(), 'kubebyon-zr-'));
   const secret = `zr-${Math.random().toString(36).slice(2)}-secret`;
-  const env = {
-    ...benchServiceEnv(target, kube.kubeconfig, dir),
-    // The Data Plane API as the deployment guide sets it up: slot backends in its general storage
-    // (`BENCH_DATAPLANE_SLOTS=config` measures them in the configuration file).
-    ...(target.provider === 'dataplaneapi'
-      ? { KUBEBYON_DATAPLANE_SLOTS: process.env.BENCH_DATAPLANE_SLOTS ?? 'storage' }
-      : {}),
-    // As the image runs it, unless `BENCH_NODE_OPTIONS` says otherwise (e.g. `--require` of a profiler).
-    NODE_OPTIONS: process.env.BENCH_NODE_OPTIONS ?? imageNodeOptions(),
-    ...serviceEnvOverrides(),
-  };
+  const env = benchRunEnv(target, kube.kubeconfig, dir);
   let svc = await startService(env, secret);
   const port = target.sniPort;
   // Probes from 200 loopback sources in turn: HAProxy's per-source rate limit is for clients, not the bench.
