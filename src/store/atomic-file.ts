@@ -62,6 +62,8 @@ async function writeAll(handle: FileHandle, chunks: readonly Buffer[]): Promise<
   let rest = chunks.filter((c) => c.length > 0);
   while (rest.length > 0) {
     let { bytesWritten } = await handle.writev(rest);
+    // A regular file takes at least a byte or fails; a write of nothing would otherwise be retried forever.
+    if (bytesWritten === 0) throw new Error(`nothing written to ${handle.fd}: the disk took no byte`);
     let i = 0;
     while (i < rest.length && bytesWritten >= (rest[i] as Buffer).length)
       bytesWritten -= (rest[i++] as Buffer).length;
