@@ -139,7 +139,7 @@ export async function writePersist(
     await writeOwnedFile(s, w.text);
     owned.remember(w.text, w.fileState);
     reading.text = w.text;
-  }
+  } else owned.remember(reading.text, w.fileState);
   await writeMapFiles(s, w.fileState, reading.raw.maps, allow);
   s.logger.debug({ ms: Date.now() - started }, 'runtime state persisted to the files HAProxy loads');
 }

@@ -251,10 +251,9 @@ export class StockHaproxyProvider implements Provider {
       }
       // HAProxy runs the file as rendered: the target, every server and entry in the files.
       this.fileSeen = text;
-      const parsed = this.owned.remember(text, fileState);
+      this.owned.remember(text, fileState);
       this.latest = {
         text,
-        parsed,
         raw: target,
         inFile: new Set(fileState.frontends.map((f) => f.name).concat(fileState.backends.map((b) => b.name))),
         consistent: true,
