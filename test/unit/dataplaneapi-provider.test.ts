@@ -171,6 +171,32 @@ describe('Data Plane API provider, against a fake API checked by its OpenAPI doc
     expect(await b.owned.revision(signal())).not.toBe(after);
   });
 
+  it('a runtime change does not wait behind a persistence under way, and the version that write moves is not counted as someone else’s', async () => {
+    b = await bed({ extra: { persistDelayMs: 60_000 }, minSlots: 10 });
+    await b.pass([claim('a')], true, 'ahead');
+    await b.inner.persisted();
+    await b.pass([claim('a'), claim('b', 30002)]);
+    const token = await b.owned.revision(signal());
+    // The persistence's push is carried out at once and answered 3 s later (a long parse at thousands of slots).
+    b.fake.slow = [{ method: 'POST', path: /\/configuration\/raw$/, ms: 3_000 }];
+    const pushes = b.fake.pushes;
+    let persisted = false;
+    const persisting = b.inner.persisted().then(() => {
+      persisted = true;
+    });
+    await waitFor(() => b.fake.pushes > pushes, 5_000, 'the persistence to push', { everyMs: 5 });
+    const { report } = await b.pass([claim('a'), claim('b', 30002), claim('c', 30003)]);
+    expect(report.reload).toBe('none');
+    expect(persisted).toBe(false);
+    expect(b.fake.runtime.entries.get(STORED_MAP)?.get('c.example.com')).toMatch(/^kubebyon_slot_/);
+    await persisting;
+    b.fake.slow = [];
+    // Only our own writes moved the version: the same revision as before them.
+    expect(await b.owned.revision(signal())).toBe(token);
+    await b.inner.persisted();
+    expect(b.fake.text).toMatch(/server srv1 127\.0\.0\.1:30003/);
+  });
+
   it('a plan made before someone else wrote the file is refused as a concurrent change, and nothing is pushed', async () => {
     b = await bed();
     await b.pass([claim('a')], true, 'ahead');

@@ -67,8 +67,19 @@ export class DataplaneProvider implements Provider {
   /** The configuration version this provider last read or wrote, and how often someone else moved it. */
   private version: number | undefined;
   private foreignWrites = 0;
-  /** One writer at a time: applies and persistence write the same files. */
+  /** One apply at a time (and reads wait for it). */
   private queue: Promise<unknown> = Promise.resolve();
+  /**
+   * One writer of the files at a time: an apply's file path and the batched persistence. Apart from the
+   * queue, so that a runtime apply does not wait behind a persistence (hundreds of ms at 20000 slots).
+   */
+  private filesLane: Promise<unknown> = Promise.resolve();
+  /**
+   * A batched persistence is writing (the version it moves is ours, not someone else's), and how many have
+   * begun or ended: a version looked at across one of them is not compared.
+   */
+  private persisting = false;
+  private persistEdges = 0;
   /** The allow maps' text, rendered again only where a list changed. */
   private readonly allow = new AllowFileText((detail) => new TerminalError(detail));
 
@@ -113,7 +124,17 @@ export class DataplaneProvider implements Provider {
       debounceMs: delay,
       maxDelayMs: Math.max(1000, delay),
       logger: o.logger,
-      write: (target, pending) => this.serialized(() => this.persist(target, pending)),
+      write: (target, pending) =>
+        this.inFiles(async () => {
+          this.persisting = true;
+          this.persistEdges++;
+          try {
+            await this.persist(target, pending);
+          } finally {
+            this.persisting = false;
+            this.persistEdges++;
+          }
+        }),
     });
   }
 
@@ -222,8 +243,8 @@ export class DataplaneProvider implements Provider {
 
   /**
    * HAProxy's process (a reload or restart by anyone starts another) and how often someone else wrote the
-   * configuration: its version moving past the one this provider last read or wrote. Waits for a write of
-   * ours under way, whose answer says the version it left.
+   * configuration: its version moving past the one this provider last read or wrote. Waits for an apply
+   * under way, whose answer says the version it left; not for a batched persistence (`revisionNow`).
    */
   async revision(signal: AbortSignal): Promise<string> {
     await this.queue.catch(() => {});
@@ -235,11 +256,17 @@ export class DataplaneProvider implements Provider {
   }
 
   private async revisionNow(signal: AbortSignal, counter: Counter): Promise<string> {
+    // While a persistence of ours writes, the version moves by our own hand until it has returned: only the
+    // process is compared then, and the version at the next look (someone else's write meanwhile is counted
+    // then, as one just after this look would be).
+    const edges = this.persistEdges;
     // Two independent reads, side by side: every apply starts with them (a list change is 5-7 requests).
     const [{ generation }, version] = await Promise.all([
       this.workers.current(signal, counter),
-      this.reads.version(signal, counter),
+      this.persisting ? undefined : this.reads.version(signal, counter),
     ]);
+    if (version === undefined || this.persisting || edges !== this.persistEdges)
+      return `${generation}:${this.foreignWrites}`;
     if (this.version !== undefined && version !== this.version) this.foreignWrites++;
     this.version = version;
     return `${generation}:${this.foreignWrites}`;
@@ -249,6 +276,8 @@ export class DataplaneProvider implements Provider {
     await this.ready(signal);
     try {
       await this.queue.catch(() => {});
+      // A full read sees the files as a persistence under way leaves them.
+      await this.filesLane.catch(() => {});
       const counter = { requests: 0 };
       const revision = await this.revisionNow(signal, counter);
       const config = await this.reads.read(signal, counter);
@@ -297,16 +326,18 @@ export class DataplaneProvider implements Provider {
     if (!storage || !config) return;
     const moving = storage.misplaced(reading, config.state());
     if (moving.size === 0) return;
-    await this.serialized(async () => {
-      const signal = AbortSignal.timeout(this.o.reloadTimeoutMs + this.o.timeoutMs * 4);
-      const pending = this.persistence.take();
-      await storage.relocate(reading, moving, pending, this.draining, signal, { requests: 0 });
-      this.version = this.reads.current?.version;
-      this.o.logger.info(
-        { backends: moving.size },
-        'slot backends moved from the configuration to the slots files (one reload)',
-      );
-    });
+    await this.serialized(() =>
+      this.inFiles(async () => {
+        const signal = AbortSignal.timeout(this.o.reloadTimeoutMs + this.o.timeoutMs * 4);
+        const pending = this.persistence.take();
+        await storage.relocate(reading, moving, pending, this.draining, signal, { requests: 0 });
+        this.version = this.reads.current?.version;
+        this.o.logger.info(
+          { backends: moving.size },
+          'slot backends moved from the configuration to the slots files (one reload)',
+        );
+      }),
+    );
   }
 
   async apply(plan: Plan, change: Change, signal: AbortSignal): Promise<ApplyReport> {
@@ -365,10 +396,10 @@ export class DataplaneProvider implements Provider {
       const lists = path.steps.filter(isAllowOperation);
       if (lists.length > 0 && lists.length === path.steps.length && !this.persistence.isPending) {
         // Only lists changed, and the files hold every route: the allow maps alone are written.
-        await this.persistLists(change, lists, signal, counter);
+        await this.inFiles(() => this.persistLists(change, lists, signal, counter));
       } else {
         this.persistence.schedule(target, touched.backends, touched.maps);
-        if (lists.length > 0) await this.persistNow(target);
+        if (lists.length > 0) await this.inFiles(() => this.persistNow(target));
       }
       // A server left draining still runs: the next pass reads what runs and deletes it once it can.
       return {
@@ -377,6 +408,17 @@ export class DataplaneProvider implements Provider {
         ...(draining.length > 0 ? {} : { revision: change.revision }),
       };
     }
+    return this.inFiles(() => this.sendFiles(path, change, signal, counter));
+  }
+
+  /** A change through the files (a reload, moves in place, a structure written): one writer of them. */
+  private async sendFiles(
+    path: Exclude<Path, { kind: 'runtime' }>,
+    change: Change,
+    signal: AbortSignal,
+    counter: Counter,
+  ): Promise<ApplyReport> {
+    const target = change.to.state;
     const pending = this.persistence.take();
     const changed = changedSections(change);
     const moves = path.kind === 'moves' ? path.moves : undefined;
@@ -438,12 +480,19 @@ export class DataplaneProvider implements Provider {
     if (options.persist !== false) await this.persistence.flush().catch(() => {});
     await this.persistence.close();
     await this.queue.catch(() => {});
+    await this.filesLane.catch(() => {});
     this.client.close();
   }
 
   private serialized<T>(job: () => Promise<T>): Promise<T> {
     const run = this.queue.then(job, job);
     this.queue = run.catch(() => {});
+    return run;
+  }
+
+  private inFiles<T>(job: () => Promise<T>): Promise<T> {
+    const run = this.filesLane.then(job, job);
+    this.filesLane = run.catch(() => {});
     return run;
   }
 
