@@ -25,7 +25,7 @@ import { ConfigReads } from './read.js';
 import { type Counter, Workers } from './reload.js';
 import { withRunning } from './running.js';
 import { applyRuntimeOps } from './runtime.js';
-import { SlotsFile, slotsFileName } from './slots.js';
+import { fileBackendNames, renderAhead, SlotsFile, slotsFileName } from './slots.js';
 import { StorageSlots } from './storage-slots.js';
 import { sweepTransactions } from './sweep.js';
 
@@ -256,17 +256,20 @@ export class DataplaneProvider implements Provider {
   }
 
   private async revisionNow(signal: AbortSignal, counter: Counter): Promise<string> {
-    // While a persistence of ours writes, the version moves by our own hand until it has returned: only the
-    // process is compared then, and the version at the next look (someone else's write meanwhile is counted
-    // then, as one just after this look would be).
+    // While a persistence of ours writes, the API answers nothing until it has parsed the whole file (hundreds
+    // of ms at 20000 slots), and the version moves by our own hand: the revision is the last one seen, and
+    // the next look after the write compares both (someone else's write or reload meanwhile is seen then, as
+    // one just after this look would be).
+    const last = this.workers.lastGeneration;
+    if (this.persisting && last !== undefined) return `${last}:${this.foreignWrites}`;
     const edges = this.persistEdges;
     // Two independent reads, side by side: every apply starts with them (a list change is 5-7 requests).
     const [{ generation }, version] = await Promise.all([
       this.workers.current(signal, counter),
-      this.persisting ? undefined : this.reads.version(signal, counter),
+      this.reads.version(signal, counter),
     ]);
-    if (version === undefined || this.persisting || edges !== this.persistEdges)
-      return `${generation}:${this.foreignWrites}`;
+    // A persistence began or ended meanwhile: the version may be ours or not, and is compared next time.
+    if (edges !== this.persistEdges) return `${generation}:${this.foreignWrites}`;
     if (this.version !== undefined && version !== this.version) this.foreignWrites++;
     this.version = version;
     return `${generation}:${this.foreignWrites}`;
@@ -302,6 +305,12 @@ export class DataplaneProvider implements Provider {
   async settle(reading: Reading): Promise<void> {
     this.known = reading.state;
     this.persistence.follow(reading.state);
+    // The slot files' sections of the objects later applies derive theirs from, rendered now (in the full
+    // pass) rather than by the first persistence, while a change waits.
+    if (this.storage) {
+      const inFiles = fileBackendNames(reading.state);
+      await renderAhead(reading.state.backends.filter((b) => inFiles.has(b.name)));
+    }
     const drift = this.drift ?? { backends: new Set(), maps: new Set() };
     this.drift = undefined;
     const owned = new Set(reading.state.frontends.filter((f) => f.owned).flatMap(mapsOf));

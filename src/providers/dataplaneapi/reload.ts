@@ -64,6 +64,11 @@ export class Workers {
     return { pid, generation: `${pid}.${now.generation}` };
   }
 
+  /** The token `current` gave last, without a request (undefined before the first). */
+  get lastGeneration(): string | undefined {
+    return this.process && `${this.process.pid}.${this.process.generation}`;
+  }
+
   /** Whether the file on disk may hold a change HAProxy does not run, until `reloadFromDisk` succeeds. */
   get untrusted(): boolean {
     return this.unloaded !== undefined;
