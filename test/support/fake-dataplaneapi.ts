@@ -102,9 +102,13 @@ export async function startFakeDataplaneApi(
   const password = 'fake-password';
   let version = 1;
   let pid = 100;
+  // The worker's start: its uptime grows as a real one's does (a constant one would tell the provider, after
+  // 3 s, that another process runs).
+  let startedAt = Date.now();
   const injections: Injection[] = [];
   const reload = () => {
     pid++;
+    startedAt = Date.now();
     fake.reloads++;
     reloadRuntime(fake.runtime);
     fake.runtime.config = backendsOfText(fake.text);
@@ -193,7 +197,13 @@ export async function startFakeDataplaneApi(
     if (method === 'GET' && path === '/info') return send(res, 200, { api: { version: info }, system: {} });
     if (method === 'GET' && path === '/health') return send(res, 200, { haproxy: 'up' });
     if (method === 'GET' && path === '/services/haproxy/runtime/info')
-      return send(res, 200, { info: { pid, uptime: 1, version: options.haproxy ?? '3.0.11-1+deb13u5' } });
+      return send(res, 200, {
+        info: {
+          pid,
+          uptime: Math.floor((Date.now() - startedAt) / 1000),
+          version: options.haproxy ?? '3.0.11-1+deb13u5',
+        },
+      });
     if (method === 'GET' && path === '/services/haproxy/configuration/version')
       return send(res, 200, version);
     if (method === 'GET' && path === '/services/haproxy/configuration/raw') {

@@ -7,6 +7,7 @@ import { isAllowOperation } from '../../plan/operations.js';
 import type { Plan } from '../../plan/plan.js';
 import type { Reading } from '../../plan/reading.js';
 import { systemClock } from '../../timing/clock.js';
+import { Lane } from '../lane.js';
 import type { ApplyReport, Change, CloseOptions, Provider, ProviderInfo, RawRead } from '../provider.js';
 import { checkApi } from './api-check.js';
 import type { Capabilities } from './capability.js';
@@ -68,12 +69,12 @@ export class DataplaneProvider implements Provider {
   private version: number | undefined;
   private foreignWrites = 0;
   /** One apply at a time (and reads wait for it). */
-  private queue: Promise<unknown> = Promise.resolve();
+  private readonly applies = new Lane();
   /**
    * One writer of the files at a time: an apply's file path and the batched persistence. Apart from the
-   * queue, so that a runtime apply does not wait behind a persistence (hundreds of ms at 20000 slots).
+   * applies, so that a runtime apply does not wait behind a persistence (hundreds of ms at 20000 slots).
    */
-  private filesLane: Promise<unknown> = Promise.resolve();
+  private readonly fileWriters = new Lane();
   /**
    * A batched persistence is writing (the version it moves is ours, not someone else's), and how many have
    * begun or ended: a version looked at across one of them is not compared.
@@ -125,7 +126,7 @@ export class DataplaneProvider implements Provider {
       maxDelayMs: Math.max(1000, delay),
       logger: o.logger,
       write: (target, pending) =>
-        this.inFiles(async () => {
+        this.fileWriters.run(async () => {
           this.persisting = true;
           this.persistEdges++;
           try {
@@ -247,7 +248,7 @@ export class DataplaneProvider implements Provider {
    * under way, whose answer says the version it left; not for a batched persistence (`revisionNow`).
    */
   async revision(signal: AbortSignal): Promise<string> {
-    await this.queue.catch(() => {});
+    await this.applies.idle();
     try {
       return await this.revisionNow(signal, { requests: 0 });
     } catch (err) {
@@ -278,9 +279,9 @@ export class DataplaneProvider implements Provider {
   async read(signal: AbortSignal): Promise<RawRead> {
     await this.ready(signal);
     try {
-      await this.queue.catch(() => {});
+      await this.applies.idle();
       // A full read sees the files as a persistence under way leaves them.
-      await this.filesLane.catch(() => {});
+      await this.fileWriters.idle();
       const counter = { requests: 0 };
       const revision = await this.revisionNow(signal, counter);
       const config = await this.reads.read(signal, counter);
@@ -335,8 +336,8 @@ export class DataplaneProvider implements Provider {
     if (!storage || !config) return;
     const moving = storage.misplaced(reading, config.state());
     if (moving.size === 0) return;
-    await this.serialized(() =>
-      this.inFiles(async () => {
+    await this.applies.run(() =>
+      this.fileWriters.run(async () => {
         const signal = AbortSignal.timeout(this.o.reloadTimeoutMs + this.o.timeoutMs * 4);
         const pending = this.persistence.take();
         await storage.relocate(reading, moving, pending, this.draining, signal, { requests: 0 });
@@ -358,7 +359,7 @@ export class DataplaneProvider implements Provider {
         this.names.learn(op.frontend.sniMap);
         this.names.learn(op.frontend.edge.allowMap);
       }
-    return this.serialized(async () => {
+    return this.applies.run(async () => {
       const counter = { requests: 0 };
       try {
         if ((await this.revisionNow(signal, counter)) !== change.revision)
@@ -405,10 +406,10 @@ export class DataplaneProvider implements Provider {
       const lists = path.steps.filter(isAllowOperation);
       if (lists.length > 0 && lists.length === path.steps.length && !this.persistence.isPending) {
         // Only lists changed, and the files hold every route: the allow maps alone are written.
-        await this.inFiles(() => this.persistLists(change, lists, signal, counter));
+        await this.fileWriters.run(() => this.persistLists(change, lists, signal, counter));
       } else {
         this.persistence.schedule(target, touched.backends, touched.maps);
-        if (lists.length > 0) await this.inFiles(() => this.persistNow(target));
+        if (lists.length > 0) await this.fileWriters.run(() => this.persistNow(target));
       }
       // A server left draining still runs: the next pass reads what runs and deletes it once it can.
       return {
@@ -417,7 +418,7 @@ export class DataplaneProvider implements Provider {
         ...(draining.length > 0 ? {} : { revision: change.revision }),
       };
     }
-    return this.inFiles(() => this.sendFiles(path, change, signal, counter));
+    return this.fileWriters.run(() => this.sendFiles(path, change, signal, counter));
   }
 
   /** A change through the files (a reload, moves in place, a structure written): one writer of them. */
@@ -488,21 +489,9 @@ export class DataplaneProvider implements Provider {
     // what it finds missing); not on a replica that lost the lead, whose leader writes now.
     if (options.persist !== false) await this.persistence.flush().catch(() => {});
     await this.persistence.close();
-    await this.queue.catch(() => {});
-    await this.filesLane.catch(() => {});
+    await this.applies.idle();
+    await this.fileWriters.idle();
     this.client.close();
-  }
-
-  private serialized<T>(job: () => Promise<T>): Promise<T> {
-    const run = this.queue.then(job, job);
-    this.queue = run.catch(() => {});
-    return run;
-  }
-
-  private inFiles<T>(job: () => Promise<T>): Promise<T> {
-    const run = this.filesLane.then(job, job);
-    this.filesLane = run.catch(() => {});
-    return run;
   }
 
   private async apiVersionOf(signal: AbortSignal): Promise<string> {

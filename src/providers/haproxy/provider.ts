@@ -12,6 +12,7 @@ import type { Reading } from '../../plan/reading.js';
 import { removeTemporaries } from '../../store/atomic-file.js';
 import { type Clock, systemClock } from '../../timing/clock.js';
 import { Debounce } from '../../timing/debounce.js';
+import { Lane } from '../lane.js';
 import type {
   ApplyReport,
   Change,
@@ -72,9 +73,10 @@ export class StockHaproxyProvider implements Provider {
   private lastRead: FileReading | undefined;
   private readonly persistence: Debounce;
   private readonly defaultsName: string;
-  private queue: Promise<unknown> = Promise.resolve();
+  /** One apply at a time (`revision` waits for it); persistence writes in `io`, below. */
+  private readonly applies = new Lane();
   /**
-   * Persistence's writes, outside the queue: a runtime apply (which writes no file) need not wait for
+   * Persistence's writes, outside the applies' lane: a runtime apply (which writes no file) need not wait for
    * megabytes to reach the disk. What writes files (a reload, the next persistence) waits for them.
    */
   private io: Promise<void> = Promise.resolve();
@@ -120,7 +122,7 @@ export class StockHaproxyProvider implements Provider {
    * polling meanwhile took it for a reload by someone else, and asked for a full read and a repair pass).
    */
   async revision(signal: AbortSignal): Promise<string> {
-    await this.queue;
+    await this.applies.idle();
     return this.revisionNow(signal);
   }
 
@@ -167,7 +169,7 @@ export class StockHaproxyProvider implements Provider {
   async apply(plan: Plan, change: Change, signal: AbortSignal): Promise<ApplyReport> {
     signal.throwIfAborted();
     if (plan.operations.length === 0) return { reload: 'none', requests: 0 };
-    return this.serialized(() => this.applyNow(plan, change, signal));
+    return this.applies.run(() => this.applyNow(plan, change, signal));
   }
 
   /** Writes now what runtime applies left unpersisted (unless told not to), and stops the timer. */
@@ -181,13 +183,6 @@ export class StockHaproxyProvider implements Provider {
   async flush(): Promise<void> {
     await this.persistence.flush();
     await this.io;
-  }
-
-  /** One writer at a time: applies and persistence read, render and replace the same files. */
-  private serialized<T>(job: () => Promise<T>): Promise<T> {
-    const run = this.queue.then(job);
-    this.queue = run.catch(() => {});
-    return run;
   }
 
   private async applyNow(plan: Plan, change: Change, signal: AbortSignal): Promise<ApplyReport> {
