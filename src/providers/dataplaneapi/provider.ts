@@ -24,6 +24,7 @@ import { MapFiles, mapsOf } from './maps.js';
 import { type Pending, Persistence } from './persist.js';
 import { ConfigReads } from './read.js';
 import { type Counter, Workers } from './reload.js';
+import { Revision } from './revision.js';
 import { withRunning } from './running.js';
 import { applyRuntimeOps } from './runtime.js';
 import { fileBackendNames, renderAhead, SlotsFile, slotsFileName } from './slots.js';
@@ -65,9 +66,8 @@ export class DataplaneProvider implements Provider {
   private drift: { backends: Set<string>; maps: Set<string> } | undefined;
   /** The state HAProxy runs, as far as this provider knows (the last reading or change target). */
   private known: HaproxyState | undefined;
-  /** The configuration version this provider last read or wrote, and how often someone else moved it. */
-  private version: number | undefined;
-  private foreignWrites = 0;
+  /** The revision token: HAProxy's process, and how often someone else wrote the configuration. */
+  private readonly revisions: Revision;
   /** One apply at a time (and reads wait for it). */
   private readonly applies = new Lane();
   /**
@@ -75,12 +75,6 @@ export class DataplaneProvider implements Provider {
    * applies, so that a runtime apply does not wait behind a persistence (hundreds of ms at 20000 slots).
    */
   private readonly fileWriters = new Lane();
-  /**
-   * A batched persistence is writing (the version it moves is ours, not someone else's), and how many have
-   * begun or ended: a version looked at across one of them is not compared.
-   */
-  private persisting = false;
-  private persistEdges = 0;
   /** The allow maps' text, rendered again only where a list changed. */
   private readonly allow = new AllowFileText((detail) => new TerminalError(detail));
 
@@ -101,6 +95,7 @@ export class DataplaneProvider implements Provider {
     // The service names its map after its owner id (`sniMapNameFor`), so a restart reads it back by that name.
     this.names = new MapNames([sniMapNameFor(o.owner.id), allowMapNameFor(o.owner.id), ...(o.sniMaps ?? [])]);
     this.reads = new ConfigReads(this.client, (file) => this.names.logical(file));
+    this.revisions = new Revision(this.workers, this.reads);
     this.maps = new MapFiles(this.client);
     const slots =
       o.slots === 'storage'
@@ -126,16 +121,7 @@ export class DataplaneProvider implements Provider {
       maxDelayMs: Math.max(1000, delay),
       logger: o.logger,
       write: (target, pending) =>
-        this.fileWriters.run(async () => {
-          this.persisting = true;
-          this.persistEdges++;
-          try {
-            await this.persist(target, pending);
-          } finally {
-            this.persisting = false;
-            this.persistEdges++;
-          }
-        }),
+        this.fileWriters.run(() => this.revisions.persist(() => this.persist(target, pending))),
     });
   }
 
@@ -152,7 +138,7 @@ export class DataplaneProvider implements Provider {
     await this.files.write(write, signal, { requests: 0 }).catch((err) => {
       throw this.translate(err);
     });
-    this.version = this.reads.current?.version;
+    this.revisions.wrote(this.reads.current?.version);
   }
 
   /** What is pending, written now (a failure leaves it pending: the batch tries again). */
@@ -221,7 +207,7 @@ export class DataplaneProvider implements Provider {
       }
       if (repair && this.workers.untrusted) {
         this.reads.forget();
-        this.version = await this.workers.reloadFromDisk(signal);
+        this.revisions.wrote(await this.workers.reloadFromDisk(signal));
       }
     } catch (err) {
       throw this.translate(err);
@@ -245,35 +231,15 @@ export class DataplaneProvider implements Provider {
   /**
    * HAProxy's process (a reload or restart by anyone starts another) and how often someone else wrote the
    * configuration: its version moving past the one this provider last read or wrote. Waits for an apply
-   * under way, whose answer says the version it left; not for a batched persistence (`revisionNow`).
+   * under way, whose answer says the version it left; not for a batched persistence (`revision.ts`).
    */
   async revision(signal: AbortSignal): Promise<string> {
     await this.applies.idle();
     try {
-      return await this.revisionNow(signal, { requests: 0 });
+      return await this.revisions.now(signal, { requests: 0 });
     } catch (err) {
       throw this.translate(err);
     }
-  }
-
-  private async revisionNow(signal: AbortSignal, counter: Counter): Promise<string> {
-    // While a persistence of ours writes, the API answers nothing until it has parsed the whole file (hundreds
-    // of ms at 20000 slots), and the version moves by our own hand: the revision is the last one seen, and
-    // the next look after the write compares both (someone else's write or reload meanwhile is seen then, as
-    // one just after this look would be).
-    const last = this.workers.lastGeneration;
-    if (this.persisting && last !== undefined) return `${last}:${this.foreignWrites}`;
-    const edges = this.persistEdges;
-    // Two independent reads, side by side: every apply starts with them (a list change is 5-7 requests).
-    const [{ generation }, version] = await Promise.all([
-      this.workers.current(signal, counter),
-      this.reads.version(signal, counter),
-    ]);
-    // A persistence began or ended meanwhile: the version may be ours or not, and is compared next time.
-    if (edges !== this.persistEdges) return `${generation}:${this.foreignWrites}`;
-    if (this.version !== undefined && version !== this.version) this.foreignWrites++;
-    this.version = version;
-    return `${generation}:${this.foreignWrites}`;
   }
 
   async read(signal: AbortSignal): Promise<RawRead> {
@@ -283,7 +249,7 @@ export class DataplaneProvider implements Provider {
       // A full read sees the files as a persistence under way leaves them.
       await this.fileWriters.idle();
       const counter = { requests: 0 };
-      const revision = await this.revisionNow(signal, counter);
+      const revision = await this.revisions.now(signal, counter);
       const config = await this.reads.read(signal, counter);
       const raw = this.storage ? await this.storage.merge(config.state(), signal, counter) : config.state();
       const running = await withRunning(
@@ -341,7 +307,7 @@ export class DataplaneProvider implements Provider {
         const signal = AbortSignal.timeout(this.o.reloadTimeoutMs + this.o.timeoutMs * 4);
         const pending = this.persistence.take();
         await storage.relocate(reading, moving, pending, this.draining, signal, { requests: 0 });
-        this.version = this.reads.current?.version;
+        this.revisions.wrote(this.reads.current?.version);
         this.o.logger.info(
           { backends: moving.size },
           'slot backends moved from the configuration to the slots files (one reload)',
@@ -362,7 +328,7 @@ export class DataplaneProvider implements Provider {
     return this.applies.run(async () => {
       const counter = { requests: 0 };
       try {
-        if ((await this.revisionNow(signal, counter)) !== change.revision)
+        if ((await this.revisions.now(signal, counter)) !== change.revision)
           throw new ConcurrentChangeError('HAProxy or its configuration changed since the plan was made');
         // A server the plan adds or updates is wanted: no longer kept out of the files as draining.
         for (const op of plan.operations)
@@ -452,9 +418,9 @@ export class DataplaneProvider implements Provider {
       throw err;
     }
     this.persistence.follow(target);
-    this.version = this.reads.current?.version;
+    this.revisions.wrote(this.reads.current?.version);
     if (path.kind === 'reload') await this.storage?.ensureLoaded(target, signal, counter);
-    const revision = await this.revisionNow(signal, counter);
+    const revision = await this.revisions.now(signal, counter);
     return { reload: path.kind === 'reload' ? 'succeeded' : 'none', requests: counter.requests, revision };
   }
 
