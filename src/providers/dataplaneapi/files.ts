@@ -5,7 +5,7 @@ import { checkedName, checkedPort, checkedServerAddress } from './checked.js';
 import type { Move } from './choose.js';
 import { type DataplaneClient, versionOf } from './client.js';
 import { backendLines, frontendLines, type LineTags, sectionKey, spliceSections } from './config-text.js';
-import { type MapFiles, mapsOf, mapText } from './maps.js';
+import { type MapFiles, MapText, mapsOf } from './maps.js';
 import type { ConfigReads } from './read.js';
 import type { Counter, Workers } from './reload.js';
 import { fileBackendNames, type SlotsFile } from './slots.js';
@@ -61,7 +61,18 @@ const ACTIONS_MAX_BYTES = 256 * 1024;
  * the API against the version read: no transaction to open, commit, or leave behind.
  */
 export class Files {
+  /** Each SNI map's text, kept between writes. */
+  private readonly texts = new Map<string, MapText>();
+
   constructor(private readonly d: FilesDeps) {}
+
+  private sniText(name: string): MapText {
+    const kept = this.texts.get(name);
+    if (kept) return kept;
+    const made = new MapText();
+    this.texts.set(name, made);
+    return made;
+  }
 
   /** Writes `w`; resolves whether HAProxy was reloaded. */
   async write(w: FileWrite, signal: AbortSignal, counter: Counter): Promise<boolean> {
@@ -73,7 +84,7 @@ export class Files {
     const allowMaps = new Set(target.frontends.map((f) => f.edge?.allowMap));
     for (const name of w.maps) {
       const entries = target.maps?.find((m) => m.name === name)?.entries ?? new Map<string, string>();
-      contents.set(name, allowMaps.has(name) ? this.d.allow.text(entries) : mapText(entries));
+      contents.set(name, allowMaps.has(name) ? this.d.allow.text(entries) : this.sniText(name).text(entries));
     }
     const mapFile = new Map<string, string>();
     for (const [name, content] of contents)
