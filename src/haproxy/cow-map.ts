@@ -36,6 +36,19 @@ export class CowMap<K, V> implements ReadonlyMap<K, V> {
     return new CowMap(m.base, new Map(m.overlay), new Set(m.moved), m.count);
   }
 
+  /**
+   * The keys whose values may differ between `from` and `to` when `to` was made from `from` by `edit`s
+   * sharing its base (the two overlays' keys): a diff of a few keys, not of the map. Undefined when they
+   * share nothing (compare all).
+   */
+  static changedKeys<K, V>(from: ReadonlyMap<K, V>, to: ReadonlyMap<K, V>): Set<K> | undefined {
+    if (!(to instanceof CowMap)) return undefined;
+    const t = to as CowMap<K, V>;
+    if (t.base === from) return new Set(t.overlay.keys());
+    if (!(from instanceof CowMap) || (from as CowMap<K, V>).base !== t.base) return undefined;
+    return new Set([...(from as CowMap<K, V>).overlay.keys(), ...t.overlay.keys()]);
+  }
+
   get size(): number {
     return this.count;
   }

@@ -1,4 +1,5 @@
 import { ALLOW_VALUE, isAllowKey } from '../../haproxy/allow-keys.js';
+import { CowMap } from '../../haproxy/cow-map.js';
 import { checkedHost, checkedName } from './checked.js';
 import { type DataplaneClient, DataplaneHttpError } from './client.js';
 import { storageName } from './map-names.js';
@@ -23,22 +24,33 @@ function lineOf(key: string, value: string): string {
 /** Fewer keys added than this are put in place in the kept order; more sort all keys again. */
 const INSERT_MAX = 64;
 
+/** An entry as the text holds it: its value and its line. */
+interface Line {
+  key: string;
+  value: string;
+  line: string;
+}
+
 /**
  * One map file's text (`mapText`), kept between writes: each entry is checked and its line made once, and
- * the keys' order is kept, so a persistence at 20000 clusters compares the entries with the last ones
- * rather than checking and sorting all of them again (50-80 ms on the event loop each time, which a change
- * arriving meanwhile waited for: the move and delete p99 of `bench/zero-reload.ts`).
+ * the entries' order is kept, so a persistence at 20000 clusters follows the few entries that changed (told
+ * by `CowMap.changedKeys`, or found by comparing all) rather than checking and sorting all of them again
+ * (50-80 ms on the event loop each time, which a change arriving meanwhile waited for: the move and delete
+ * p99 of `bench/zero-reload.ts`).
  */
 export class MapText {
-  private readonly lines = new Map<string, { value: string; line: string }>();
-  private order: string[] = [];
+  private readonly lines = new Map<string, Line>();
+  private order: Line[] = [];
   private basis: ReadonlyMap<string, string> | undefined;
   private last = '';
 
   text(entries: ReadonlyMap<string, string>): string {
     if (entries === this.basis) return this.last;
     try {
-      this.follow(entries);
+      const changed = this.basis && CowMap.changedKeys(this.basis, entries);
+      this.follow(entries, changed ?? entries.keys());
+      // The keys told must account for every entry; if not, all are compared.
+      if (changed && this.lines.size !== entries.size) this.follow(entries, entries.keys());
     } catch (err) {
       // A refused entry leaves nothing half-followed: the next text starts afresh.
       this.lines.clear();
@@ -47,35 +59,50 @@ export class MapText {
       throw err;
     }
     this.basis = entries;
-    this.last = this.order.map((k) => (this.lines.get(k) as { line: string }).line).join('');
+    this.last = this.order.map((l) => l.line).join('');
     return this.last;
   }
 
-  private follow(entries: ReadonlyMap<string, string>): void {
-    const added: string[] = [];
-    for (const [key, value] of entries) {
+  /** Brings the lines to `entries`, where only the `keys` may differ from the last ones (or all keys). */
+  private follow(entries: ReadonlyMap<string, string>, keys: Iterable<string>): void {
+    const added: Line[] = [];
+    let removed = false;
+    for (const key of keys) {
+      const value = entries.get(key);
       const kept = this.lines.get(key);
       if (kept?.value === value) continue;
-      const line = lineOf(key, value);
-      if (!kept) added.push(key);
-      this.lines.set(key, { value, line });
+      if (value === undefined) {
+        this.lines.delete(key);
+        removed = true;
+      } else if (kept) {
+        kept.line = lineOf(key, value);
+        kept.value = value;
+      } else {
+        const line = { key, value, line: lineOf(key, value) };
+        this.lines.set(key, line);
+        added.push(line);
+      }
     }
-    if (this.lines.size > entries.size) {
-      for (const key of this.lines.keys()) if (!entries.has(key)) this.lines.delete(key);
-      this.order = this.order.filter((k) => this.lines.has(k));
-    }
-    if (added.length > INSERT_MAX) this.order = [...this.lines.keys()].sort(byKey);
-    else for (const key of added) this.order.splice(sortedIndex(this.order, key), 0, key);
+    // Told nothing (a map of its own): keys no longer there are found by their count.
+    if (this.lines.size > entries.size)
+      for (const key of this.lines.keys())
+        if (!entries.has(key)) {
+          this.lines.delete(key);
+          removed = true;
+        }
+    if (removed) this.order = this.order.filter((l) => this.lines.get(l.key) === l);
+    if (added.length > INSERT_MAX) this.order = [...this.lines.values()].sort((a, b) => byKey(a.key, b.key));
+    else for (const l of added) this.order.splice(sortedIndex(this.order, l.key), 0, l);
   }
 }
 
-/** Where `key` goes in the sorted `keys`. */
-function sortedIndex(keys: readonly string[], key: string): number {
+/** Where `key` goes in the sorted `lines`. */
+function sortedIndex(lines: readonly Line[], key: string): number {
   let lo = 0;
-  let hi = keys.length;
+  let hi = lines.length;
   while (lo < hi) {
     const mid = (lo + hi) >>> 1;
-    if ((keys[mid] as string) < key) lo = mid + 1;
+    if ((lines[mid] as Line).key < key) lo = mid + 1;
     else hi = mid;
   }
   return lo;
