@@ -113,6 +113,64 @@ describe('the slots files, as text', () => {
     client.close();
     await fake.close();
   });
+
+  it('an update renders and sends only the files of the backends it names, as a full write would leave them', async () => {
+    const fake = await startFakeDataplaneApi();
+    const client = createClient({
+      url: fake.url,
+      username: fake.username,
+      password: fake.password,
+      timeoutMs: 5_000,
+    });
+    const name = (n: number) => `kb_slot_${String(n).padStart(5, '0')}`;
+    const srv = (port: number, n = 1) => ({
+      name: `srv${n}`,
+      address: '127.0.0.1',
+      port,
+      check: false,
+      tags: registry.tags(),
+    });
+    const slot = (n: number, servers = [srv(30000 + n)]): RawBackend => ({
+      name: name(n),
+      balance: 'leastconn',
+      servers,
+      tags: registry.tags(),
+    });
+    const counter = { requests: 0 };
+    const files = new SlotsFile(client, 'kb_slots', 5_000);
+    // Nothing held yet: the caller must write all.
+    expect(await files.update([name(1)], () => undefined, new Set(), signal(), counter)).toBeUndefined();
+    const all = Array.from({ length: 2 * SHARD_SIZE + 10 }, (_, i) => slot(i + 1));
+    await files.write(all, 'skip', signal(), counter);
+    // Slot 3 moves, slot SHARD_SIZE + 5 goes, a new slot comes in the last file, slot 7 gets a server that
+    // is left draining, and the first file's slot 9 is named without a change.
+    const next = new Map(all.map((b) => [b.name, b]));
+    next.set(name(3), slot(3, [srv(31003)]));
+    next.delete(name(SHARD_SIZE + 5));
+    next.set(name(2 * SHARD_SIZE + 11), slot(2 * SHARD_SIZE + 11));
+    next.set(name(7), slot(7, [srv(30007), srv(31007, 2)]));
+    const draining = new Set([`${name(7)}/srv2`]);
+    const names = [3, SHARD_SIZE + 5, 2 * SHARD_SIZE + 11, 7, 9].map(name);
+    fake.requests.length = 0;
+    expect(await files.update(names, (n) => next.get(n), draining, signal(), counter)).toBe(true);
+    expect(fake.requests.filter((r) => !r.startsWith('GET ')).sort()).toEqual([
+      'PUT /services/haproxy/storage/general/kb_slots_000.cfg?skip_reload=true',
+      'PUT /services/haproxy/storage/general/kb_slots_001.cfg?skip_reload=true',
+      'PUT /services/haproxy/storage/general/kb_slots_002.cfg?skip_reload=true',
+    ]);
+    const expected = [...next.values()]
+      .map((b) => (b.name === name(7) ? slot(7) : b))
+      .sort((a, b) => (a.name < b.name ? -1 : 1));
+    const read = await new SlotsFile(client, 'kb_slots', 5_000).backends(signal(), counter, true);
+    expect([...read.values()]).toEqual(expected);
+    // What the update left is what a full write of the same backends leaves: nothing more to send.
+    fake.requests.length = 0;
+    expect(await files.write(expected, 'skip', signal(), counter)).toBe(false);
+    expect(await files.update([name(9)], (n) => next.get(n), draining, signal(), counter)).toBe(false);
+    expect(fake.requests.filter((r) => !r.startsWith('GET '))).toEqual([]);
+    client.close();
+    await fake.close();
+  });
 });
 
 describe('Data Plane API provider with the slots in its general storage (fake API)', () => {

@@ -8,7 +8,7 @@ import { backendLines, frontendLines, type LineTags, sectionKey, spliceSections 
 import { type MapFiles, MapText, mapsOf } from './maps.js';
 import type { ConfigReads } from './read.js';
 import type { Counter, Workers } from './reload.js';
-import { fileBackendNames, type SlotsFile } from './slots.js';
+import { namedBackends, type SlotsFile, withoutDraining } from './slots.js';
 
 /** What a write of the files brings in line with `target`. */
 export interface FileWrite {
@@ -66,6 +66,22 @@ export class Files {
 
   constructor(private readonly d: FilesDeps) {}
 
+  /**
+   * The SNI maps' text of `state` made now (the full pass), rather than by the first persistence while a
+   * change waits (50 ms at 20000 clusters). An entry refused here is refused by the write that carries it.
+   */
+  prepare(state: HaproxyState): void {
+    for (const f of state.frontends) {
+      const entries = f.owned && f.sniMap ? state.maps?.find((m) => m.name === f.sniMap)?.entries : undefined;
+      if (!entries || !f.sniMap) continue;
+      try {
+        this.sniText(f.sniMap).text(entries);
+      } catch {
+        // Left to the write.
+      }
+    }
+  }
+
   private sniText(name: string): MapText {
     const kept = this.texts.get(name);
     if (kept) return kept;
@@ -91,11 +107,15 @@ export class Files {
       mapFile.set(name, await this.d.maps.write(name, content, signal, counter));
     const config = await this.d.reads.read(signal, counter);
     const inConfig = new Set(config.state().backends.map((b) => b.name));
-    const belongs = this.d.slots && !w.noSlots ? fileBackendNames(target) : new Set<string>();
+    const slots = this.d.slots && !w.noSlots ? this.d.slots : undefined;
+    const named = namedBackends(target);
+    const wanted = new Map<string, BackendState>();
+    for (const b of target.backends) if (w.backends.has(b.name)) wanted.set(b.name, b);
     // A slot the configuration holds stays there until it is moved with a verified reload (`relocate`).
-    const inFiles = new Set([...belongs].filter((n) => w.relocate || !inConfig.has(n)));
+    const inFiles = (b: BackendState) =>
+      slots !== undefined && b.owned && !named.has(b.name) && (w.relocate || !inConfig.has(b.name));
     const edits = new Map<string, readonly string[] | null>();
-    await this.slotFiles(w, inFiles, inConfig, edits, signal, counter);
+    if (slots) await this.slotFiles(w, slots, inFiles, wanted, inConfig, edits, signal, counter);
     const lines = this.d.lines();
     for (const name of w.frontends) {
       const f = target.frontends.find((x) => x.name === name);
@@ -106,9 +126,8 @@ export class Files {
       edits.set(sectionKey('frontend', name), f ? frontendLines(f, files, lines) : null);
     }
     for (const name of w.backends) {
-      if (inFiles.has(name)) continue;
-      const b = target.backends.find((x) => x.name === name);
-      if (b && !b.owned) continue;
+      const b = wanted.get(name);
+      if (b && (!b.owned || inFiles(b))) continue;
       edits.set(sectionKey('backend', name), b ? backendLines(withoutDraining(b, w.draining), lines) : null);
     }
     const text = spliceSections(config.text, edits);
@@ -139,32 +158,33 @@ export class Files {
   /**
    * The slot backends' files (general storage): the backends of `target` that live there, written when any
    * of them is named; those the configuration still holds (an install from before, or `config` set back)
-   * are taken out of it in the same write. Resolves whether a file changed.
+   * are taken out of it in the same write. A write that changes no frontend and reloads nothing (a
+   * persistence, endpoint moves) renders and sends only the files of the backends named (`update`).
    */
   private async slotFiles(
     w: FileWrite,
-    inFiles: ReadonlySet<string>,
+    slots: SlotsFile,
+    inFiles: (b: BackendState) => boolean,
+    wanted: ReadonlyMap<string, BackendState>,
     inConfig: ReadonlySet<string>,
     edits: Map<string, readonly string[] | null>,
     signal: AbortSignal,
     counter: Counter,
-  ): Promise<boolean> {
-    const slots = this.d.slots;
-    if (!slots || w.noSlots) return false;
-    const moving = [...inConfig].filter((n) => inFiles.has(n));
-    for (const name of moving) edits.set(sectionKey('backend', name), null);
-    if (moving.length === 0 && ![...w.backends].some((n) => inFiles.has(n) || slots.has(n))) return false;
-    const backends = w.target.backends
-      .filter((b) => inFiles.has(b.name))
-      .map((b) => withoutDraining(b, w.draining));
-    return slots.write(backends, 'skip', signal, counter);
+  ): Promise<void> {
+    if (!w.relocate && !w.reload && w.frontends.size === 0) {
+      const backendOf = (name: string) => {
+        const b = wanted.get(name);
+        return b && inFiles(b) ? b : undefined;
+      };
+      if ((await slots.update(w.backends, backendOf, w.draining, signal, counter)) !== undefined) return;
+    }
+    const moving = w.target.backends.filter((b) => inConfig.has(b.name) && inFiles(b));
+    for (const b of moving) edits.set(sectionKey('backend', b.name), null);
+    const named = [...wanted.values()].some(inFiles) || [...w.backends].some((n) => slots.has(n));
+    if (moving.length === 0 && !named) return;
+    const backends = w.target.backends.filter(inFiles).map((b) => withoutDraining(b, w.draining));
+    await slots.write(backends, 'skip', signal, counter);
   }
-}
-
-/** `b` without the servers left draining: they stay out of the files. */
-function withoutDraining(b: BackendState, draining: ReadonlySet<string>): BackendState {
-  if (draining.size === 0 || !b.servers.some((s) => draining.has(`${b.name}/${s.name}`))) return b;
-  return { ...b, servers: b.servers.filter((s) => !draining.has(`${b.name}/${s.name}`)) };
 }
 
 /**

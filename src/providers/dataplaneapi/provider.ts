@@ -272,11 +272,14 @@ export class DataplaneProvider implements Provider {
   async settle(reading: Reading): Promise<void> {
     this.known = reading.state;
     this.persistence.follow(reading.state);
+    this.files.prepare(reading.state);
     // The slot files' sections of the objects later applies derive theirs from, rendered now (in the full
     // pass) rather than by the first persistence, while a change waits.
     if (this.storage) {
       const inFiles = fileBackendNames(reading.state);
-      await renderAhead(reading.state.backends.filter((b) => inFiles.has(b.name)));
+      const backends = reading.state.backends.filter((b) => inFiles.has(b.name));
+      this.storage.file.adopt(backends);
+      await renderAhead(backends);
     }
     const drift = this.drift ?? { backends: new Set(), maps: new Set() };
     this.drift = undefined;

@@ -58,6 +58,12 @@ export async function renderAhead(backends: Iterable<RawBackend>): Promise<void>
   }
 }
 
+/** `b` without the servers left draining (`backend/server`): they stay out of the files. */
+export function withoutDraining<B extends RawBackend>(b: B, draining: ReadonlySet<string>): B {
+  if (draining.size === 0 || !b.servers.some((s) => draining.has(`${b.name}/${s.name}`))) return b;
+  return { ...b, servers: b.servers.filter((s) => !draining.has(`${b.name}/${s.name}`)) };
+}
+
 /** Backends in name order, as the files hold them and a state lists them. */
 export const byName = (a: RawBackend, b: RawBackend) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
 
@@ -85,16 +91,21 @@ export function parseSlots(text: string): RawBackend[] {
  * guard (the refusals table's backend: `edge.ts`); the map alone routes to them. Pure.
  */
 export function fileBackendNames(state: HaproxyState): Set<string> {
-  const named = new Set(
+  const named = namedBackends(state);
+  const out = new Set<string>();
+  for (const b of state.backends) if (b.owned && !named.has(b.name)) out.add(b.name);
+  return out;
+}
+
+/** The backends a frontend of `state` names: by a rule, as its default, or as its guard's table. Pure. */
+export function namedBackends(state: HaproxyState): Set<string> {
+  return new Set(
     state.frontends.flatMap((f) => [
       ...f.rules.map((r) => r.backend),
       f.defaultBackend ?? '',
       f.edge?.refusals ?? '',
     ]),
   );
-  const out = new Set<string>();
-  for (const b of state.backends) if (b.owned && !named.has(b.name)) out.add(b.name);
-  return out;
 }
 
 /** Backends per file: a change at 20000 slots writes one file of about 50 KB, not 5.8 MB of them all. */
@@ -244,6 +255,69 @@ export class SlotsFile {
     // Held as given, in name order: backends of a state are not changed in place.
     this.held = { texts, shards: shardsOf(list), backends: new Map(list.map((b) => [b.name, b])) };
     return changed.length > 0;
+  }
+
+  /**
+   * Writes the backends of `names` as `backendOf` gives them (undefined: not in the files) to the files they
+   * live in, without the servers left `draining`, rendering and sending only those files: persisting a few changes at 20000 slots renders a few files
+   * of 80, not every one (about 50 ms on the event loop each time, which a change arriving then waited
+   * for). Undefined when nothing is held yet: the caller writes all (`write`). Resolves whether a file was
+   * sent.
+   */
+  async update(
+    names: Iterable<string>,
+    backendOf: (name: string) => RawBackend | undefined,
+    draining: ReadonlySet<string>,
+    signal: AbortSignal,
+    counter: Counter,
+  ): Promise<boolean | undefined> {
+    const held = this.held;
+    const stored = this.stored;
+    if (!held || !stored) return undefined;
+    const dirty = new Map<number, string[]>();
+    for (const name of names) {
+      const k = shardOf(name);
+      const list = dirty.get(k);
+      if (list) list.push(name);
+      else dirty.set(k, [name]);
+    }
+    let sent = false;
+    for (const [k, list] of [...dirty].sort(([a], [b]) => a - b)) {
+      const shard = new Map(held.shards.get(k));
+      for (const name of list) {
+        const b = backendOf(name);
+        if (b) shard.set(name, b);
+        else shard.delete(name);
+      }
+      const sorted = sortedByName([...shard.values()].map((b) => withoutDraining(b, draining)));
+      const text = renderSlots(sorted);
+      if (text !== held.texts.get(k) || !stored.has(k)) {
+        await this.sendOne(k, text, 'skip', signal, counter);
+        sent = true;
+      }
+      held.texts.set(k, text);
+      held.shards.set(k, new Map(sorted.map((b) => [b.name, b])));
+      for (const name of list) {
+        const b = shard.get(name);
+        if (b) held.backends.set(name, b);
+        else held.backends.delete(name);
+      }
+    }
+    return sent;
+  }
+
+  /**
+   * After a read, the state's backends stand for the ones parsed from the files (the same sections, or the
+   * servers that run, which a persistence writes next): one copy of each is kept, not two.
+   */
+  adopt(backends: Iterable<RawBackend>): void {
+    const held = this.held;
+    if (!held) return;
+    for (const b of backends) {
+      if (!held.backends.has(b.name)) continue;
+      held.backends.set(b.name, b);
+      held.shards.get(shardOf(b.name))?.set(b.name, b);
+    }
   }
 
   private async sendOne(
