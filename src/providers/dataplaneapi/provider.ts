@@ -1,7 +1,6 @@
-import { setImmediate } from 'node:timers/promises';
 import { PERSIST_DELAY_MS } from '../../config/settings.js';
 import { AllowFileText } from '../../haproxy/allow-file.js';
-import type { HaproxyState, RawBackend } from '../../haproxy/model.js';
+import type { HaproxyState } from '../../haproxy/model.js';
 import { ConcurrentChangeError, errorText, TerminalError } from '../../model/errors.js';
 import { allowMapNameFor, sniMapNameFor } from '../../naming/names.js';
 import { isAllowOperation } from '../../plan/operations.js';
@@ -273,14 +272,15 @@ export class DataplaneProvider implements Provider {
   async settle(reading: Reading): Promise<void> {
     this.known = reading.state;
     this.persistence.follow(reading.state);
-    const inFiles = this.storage ? fileBackendNames(reading.state) : new Set<string>();
-    const slots = reading.state.backends.filter((b) => inFiles.has(b.name));
-    this.storage?.file.adopt(slots);
-    // What the first persistence would otherwise make while a change waits (the slot files' sections of the
-    // objects later applies derive theirs from, 137 ms at 20000; the SNI map's text, 50 ms), made now in the
-    // background, a batch per turn of the event loop: after the pass rather than in it, which a restart
-    // waits for before it is ready.
-    void this.warm(reading.state, slots);
+    this.files.prepare(reading.state);
+    // The slot files' sections of the objects later applies derive theirs from, rendered now (in the full
+    // pass) rather than by the first persistence, while a change waits.
+    if (this.storage) {
+      const inFiles = fileBackendNames(reading.state);
+      const backends = reading.state.backends.filter((b) => inFiles.has(b.name));
+      this.storage.file.adopt(backends);
+      await renderAhead(backends);
+    }
     const drift = this.drift ?? { backends: new Set(), maps: new Set() };
     this.drift = undefined;
     const owned = new Set(reading.state.frontends.filter((f) => f.owned).flatMap(mapsOf));
@@ -293,12 +293,6 @@ export class DataplaneProvider implements Provider {
       await this.persistence.flush();
     }
     await this.relocateSlots(reading);
-  }
-
-  private async warm(state: HaproxyState, slots: readonly RawBackend[]): Promise<void> {
-    await renderAhead(slots).catch(() => {});
-    await setImmediate();
-    this.files.prepare(state);
   }
 
   /**
