@@ -1,4 +1,5 @@
 import type { BackendState, DesiredConfig, HaproxyState, ServerState } from '../haproxy/model.js';
+import { lowerBound } from '../model/sorted.js';
 import { slotNumber } from '../naming/names.js';
 import { keysBySlot } from './allow.js';
 import type { Conflict, Operation } from './operations.js';
@@ -213,7 +214,12 @@ export class RoutingIndex {
     if (slot.refs > 0) return;
     if (slot.backend.servers.length === 0) {
       if (unsorted) this.free.push(slot);
-      else this.free.splice(lowerBound(this.free, slot.number), 0, slot);
+      else
+        this.free.splice(
+          lowerBound(this.free, (s) => s.number < slot.number),
+          0,
+          slot,
+        );
       return;
     }
     this.strays.add(slot);
@@ -221,7 +227,7 @@ export class RoutingIndex {
   }
 
   private unclassify(slot: Slot): void {
-    const i = lowerBound(this.free, slot.number);
+    const i = lowerBound(this.free, (s) => s.number < slot.number);
     if (this.free[i] === slot) this.free.splice(i, 1);
     if (this.strays.delete(slot) && slot.backend.servers.some((s) => s.owned)) this.ownedStrays--;
   }
@@ -240,17 +246,6 @@ function structureOf(raw: HaproxyState, desired: DesiredConfig): HaproxyState {
     (b) => slotNumber(prefix, b.name) === undefined || b.name === fallback,
   );
   return { frontends: raw.frontends, backends, ...(raw.maps ? { maps: raw.maps } : {}) };
-}
-
-function lowerBound(slots: readonly Slot[], n: number): number {
-  let lo = 0;
-  let hi = slots.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1;
-    if ((slots[mid] as Slot).number < n) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
 }
 
 /** One index per lineage of states: reused, advanced, or built again when the state read is another. */

@@ -32,6 +32,25 @@ const signal = () => AbortSignal.timeout(10_000);
 const FILE = `${slotsFileName(registry.id)}_000.cfg`;
 const render = mapRender(8);
 
+/** A fake Data Plane API and a client of it. */
+async function fakeClient() {
+  const fake = await startFakeDataplaneApi();
+  const client = createClient({
+    url: fake.url,
+    username: fake.username,
+    password: fake.password,
+    timeoutMs: 5_000,
+  });
+  return {
+    fake,
+    client,
+    close: async () => {
+      client.close();
+      await fake.close();
+    },
+  };
+}
+
 describe('the slots files, as text', () => {
   const name = fc.stringMatching(/^[a-z][a-z0-9_.-]{0,20}$/);
   const server = fc.record({
@@ -65,13 +84,7 @@ describe('the slots files, as text', () => {
   });
 
   it('one file per SHARD_SIZE slots; a change of servers sends only the file its slot is in', async () => {
-    const fake = await startFakeDataplaneApi();
-    const client = createClient({
-      url: fake.url,
-      username: fake.username,
-      password: fake.password,
-      timeoutMs: 5_000,
-    });
+    const { fake, client, close } = await fakeClient();
     const files = new SlotsFile(client, 'kb_slots', 5_000);
     const counter = { requests: 0 };
     const name = (n: number) => `kb_slot_${String(n).padStart(5, '0')}`;
@@ -110,18 +123,11 @@ describe('the slots files, as text', () => {
     expect(read.size).toBe(all.length);
     expect(read.get(name(SHARD_SIZE + 5))?.servers.map((s) => s.port)).toEqual([30001]);
     expect(await files.write([...(files.current?.values() ?? [])], 'skip', signal(), counter)).toBe(false);
-    client.close();
-    await fake.close();
+    await close();
   });
 
   it('an update renders and sends only the files of the backends it names, as a full write would leave them', async () => {
-    const fake = await startFakeDataplaneApi();
-    const client = createClient({
-      url: fake.url,
-      username: fake.username,
-      password: fake.password,
-      timeoutMs: 5_000,
-    });
+    const { fake, client, close } = await fakeClient();
     const name = (n: number) => `kb_slot_${String(n).padStart(5, '0')}`;
     const srv = (port: number, n = 1) => ({
       name: `srv${n}`,
@@ -168,8 +174,7 @@ describe('the slots files, as text', () => {
     expect(await files.write(expected, 'skip', signal(), counter)).toBe(false);
     expect(await files.update([name(9)], (n) => next.get(n), draining, signal(), counter)).toBe(false);
     expect(fake.requests.filter((r) => !r.startsWith('GET '))).toEqual([]);
-    client.close();
-    await fake.close();
+    await close();
   });
 });
 

@@ -1,5 +1,6 @@
 import { ALLOW_VALUE, isAllowKey } from '../../haproxy/allow-keys.js';
 import { CowMap } from '../../haproxy/cow-map.js';
+import { lowerBound } from '../../model/sorted.js';
 import { checkedHost, checkedName } from './checked.js';
 import { type DataplaneClient, DataplaneHttpError } from './client.js';
 import { storageName } from './map-names.js';
@@ -92,20 +93,14 @@ export class MapText {
         }
     if (removed) this.order = this.order.filter((l) => this.lines.get(l.key) === l);
     if (added.length > INSERT_MAX) this.order = [...this.lines.values()].sort((a, b) => byKey(a.key, b.key));
-    else for (const l of added) this.order.splice(sortedIndex(this.order, l.key), 0, l);
+    else
+      for (const l of added)
+        this.order.splice(
+          lowerBound(this.order, (x) => x.key < l.key),
+          0,
+          l,
+        );
   }
-}
-
-/** Where `key` goes in the sorted `lines`. */
-function sortedIndex(lines: readonly Line[], key: string): number {
-  let lo = 0;
-  let hi = lines.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1;
-    if ((lines[mid] as Line).key < key) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
 }
 
 /** The maps a frontend names: the SNI map it routes by, and its guard's allow map. */
