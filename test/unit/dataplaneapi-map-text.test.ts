@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { CowMap } from '../../src/haproxy/cow-map.js';
-import { MapText, mapText } from '../../src/providers/dataplaneapi/maps.js';
+import { MapText } from '../../src/providers/dataplaneapi/maps.js';
 
 /** What the SNI map file must say for `entries`, written plainly: `host backend` lines, hosts sorted. */
 function expected(entries: ReadonlyMap<string, string>): string {
@@ -55,6 +55,6 @@ describe('the SNI map file text, kept between writes', () => {
     expect(() => text.text(worse)).toThrow();
     const next = new Map([...good, ['c.example.com', 'kb_slot_00003']]);
     expect(text.text(next)).toBe(expected(next));
-    expect(mapText(next)).toBe(expected(next));
+    expect(new MapText().text(next)).toBe(expected(next));
   });
 });

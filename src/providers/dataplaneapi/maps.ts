@@ -8,11 +8,6 @@ import type { Counter } from './reload.js';
 
 /** SNI map files in the API's storage (`map-names.ts` says how the API names them). */
 
-/** A map file's text: one `key value` line per entry, sorted, every value checked once more. */
-export function mapText(entries: ReadonlyMap<string, string>): string {
-  return new MapText().text(entries);
-}
-
 const byKey = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
 
 /** An entry's line: an allow map's key (`edge.ts`), or an SNI map's host and backend, checked. */
@@ -33,11 +28,11 @@ interface Line {
 }
 
 /**
- * One map file's text (`mapText`), kept between writes: each entry is checked and its line made once, and
- * the entries' order is kept, so a persistence at 20000 clusters follows the few entries that changed (told
- * by `CowMap.changedKeys`, or found by comparing all) rather than checking and sorting all of them again
- * (50-80 ms on the event loop each time, which a change arriving meanwhile waited for: the move and delete
- * p99 of `bench/zero-reload.ts`).
+ * A map file's text (a `key value` line per entry, in key order, every entry checked), kept between writes:
+ * each entry is checked and its line made once, and the order is kept, so a persistence at 20000 clusters
+ * follows the few entries that changed (told by `CowMap.changedKeys`, or found by comparing all) rather than
+ * checking and sorting all of them again (50-80 ms on the event loop each time, which a change arriving
+ * meanwhile waited for: the move and delete p99 of `bench/zero-reload.ts`).
  */
 export class MapText {
   private readonly lines = new Map<string, Line>();
