@@ -47,8 +47,15 @@ export class Workers {
     private readonly o: ReloadOptions,
   ) {}
 
-  /** HAProxy's worker pid, and a token that changes whenever another process runs (reload or restart). */
-  async current(signal: AbortSignal, counter: Counter): Promise<{ pid: number; generation: string }> {
+  /**
+   * HAProxy's worker pid, a token that changes whenever another process runs (reload or restart), and the
+   * configuration's version from the answer's `Configuration-Version` header (v3.0.23, v3.2.15 and v3.4.0 send
+   * it on every answer; undefined if absent).
+   */
+  async current(
+    signal: AbortSignal,
+    counter: Counter,
+  ): Promise<{ pid: number; generation: string; version: number | undefined }> {
     counter.requests++;
     const res = await this.client.GET('/services/haproxy/runtime/info', { signal });
     const info = (Array.isArray(res.data) ? res.data[0] : res.data)?.info;
@@ -61,7 +68,7 @@ export class Workers {
     if (!p || p.pid !== pid || Math.abs(p.start - start) > START_SLACK_S)
       this.process = { pid, start, generation: (p?.generation ?? 0) + 1 };
     const now = this.process as NonNullable<typeof this.process>;
-    return { pid, generation: `${pid}.${now.generation}` };
+    return { pid, generation: `${pid}.${now.generation}`, version: versionOf(res.headers) };
   }
 
   /** The token `current` gave last, without a request (undefined before the first). */

@@ -4,7 +4,8 @@ import type { Counter, Workers } from './reload.js';
 /**
  * The provider's revision token: HAProxy's process (a reload or restart by anyone starts another) and how
  * often someone else wrote the configuration, that is its version moving past the one this provider last
- * read or wrote. Two requests side by side (the runtime's info, the configuration's version) per look.
+ * read or wrote. One request per look: the runtime's info, whose answer carries the configuration's version
+ * (a second request for the version only if the header is missing).
  */
 export class Revision {
   private version: number | undefined;
@@ -30,11 +31,8 @@ export class Revision {
     const last = this.workers.lastGeneration;
     if (this.persisting && last !== undefined) return `${last}:${this.foreignWrites}`;
     const edges = this.edges;
-    // Two independent reads, side by side.
-    const [{ generation }, version] = await Promise.all([
-      this.workers.current(signal, counter),
-      this.reads.version(signal, counter),
-    ]);
+    const { generation, version: sent } = await this.workers.current(signal, counter);
+    const version = sent ?? (await this.reads.version(signal, counter));
     // A persistence began or ended meanwhile: the version may be ours or not, and is compared next time.
     if (edges !== this.edges) return `${generation}:${this.foreignWrites}`;
     if (this.version !== undefined && version !== this.version) this.foreignWrites++;
