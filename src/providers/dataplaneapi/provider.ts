@@ -27,6 +27,7 @@ import { type Counter, Workers } from './reload.js';
 import { Revision } from './revision.js';
 import { withRunning } from './running.js';
 import { applyRuntimeOps } from './runtime.js';
+import { readServerStats } from './runtime-reads.js';
 import { fileBackendNames, renderAhead, SlotsFile, slotsFileName } from './slots.js';
 import { StorageSlots } from './storage-slots.js';
 import { sweepTransactions } from './sweep.js';
@@ -250,16 +251,13 @@ export class DataplaneProvider implements Provider {
       await this.fileWriters.idle();
       const counter = { requests: 0 };
       const revision = await this.revisions.now(signal, counter);
+      const runtime = this.workers.runtimeServers !== false;
+      // What runs is asked for first and the files read while the API answers (seconds at 20000 servers).
+      const stats = runtime ? readServerStats(this.client, signal, counter) : undefined;
+      stats?.catch(() => undefined); // awaited by `withRunning`, unless a read of the files throws first
       const config = await this.reads.read(signal, counter);
       const raw = this.storage ? await this.storage.merge(config.state(), signal, counter) : config.state();
-      const running = await withRunning(
-        this.client,
-        raw,
-        this.workers.runtimeServers !== false,
-        this.known,
-        signal,
-        counter,
-      );
+      const running = await withRunning(this.client, raw, runtime, this.known, signal, counter, stats);
       this.drift = running.drift;
       this.draining = running.draining;
       return { raw: running.raw, revision };

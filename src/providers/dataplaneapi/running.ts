@@ -26,7 +26,7 @@ export interface Running {
  * the state it last knew running; none after a restart): a read before persistence must not have the files
  * written without them. On HAProxy 2.6 the API's runtime reads answer nothing usable
  * (stats empty, map entries parsed from the master's help text), and every change was written and reloaded:
- * the files are what runs.
+ * the files are what runs. `stats`: the servers' stats, asked for already (`readServerStats`), else now.
  */
 export async function withRunning(
   client: DataplaneClient,
@@ -35,6 +35,7 @@ export async function withRunning(
   known: HaproxyState | undefined,
   signal: AbortSignal,
   counter: Counter,
+  stats?: Promise<Map<string, RunningServer[]>>,
 ): Promise<Running> {
   const names = [...new Set(raw.frontends.flatMap(mapsOf))];
   const none: Running['drift'] = { backends: new Set(), maps: new Set() };
@@ -50,7 +51,7 @@ export async function withRunning(
     return { raw: { ...raw, maps }, drift: none, draining: new Set() };
   }
   const [running, entries, stored] = await Promise.all([
-    readRunningServers(client, signal, counter, raw.backends),
+    readRunningServers(client, signal, counter, raw.backends, stats),
     Promise.all(names.map((m) => readRunningEntries(client, m, signal, counter))),
     Promise.all(names.map((m) => readStoredEntries(client, m, signal, counter))),
   ]);
