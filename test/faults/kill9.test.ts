@@ -60,7 +60,10 @@ describeFault(
       let inFlightAtKill = 0;
       let acknowledged = 0;
       let refusedWhileUp = 0;
-      // Transactions open in the API right after each kill: none (the provider opens none).
+      // Transactions open in the API right after each kill. The provider opens none, but the API carries out
+      // each `POST /configuration/raw` in a transaction of its own (seen `in_progress` while the push runs),
+      // and ends it whether or not the caller is still there (seen: closed 300 ms after the caller went). One
+      // seen right after a kill must be gone at the end: none may be left open.
       const openAtKills = new Set<string>();
 
       service = await startServiceProcess(env, bed.secret);
@@ -181,8 +184,7 @@ describeFault(
       for (const name of names.filter((n) => !expected.has(n)).slice(0, 6)) {
         expect(await sniProbe(bed.sniPort, `${name}.example.com`)).toHaveProperty('failed');
       }
-      // No transaction open, ever, and no ledger: neither while the service runs, nor after a kill.
-      expect([...openAtKills], 'transactions open right after a kill').toEqual([]);
+      // No transaction left open and no ledger, those seen right after a kill included.
       const open = { open: await bed.openTransactions(), ledger: bed.ledger() };
       expect(open).toEqual({ open: [], ledger: [] });
       await final.stop();
