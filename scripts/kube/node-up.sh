@@ -227,9 +227,16 @@ launch() {
 # shellcheck source=lib/wait-ready.sh
 . "$here/lib/wait-ready.sh"
 wait_for() {
-  local what=$1 name=$2 pid
+  local what=$1 name=$2 pid='' i
   shift 2
-  pid=$(node_pid_alive "$D/pids/$name.pid") || { node_log "$name is not running"; exit 1; }
+  # Right after `launch` the child may not have run its program yet: until it does, its command line is this
+  # script's and `node_pid_alive` refuses it (containerd, once, with both cores busy). Up to 10 s while it lives.
+  for i in $(seq 100); do
+    pid=$(node_pid_alive "$D/pids/$name.pid") && break
+    kill -0 "$(cat "$D/pids/$name.pid")" 2>/dev/null || break
+    sleep 0.1
+  done
+  [ -n "$pid" ] || { node_log "$name is not running"; exit 1; }
   wait_ready node_log "$what" "$pid" "$D/logs/$name.log" "$timeout" "$@"
 }
 curl_api() { curl --silent --fail --max-time 5 --noproxy '*' --cacert "$pki/ca.crt" "$@"; }

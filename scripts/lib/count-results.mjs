@@ -1,6 +1,7 @@
 // The closing line of scripts/test-all.sh: "tests: N passed, N failed" over vitest JSON reports.
 // Each failing test counts once. A file that failed with no failing test in it (it did not load, a hook
-// failed) counts once; so does a report that is missing (its run crashed before writing it).
+// failed) counts once; so does a report that is missing (its run crashed before writing it), and a run that
+// failed with nothing failed in it (its global setup threw: the report says `success: false` and holds no test).
 import { existsSync, readFileSync } from 'node:fs';
 
 export function countResults(reports) {
@@ -14,6 +15,7 @@ export function countResults(reports) {
       continue;
     }
     passed += report.numPassedTests;
+    const before = failed;
     for (const file of report.testResults ?? []) {
       const tests = (file.assertionResults ?? []).filter((t) => t.status === 'failed');
       for (const t of tests) failures.push(`${name}: ${t.fullName}`);
@@ -22,6 +24,10 @@ export function countResults(reports) {
         failed++;
         failures.push(`${name}: ${file.name}: ${(file.message ?? 'failed').split('\n')[0]}`);
       }
+    }
+    if (report.success === false && failed === before) {
+      failed++;
+      failures.push(`${name}: the run failed outside any test (its global setup, or an unhandled error)`);
     }
   }
   return { passed, failed, failures };

@@ -46,4 +46,22 @@ describe('the closing line of scripts/test-all.sh', () => {
       'e2e: no report (the run did not finish)',
     ]);
   });
+
+  it('counts a run that failed outside any test (its global setup threw) once, and a passing run not at all', () => {
+    const r = countResults([
+      { name: 'node', report: { numPassedTests: 0, success: false, testResults: [] } },
+      {
+        name: 'unit',
+        report: {
+          numPassedTests: 2,
+          success: true,
+          testResults: [file('a.test.ts', 'passed', ['passed', 'passed'])],
+        },
+      },
+    ]);
+    expect([r.passed, r.failed]).toEqual([2, 1]);
+    expect(r.failures).toEqual([
+      'node: the run failed outside any test (its global setup, or an unhandled error)',
+    ]);
+  });
 });
