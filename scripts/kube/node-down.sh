@@ -31,7 +31,8 @@ stop_pid() {
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.1
   done
-  if kill -0 "$pid" 2>/dev/null; then
+  # A zombie has stopped (it answers `kill -0` until reaped): only a live process is killed.
+  if kill -0 "$pid" 2>/dev/null && [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ]; then
     node_log "$name ($pid) did not stop in 10s; killing it"
     kill -KILL "$pid" 2>/dev/null
   fi
