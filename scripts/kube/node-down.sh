@@ -20,6 +20,9 @@ start=$(node_now)
 [ "$(id -u)" = 0 ] || { node_log "must run as root"; exit 1; }
 [ -d "$D" ] || { node_log "nothing to tear down ($D does not exist)"; exit 0; }
 
+# A zombie has exited; it answers `kill -0` until its parent reaps it.
+is_zombie() { [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" = Z ]; }
+
 stop_pid() {
   local name=$1 pid i t
   t=$(node_now)
@@ -27,12 +30,12 @@ stop_pid() {
   kill -TERM "$pid" 2>/dev/null
   # Gone, or a zombie: its parent is PID 1 (node-up.sh has exited), which may reap it only later.
   for i in $(seq 1 100); do
-    [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" = Z ] && break
+    is_zombie "$pid" && break
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.1
   done
-  # A zombie has stopped (it answers `kill -0` until reaped): only a live process is killed.
-  if kill -0 "$pid" 2>/dev/null && [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ]; then
+  # Only a live process is killed: a zombie has already stopped.
+  if kill -0 "$pid" 2>/dev/null && ! is_zombie "$pid"; then
     node_log "$name ($pid) did not stop in 10s; killing it"
     kill -KILL "$pid" 2>/dev/null
   fi
