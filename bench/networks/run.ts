@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { parseShowProc } from '../../src/providers/haproxy/runtime-text.js';
-import { type IdentityServers, sources, until, untilAll } from '../compare/identity.js';
+import { type IdentityServers, probe, sources, until, untilAll } from '../compare/identity.js';
 import type { BenchKube } from '../compare/kube.js';
 import { type BenchService, startService } from '../compare/service.js';
 import type { Target } from '../compare/targets.js';
@@ -32,7 +32,7 @@ export interface NetworksResult {
   lists: { putAllMs: number; enforcedMs: number | null; reloads: number; memory: Memory };
   changes: {
     count: number;
-    /** The signed `PUT ?wait=true` answered (the service says HAProxy has it). */
+    /** The signed `PUT ?wait=true` answered: HAProxy enforces the list, and the files hold it. */
     answered: Latencies;
     /** The source the new list adds: its first handshake that reaches the API server. */
     allowed: Latencies;
@@ -68,6 +68,25 @@ const filler = (i: number, j: number, entries: number) => {
 };
 /** The two loopback sources of probed cluster `k`: a change lets one in and shuts the other out. */
 const sourcesOf = (k: number): [string, string] => [`127.0.0.${10 + 2 * k}`, `127.0.0.${11 + 2 * k}`];
+
+/**
+ * Handshakes from `source` one after another (1 ms apart, at most 20 000) until one answers as `proves`
+ * wants: the time it took (ms since `since`), or null once `deadline` (epoch ms) has passed.
+ */
+async function firstProof(
+  port: number,
+  host: string,
+  source: string,
+  proves: (answer: string | null) => boolean,
+  since: number,
+  deadline: number,
+): Promise<number | null> {
+  for (let i = 0; i < 20_000 && Date.now() <= deadline; i++) {
+    if (proves(await probe(port, host, 1_000, source))) return performance.now() - since;
+    await sleep(1);
+  }
+  return null;
+}
 
 /** HAProxy's current worker's RSS, read inside its container (the first worker `show proc` lists). */
 async function workerRssMb(target: Target): Promise<number | null> {
@@ -208,17 +227,22 @@ export async function runNetworks(
       const networks = list(k, to);
       // The filler too: a change is two keys added and two deleted.
       networks[0] = to === 1 ? `198.19.255.${k}/32` : filler(k, 0, o.entries);
-      const [inside, outside] = to === 1 ? sourcesOf(k).reverse() : sourcesOf(k);
+      const [s0, s1] = sourcesOf(k);
+      const [inside, outside] = to === 1 ? [s1, s0] : [s0, s1];
       const t0 = performance.now();
       const end = Date.now() + 30_000;
+      // The proofs run from the moment the request is sent, not from its answer: HAProxy enforces a list at
+      // runtime, and the service acknowledges it only once the allow map is on disk as well (`answered`).
       // A distinct query per change: the same signed request twice within a second is a replay (401), and
       // every 2 × probed changes send the same list again.
-      await call('PUT', `/v1/clusters/${name(k)}?wait=true&change=${c}`, body(k, networks));
-      answered.push(performance.now() - t0);
-      const [a, x] = await Promise.all([
-        until(port, host(k), expected(k), t0, end, () => inside),
-        untilClosed(port, host(k), t0, end, () => outside),
+      const [ms, a, x] = await Promise.all([
+        call('PUT', `/v1/clusters/${name(k)}?wait=true&change=${c}`, body(k, networks)).then(
+          () => performance.now() - t0,
+        ),
+        firstProof(port, host(k), inside, (answer) => answer === expected(k), t0, end),
+        firstProof(port, host(k), outside, (answer) => answer === null, t0, end),
       ]);
+      answered.push(ms);
       state[k] = to;
       allowed.push(a);
       refused.push(x);
