@@ -56,6 +56,12 @@ export function networksMarkdown(
     row('both proven', (r) => lat(r.changes?.both)),
     row('acknowledged (`?wait=true` answered)', (r) => lat(r.changes?.answered)),
     row('**reloads during the list changes**', (r) => `**${v(r.changes?.reloads)}**`),
+    row('connections the per-source guard refused during the changes (`dcon`; must be 0)', (r) =>
+      v(r.changes?.guardRefused),
+    ),
+    row("the service's major collections during the changes (their pauses, ms)", (r) =>
+      r.changes?.majorGc ? `${r.changes.majorGc.count} (${r.changes.majorGc.ms})` : '—',
+    ),
     row('N open in one request: answered; routable (ms); reloads', (r) =>
       r.open ? `${r.open.putAllMs}; ${v(r.open.routableMs)}; ${r.open.reloads}` : '—',
     ),

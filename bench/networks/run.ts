@@ -1,10 +1,11 @@
 import { execFile } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { parseShowProc } from '../../src/providers/haproxy/runtime-text.js';
+import { statRow } from '../attack/stats.js';
 import { type IdentityServers, probe, sources, until, untilAll } from '../compare/identity.js';
 import type { BenchKube } from '../compare/kube.js';
 import { type BenchService, startService } from '../compare/service.js';
@@ -43,6 +44,13 @@ export interface NetworksResult {
     /** Both proven. */
     both: Latencies;
     reloads: number;
+    /**
+     * Connections the :443 guard refused during the changes (the frontend's `dcon`): the probes' own sources
+     * must never meet the per-source limits, or a refusal would prove nothing. Null if unread.
+     */
+    guardRefused: number | null;
+    /** The service's major collections during the changes (prom-client's `nodejs_gc_duration_seconds`). */
+    majorGc: { count: number; ms: number } | null;
   };
   error?: string;
 }
@@ -86,6 +94,21 @@ async function firstProof(
     await sleep(1);
   }
   return null;
+}
+
+/** The SNI frontend's `dcon` in HAProxy's current worker: connections `tcp-request connection` refused. */
+async function guardRefusals(target: Target): Promise<number | null> {
+  const text = await target.masterCli('@1 show stat').catch(() => '');
+  const row = statRow(text, 'kubebyon_sni');
+  return row?.dcon ? Number(row.dcon) : null;
+}
+
+/** The service's major collections so far, and their pauses in total (ms). */
+async function majorGc(svc: BenchService): Promise<{ count: number; ms: number } | null> {
+  const m = await svc.metrics().catch(() => undefined);
+  const count = m?.get('nodejs_gc_duration_seconds_count{kind="major"}');
+  const seconds = m?.get('nodejs_gc_duration_seconds_sum{kind="major"}');
+  return count === undefined || seconds === undefined ? null : { count, ms: seconds * 1000 };
 }
 
 /** HAProxy's current worker's RSS, read inside its container (the first worker `show proc` lists). */
@@ -221,6 +244,8 @@ export async function runNetworks(
     const first: Array<number | null> = [];
     const both: Array<number | null> = [];
     loads = await target.loads();
+    const dconBefore = await guardRefusals(target);
+    const gcBefore = await majorGc(svc);
     for (let c = 0; c < o.changes; c++) {
       const k = c % o.probed;
       const to: 0 | 1 = state[k] === 0 ? 1 : 0;
@@ -250,6 +275,10 @@ export async function runNetworks(
       both.push(a === null || x === null ? null : Math.max(a, x));
     }
     const reloads = (await target.loads()) - loads;
+    const dconAfter = await guardRefusals(target);
+    const gcAfter = await majorGc(svc);
+    // Experiments: `BENCH_DUMP=<file>` keeps the service's output of the changes.
+    if (process.env.BENCH_DUMP) writeFileSync(process.env.BENCH_DUMP, svc.output());
     const slow = both.flatMap((v, i) => (v !== null && v > 40 ? [`${i}:${Math.round(v)}`] : []));
     if (slow.length) o.log(`slow changes ${slow.join(' ')}`);
     result.changes = {
@@ -260,6 +289,14 @@ export async function runNetworks(
       firstProof: latencies(first, reloads),
       both: latencies(both, reloads),
       reloads,
+      guardRefused: dconBefore === null || dconAfter === null ? null : dconAfter - dconBefore,
+      majorGc:
+        gcBefore && gcAfter
+          ? {
+              count: gcAfter.count - gcBefore.count,
+              ms: Math.round((gcAfter.ms - gcBefore.ms) * 10) / 10,
+            }
+          : null,
     };
     o.log(`changes ${JSON.stringify(result.changes)}`);
   } catch (err) {
