@@ -100,7 +100,7 @@ export function probe(
  * Probes until `host` answers with `expected`; resolves with the time it took (ms since `since`), or null
  * once `deadline` (epoch ms) has passed.
  */
-export async function until(
+export function until(
   port: number,
   host: string,
   expected: string,
@@ -108,13 +108,32 @@ export async function until(
   deadline: number,
   from: ProbeSource = systemSource,
 ): Promise<number | null> {
-  for (;;) {
-    const answer = await probe(port, host, 1_000, from());
-    if (answer === expected) return performance.now() - since;
+  // Often at first; after a few seconds a slow apply is measured to a quarter second, sparing the CPU.
+  return probeUntil(port, host, (answer) => answer === expected, since, deadline, {
+    from,
+    pauseMs: (elapsed) => (elapsed < 3_000 ? 15 : 250),
+  });
+}
+
+/**
+ * Handshakes one after another (at most 20 000) until one's answer is what `proves` wants: the time it took
+ * (ms since `since`), or null once `deadline` (epoch ms) has passed. `pauseMs` (of the ms elapsed) spaces them.
+ */
+export async function probeUntil(
+  port: number,
+  host: string,
+  proves: (answer: string | null) => boolean,
+  since: number,
+  deadline: number,
+  o: { from?: ProbeSource; pauseMs: (elapsed: number) => number },
+): Promise<number | null> {
+  const from = o.from ?? systemSource;
+  for (let i = 0; i < 20_000; i++) {
+    if (proves(await probe(port, host, 1_000, from()))) return performance.now() - since;
     if (Date.now() > deadline) return null;
-    // Often at first; after a few seconds a slow apply is measured to a quarter second, sparing the CPU.
-    await sleep(performance.now() - since < 3_000 ? 15 : 250);
+    await sleep(o.pauseMs(performance.now() - since));
   }
+  return null;
 }
 
 /**

@@ -6,7 +6,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { parseShowProc } from '../../src/providers/haproxy/runtime-text.js';
 import { statRow } from '../attack/stats.js';
-import { type IdentityServers, probe, sources, until, untilAll } from '../compare/identity.js';
+import { type IdentityServers, probeUntil, sources, until, untilAll } from '../compare/identity.js';
 import type { BenchKube } from '../compare/kube.js';
 import { type BenchService, startService } from '../compare/service.js';
 import type { Target } from '../compare/targets.js';
@@ -76,25 +76,8 @@ const filler = (i: number, j: number, entries: number) => {
 };
 /** The two loopback sources of probed cluster `k`: a change lets one in and shuts the other out. */
 const sourcesOf = (k: number): [string, string] => [`127.0.0.${10 + 2 * k}`, `127.0.0.${11 + 2 * k}`];
-
-/**
- * Handshakes from `source` one after another (1 ms apart, at most 20 000) until one answers as `proves`
- * wants: the time it took (ms since `since`), or null once `deadline` (epoch ms) has passed.
- */
-async function firstProof(
-  port: number,
-  host: string,
-  source: string,
-  proves: (answer: string | null) => boolean,
-  since: number,
-  deadline: number,
-): Promise<number | null> {
-  for (let i = 0; i < 20_000 && Date.now() <= deadline; i++) {
-    if (proves(await probe(port, host, 1_000, source))) return performance.now() - since;
-    await sleep(1);
-  }
-  return null;
-}
+/** Handshakes from one source, 1 ms apart: a proof is timed to a handshake, not to a poll interval. */
+const tight = (source: string) => ({ from: () => source, pauseMs: () => 1 });
 
 /** The SNI frontend's `dcon` in HAProxy's current worker: connections `tcp-request connection` refused. */
 async function guardRefusals(target: Target): Promise<number | null> {
@@ -264,8 +247,8 @@ export async function runNetworks(
         call('PUT', `/v1/clusters/${name(k)}?wait=true&change=${c}`, body(k, networks)).then(
           () => performance.now() - t0,
         ),
-        firstProof(port, host(k), inside, (answer) => answer === expected(k), t0, end),
-        firstProof(port, host(k), outside, (answer) => answer === null, t0, end),
+        probeUntil(port, host(k), (answer) => answer === expected(k), t0, end, tight(inside)),
+        probeUntil(port, host(k), (answer) => answer === null, t0, end, tight(outside)),
       ]);
       answered.push(ms);
       state[k] = to;

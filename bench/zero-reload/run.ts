@@ -7,7 +7,7 @@ import type { Cluster } from '../compare/approaches.js';
 import {
   type IdentityServers,
   type ProbeSource,
-  probe,
+  probeUntil,
   sources,
   systemSource,
   until,
@@ -88,18 +88,14 @@ export function latencies(samples: Array<number | null>, reloads: number): Laten
 }
 
 /** Probes until a handshake with `host` is refused or closed without an answer; ms since `since`, or null. */
-export async function untilClosed(
+export function untilClosed(
   port: number,
   host: string,
   since: number,
   deadline: number,
   from: ProbeSource = systemSource,
 ): Promise<number | null> {
-  for (;;) {
-    if ((await probe(port, host, 1_000, from())) === null) return performance.now() - since;
-    if (Date.now() > deadline) return null;
-    await sleep(2);
-  }
+  return probeUntil(port, host, (answer) => answer === null, since, deadline, { from, pauseMs: () => 2 });
 }
 
 /** A TLS connection held through HAProxy like a watch; `alive()` is false once either side closed it. */
