@@ -2,7 +2,7 @@ import { ALLOW_VALUE, isAllowKey } from '../../haproxy/allow-keys.js';
 import { CowMap } from '../../haproxy/cow-map.js';
 import { lowerBound } from '../../model/sorted.js';
 import { checkedHost, checkedName } from './checked.js';
-import { type DataplaneClient, DataplaneHttpError } from './client.js';
+import { type DataplaneClient, DataplaneHttpError, type TextChunks } from './client.js';
 import { storageName } from './map-names.js';
 import type { Counter } from './reload.js';
 
@@ -138,7 +138,7 @@ export class MapFiles {
    */
   async write(
     name: string,
-    content: string | undefined,
+    content: string | readonly Buffer[] | undefined,
     signal: AbortSignal,
     counter: Counter,
   ): Promise<string> {
@@ -150,8 +150,7 @@ export class MapFiles {
       try {
         await this.client.PUT('/services/haproxy/storage/maps/{name}', {
           params: { path: { name: stored }, query: { skip_reload: true } },
-          // The API refuses an empty body (400 "value is required"): an empty map is a comment line.
-          body: content === '' ? EMPTY_MAP : content,
+          body: bodyOf(content),
           signal,
         });
         return file;
@@ -164,7 +163,11 @@ export class MapFiles {
     counter.requests++;
     const res = await this.client.upload(
       '/services/haproxy/storage/maps',
-      { field: 'file_upload', name, content: content ?? '' },
+      {
+        field: 'file_upload',
+        name,
+        content: typeof content === 'object' ? Buffer.concat(content).toString() : (content ?? ''),
+      },
       { signal },
     );
     const made = res.data as StoredMap | undefined;
@@ -177,4 +180,11 @@ export class MapFiles {
   forget(): void {
     this.files.clear();
   }
+}
+
+/** A map's text as a body: the API refuses an empty one (400 "value is required"), so a comment line. */
+function bodyOf(content: string | readonly Buffer[]): string | TextChunks {
+  if (typeof content === 'string') return content === '' ? EMPTY_MAP : content;
+  const [first, ...rest] = content.filter((b) => b.length > 0);
+  return first ? [first, ...rest] : EMPTY_MAP;
 }

@@ -172,8 +172,9 @@ export class DataplaneProvider implements Provider {
         const entries = target.maps?.find((m) => m.name === name)?.entries ?? new Map<string, string>();
         const from = change.from.state.maps?.find((m) => m.name === name)?.entries;
         const keys = ops.filter((o) => o.map === name).map((o) => o.key);
-        const text = this.allow.text(entries, from ? { from, keys } : undefined);
-        await this.maps.write(name, text, signal, counter);
+        // As buffers per slot, never joined (the stock provider writes them the same way).
+        const chunks = this.allow.chunks(entries, from ? { from, keys } : undefined);
+        await this.maps.write(name, chunks, signal, counter);
       }
       this.persistence.follow(target);
     } catch (err) {
