@@ -56,6 +56,8 @@ export class RoutingIndex {
   private badEntries = 0;
   private ownedStrays = 0;
   private sameNumber = 0;
+  /** Slots the allow map names that are no slot of ours: counted as they come and go, not looked up per plan. */
+  private allowStrays = 0;
   private readonly numbers = new Set<number>();
 
   constructor(
@@ -74,6 +76,7 @@ export class RoutingIndex {
     this.entries = mapEntries(raw, routing.map);
     for (const backend of this.entries.values()) this.ref(backend, 1);
     this.allow = keysBySlot(mapEntries(raw, routing.allowMap));
+    for (const slot of this.allow.keys()) if (!this.slots.has(slot)) this.allowStrays++;
     // Filed in listing order, sorted once (not one insertion each).
     for (const slot of this.slots.values()) this.classify(slot, true);
     this.free.sort((a, b) => a.number - b.number);
@@ -85,8 +88,7 @@ export class RoutingIndex {
     if (this.badEntries > 0) return 'a map entry names no slot of its own';
     if (this.ownedStrays > 0 || this.strays.size > MAX_STRAYS) return 'a slot no entry names holds servers';
     if (this.sameNumber > 0) return 'two slots of one number';
-    for (const slot of this.allow.keys())
-      if (!this.slots.has(slot)) return 'an allow key names no slot of ours';
+    if (this.allowStrays > 0) return 'an allow key names no slot of ours';
     return undefined;
   }
 
@@ -174,10 +176,14 @@ export class RoutingIndex {
         if (!keys) {
           keys = new Set();
           this.allow.set(slot, keys);
+          if (!this.slots.has(slot)) this.allowStrays++;
         }
         if (op.kind === 'add_allow_entry') keys.add(op.key);
         else keys.delete(op.key);
-        if (keys.size === 0) this.allow.delete(slot);
+        if (keys.size === 0) {
+          this.allow.delete(slot);
+          if (!this.slots.has(slot)) this.allowStrays--;
+        }
         return true;
       }
       default:
@@ -192,6 +198,8 @@ export class RoutingIndex {
     if (this.numbers.has(number)) this.sameNumber++;
     this.numbers.add(number);
     const slot = { name: b.name, number, backend: b, refs: 0 };
+    // Keys filed before their slot (the pool grows in the same operations) now name one of ours.
+    if (this.allowStrays > 0 && !this.slots.has(b.name) && this.allow.has(b.name)) this.allowStrays--;
     this.slots.set(b.name, slot);
     return slot;
   }

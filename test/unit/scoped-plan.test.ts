@@ -254,6 +254,36 @@ describe('scoped plan: when it declines', () => {
     expect(declines(Reading.of({ ...raw, frontends }))).toMatch(/structure/);
   });
 
+  it('declines while an allow key names no slot of ours, built or advanced, and not once it does', () => {
+    const raw = base();
+    const map = options.allowMap;
+    const stray = {
+      kind: 'add_allow_entry',
+      map,
+      key: '198.18.0.0/16|kubebyon_slot_00099',
+      stage: 'entry',
+    } as const;
+    expect(declines(raw.derive([stray], registry))).toMatch(/allow key/);
+    // Advanced: the stray key comes, goes, and comes back before its slot is made.
+    const index = new RoutingIndex(raw, add3);
+    const withStray = raw.derive([stray], registry);
+    expect(index.advance(withStray)).toBe(true);
+    expect(index.doubt).toMatch(/allow key/);
+    const gone = withStray.derive([{ ...stray, kind: 'delete_allow_entry' }], registry);
+    expect(index.advance(gone)).toBe(true);
+    expect(index.doubt).toBeUndefined();
+    const again = gone.derive([stray], registry);
+    expect(index.advance(again)).toBe(true);
+    expect(index.doubt).toMatch(/allow key/);
+    const slot = again.derive(
+      [{ kind: 'create_backend', backend: { name: 'kubebyon_slot_00099', balance: 'leastconn' } }],
+      registry,
+    );
+    expect(index.advance(slot)).toBe(true);
+    expect(index.doubt).toBeUndefined();
+    expect(new RoutingIndex(slot, add3).doubt).toBeUndefined();
+  });
+
   it('declines when the new host finds no free slot (a reload first)', () => {
     const three = new Map([...two, [4, [30004]]]);
     const four = new Map([...three, [5, [30005]]]);
