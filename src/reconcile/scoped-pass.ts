@@ -50,10 +50,13 @@ export async function runScopedPass(i: ScopedPassInputs): Promise<ScopedPassRepo
   const scope = scopeOf(i, memo);
   endRender();
   if ('doubt' in scope) return scope;
+  // The kept reading as it is: an apply compares the revision before it writes, and a plan of nothing is
+  // confirmed below. Without one kept, a read (and its look at the revision) as before.
+  const kept = i.provider.keptReading();
   let reading: Reading;
   try {
     const endRead = phase(i.metrics, 'read');
-    reading = await i.provider.read(i.signal, { fresh: false });
+    reading = kept ?? (await i.provider.read(i.signal, { fresh: false }));
     endRead();
   } catch (err) {
     return failed(i, scope, err);
@@ -78,6 +81,14 @@ export async function runScopedPass(i: ScopedPassInputs): Promise<ScopedPassRepo
     } catch (err) {
       // A full pass reads again and plans everything: what it does is what a conflict needs.
       if (failureKind(err) === 'conflict') return { doubt: `HAProxy changed meanwhile: ${errorText(err)}` };
+      return failed(i, scope, err);
+    }
+  } else if (kept) {
+    // Nothing to do only if HAProxy still runs what was kept (a reload by anyone may have dropped a route).
+    try {
+      if (!(await i.provider.isCurrent(reading, i.signal)))
+        return { doubt: 'HAProxy changed since the last pass' };
+    } catch (err) {
       return failed(i, scope, err);
     }
   }

@@ -58,6 +58,22 @@ export class OwnedProvider {
     return reading;
   }
 
+  /**
+   * The reading kept, without asking the provider's revision: for a pass whose plan goes to `apply`, which
+   * compares the revision right before it writes, so that a change costs one look at it rather than two (a
+   * request to the Data Plane API, `show proc` and the owned file's stat on stock). A plan with nothing to
+   * apply confirms the reading with `isCurrent` instead. Undefined when none is kept.
+   */
+  keptReading(): Reading | undefined {
+    return this.kept?.reading;
+  }
+
+  /** Whether HAProxy still runs `reading`: the provider's revision is the one it was kept at. */
+  async isCurrent(reading: Reading, signal: AbortSignal): Promise<boolean> {
+    const revision = this.revisions.get(reading.serial);
+    return revision !== undefined && (await this.inner.revision(signal)) === revision;
+  }
+
   /** Refused connections per slot (`Provider.refusals`); empty where the provider cannot say. */
   async refusals(table: string, signal: AbortSignal): Promise<Map<string, number>> {
     return (await this.inner.refusals?.(table, signal)) ?? new Map();

@@ -156,8 +156,27 @@ describe('Reconciler: scoped passes (map routing)', () => {
     await put('b');
     expect(await settle(r.request('webhook', { clusters: ['b'] }))).toEqual({ ok: true, changed: true });
     expect([await passes('full'), await passes('scoped')]).toEqual([2, 0]);
-    expect(logs.some((l) => l.doubt?.includes('names no slot'))).toBe(true);
+    // The scoped plan is made from the reading kept; its apply finds the revision moved, and stands down.
+    expect(logs.some((l) => l.doubt?.includes('changed meanwhile'))).toBe(true);
     expect([...entries().keys()].sort()).toEqual(['api.a.example.com', 'api.b.example.com']);
+  });
+
+  it('confirms a scoped plan of nothing against the revision: after a reload by someone else, a full pass', async () => {
+    const r = make(16);
+    await put('a');
+    await settle(r.request('start'));
+    expect(await settle(r.request('webhook', { clusters: ['a'] }))).toEqual({ ok: true, changed: false });
+    expect([await passes('full'), await passes('scoped')]).toEqual([1, 1]);
+    // Someone reloads HAProxy from files that lack a's entry: the kept reading still holds it.
+    provider.state = {
+      ...provider.state,
+      maps: [{ name: DEFAULT_RENDER_OPTIONS.sniMap, entries: new Map() }],
+    };
+    provider.revisionToken = 'reloaded';
+    expect(await settle(r.request('webhook', { clusters: ['a'] }))).toEqual({ ok: true, changed: true });
+    expect([await passes('full'), await passes('scoped')]).toEqual([2, 1]);
+    expect(logs.some((l) => l.doubt?.includes('changed since the last pass'))).toBe(true);
+    expect([...entries().keys()]).toEqual(['api.a.example.com']);
   });
 
   it('plans with a cluster the cluster that held its host, when the memo is ahead of the last pass (a preview)', async () => {
