@@ -48,7 +48,7 @@ describe('the allow map file text, rendered again per slot', () => {
     );
   });
 
-  it('gives the same text as buffers per slot, whichever of the two each change asks for', () => {
+  it('gives the same text as buffers, whichever of the two each change asks for', () => {
     const step = fc.array(fc.record({ key: fc.constantFrom(...KEYS), add: fc.boolean() }), {
       maxLength: 6,
     });
@@ -69,6 +69,40 @@ describe('the allow map file text, rendered again per slot', () => {
         expect(Buffer.concat(text.chunks(entries)).toString('utf8')).toBe(text.text(entries));
       }),
       { numRuns: 300, seed: 20261206 },
+    );
+  });
+
+  it('hands out a buffer per 64 slots; after any changes, told or not, they read as the plain rendering', () => {
+    // 150 slots: three blocks, so that a change in one block must leave the others' buffers as they were.
+    const many = Array.from({ length: 150 }, (_, i) => `kb_slot_${String(i + 1).padStart(5, '0')}`);
+    const key = fc
+      .tuple(fc.constantFrom(...many), fc.constantFrom('', ...NETS))
+      .map(([slot, net]) => (net === '' ? slot : `${net}|${slot}`));
+    const start = new Map(
+      many.flatMap((slot) => [[slot, '1'] as const, [`${NETS[0]}|${slot}`, '1'] as const]),
+    );
+    fc.assert(
+      fc.property(
+        fc.array(fc.tuple(fc.array(fc.record({ key, add: fc.boolean() }), { maxLength: 8 }), fc.boolean()), {
+          maxLength: 10,
+        }),
+        (steps) => {
+          const text = new AllowFileText(refuse);
+          let entries: ReadonlyMap<string, string> = start;
+          expect(text.chunks(entries)).toHaveLength(3);
+          for (const [changes, told] of steps) {
+            const next = CowMap.edit(entries);
+            for (const c of changes) c.add ? next.set(c.key, '1') : next.delete(c.key);
+            const since = told ? { from: entries, keys: changes.map((c) => c.key) } : undefined;
+            const chunks = text.chunks(next, since);
+            const slots = new Set([...next.keys()].map((k) => k.slice(k.indexOf('|') + 1)));
+            expect(chunks).toHaveLength(Math.ceil(slots.size / 64));
+            expect(Buffer.concat(chunks).toString('utf8')).toBe(expected(next));
+            entries = next;
+          }
+        },
+      ),
+      { numRuns: 200, seed: 20261207 },
     );
   });
 

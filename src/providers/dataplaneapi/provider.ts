@@ -172,7 +172,7 @@ export class DataplaneProvider implements Provider {
         const entries = target.maps?.find((m) => m.name === name)?.entries ?? new Map<string, string>();
         const from = change.from.state.maps?.find((m) => m.name === name)?.entries;
         const keys = ops.filter((o) => o.map === name).map((o) => o.key);
-        // As buffers per slot, never joined (the stock provider writes them the same way).
+        // As buffers of 64 slots each, never joined (the stock provider writes them the same way).
         const chunks = this.allow.chunks(entries, from ? { from, keys } : undefined);
         await this.maps.write(name, chunks, signal, counter);
       }
