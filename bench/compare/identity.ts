@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { connect, createServer, type Server, type TLSSocket } from 'node:tls';
 import { testKeyPair } from '../../test/support/tls.js';
+import { tsWorker } from './thread.js';
 
 /**
  * The stand-in vCluster API servers: a few TLS servers on each node address (127.0.0.2, 127.0.0.3), all at
@@ -14,7 +15,26 @@ export interface IdentityServers {
   close(): Promise<void>;
 }
 
+/**
+ * The servers run in a worker thread of their own: in the bench's thread, every handshake they answered left
+ * native memory that made V8 collect the bench's whole heap (70 MB) every 200-300 ms, and each such pause
+ * (5-35 ms) was counted into whichever change it fell in (`bench/networks.ts`).
+ */
 export async function startIdentityServers(addresses: string[], count: number): Promise<IdentityServers> {
+  const worker = tsWorker(new URL('./identity-worker.ts', import.meta.url), {
+    workerData: { addresses, count },
+  });
+  const ports = await new Promise<number[]>((resolve, reject) => {
+    worker.once('message', (m: { ports?: number[]; error?: string }) =>
+      m.ports ? resolve(m.ports) : reject(new Error(m.error ?? 'the identity servers did not start')),
+    );
+    worker.once('error', reject);
+  });
+  return { addresses, ports, close: () => worker.terminate().then(() => {}) };
+}
+
+/** The servers themselves (in `identity-worker.ts`): `count` ports free on every address. */
+export async function listenIdentityServers(addresses: string[], count: number): Promise<number[]> {
   const servers: Server[] = [];
   const ports: number[] = [];
   for (let attempt = 0; ports.length < count && attempt < count * 20; attempt++) {
@@ -29,8 +49,11 @@ export async function startIdentityServers(addresses: string[], count: number): 
       await Promise.all(started.map(closeServer));
     }
   }
-  if (ports.length < count) throw new Error(`found only ${ports.length} ports free on ${addresses}`);
-  return { addresses, ports, close: () => Promise.all(servers.map(closeServer)).then(() => {}) };
+  if (ports.length < count) {
+    await Promise.all(servers.map(closeServer));
+    throw new Error(`found only ${ports.length} ports free on ${addresses}`);
+  }
+  return ports;
 }
 
 function listen(address: string, port: number): Promise<Server> {

@@ -6,11 +6,13 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { parseShowProc } from '../../src/providers/haproxy/runtime-text.js';
 import { statRow } from '../attack/stats.js';
-import { type IdentityServers, probeUntil, sources, until, untilAll } from '../compare/identity.js';
+import { type IdentityServers, sources, until, untilAll } from '../compare/identity.js';
 import type { BenchKube } from '../compare/kube.js';
 import { type BenchService, startService } from '../compare/service.js';
 import type { Target } from '../compare/targets.js';
+import { tsWorker } from '../compare/thread.js';
 import { benchRunEnv, type Latencies, latencies, untilClosed } from '../zero-reload/run.js';
+import type { ProofAnswer, ProofRequest } from './prober.js';
 
 const run = promisify(execFile);
 
@@ -76,8 +78,23 @@ const filler = (i: number, j: number, entries: number) => {
 };
 /** The two loopback sources of probed cluster `k`: a change lets one in and shuts the other out. */
 const sourcesOf = (k: number): [string, string] => [`127.0.0.${10 + 2 * k}`, `127.0.0.${11 + 2 * k}`];
-/** Handshakes from one source, 1 ms apart: a proof is timed to a handshake, not to a poll interval. */
-const tight = (source: string) => ({ from: () => source, pauseMs: () => 1 });
+
+/** The proofs' thread (`prober.ts`), one change at a time. */
+function startProver() {
+  const worker = tsWorker(new URL('./prober.ts', import.meta.url));
+  return {
+    prove: (request: ProofRequest) =>
+      new Promise<ProofAnswer>((resolve, reject) => {
+        worker.once('error', reject);
+        worker.once('message', (answer: ProofAnswer) => {
+          worker.off('error', reject);
+          resolve(answer);
+        });
+        worker.postMessage(request);
+      }),
+    close: () => worker.terminate(),
+  };
+}
 
 /** The SNI frontend's `dcon` in HAProxy's current worker: connections `tcp-request connection` refused. */
 async function guardRefusals(target: Target): Promise<number | null> {
@@ -136,6 +153,7 @@ export async function runNetworks(
   const secret = `nets-${Math.random().toString(36).slice(2)}-secret`;
   const env = benchRunEnv(target, kube.kubeconfig, dir);
   const svc = await startService(env, secret);
+  const prover = startProver();
   const port = target.sniPort;
   const ports = o.servers.ports;
   const from = sources(200);
@@ -238,17 +256,26 @@ export async function runNetworks(
       const [s0, s1] = sourcesOf(k);
       const [inside, outside] = to === 1 ? [s1, s0] : [s0, s1];
       const t0 = performance.now();
-      const end = Date.now() + 30_000;
+      const start = process.hrtime.bigint();
       // The proofs run from the moment the request is sent, not from its answer: HAProxy enforces a list at
       // runtime, and the service acknowledges it only once the allow map is on disk as well (`answered`).
-      // A distinct query per change: the same signed request twice within a second is a replay (401), and
-      // every 2 × probed changes send the same list again.
-      const [ms, a, x] = await Promise.all([
+      // They run in their own thread (`prober.ts`), as the stand-in servers do: this thread's collections
+      // would stop them. A distinct query per change: the same signed request twice within a second is a
+      // replay (401), and every 2 × probed changes send the same list again.
+      const proofs = prover.prove({
+        port,
+        host: host(k),
+        expected: expected(k),
+        inside,
+        outside,
+        start,
+        deadline: Date.now() + 30_000,
+      });
+      const [ms, { allowed: a, refused: x }] = await Promise.all([
         call('PUT', `/v1/clusters/${name(k)}?wait=true&change=${c}`, body(k, networks)).then(
           () => performance.now() - t0,
         ),
-        probeUntil(port, host(k), (answer) => answer === expected(k), t0, end, tight(inside)),
-        probeUntil(port, host(k), (answer) => answer === null, t0, end, tight(outside)),
+        proofs,
       ]);
       answered.push(ms);
       state[k] = to;
@@ -286,6 +313,7 @@ export async function runNetworks(
     result.error = err instanceof Error ? err.message : String(err);
     o.log(`error: ${result.error}`);
   } finally {
+    await prover.close();
     await svc.stop().catch(() => {});
     rmSync(dir, { recursive: true, force: true });
   }
