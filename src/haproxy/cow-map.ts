@@ -37,6 +37,16 @@ export class CowMap<K, V> implements ReadonlyMap<K, V> {
   }
 
   /**
+   * The map as its edits leave it: folded into a new base now when the overlay outgrew the base (a bulk
+   * change, such as lists put on every cluster at once), so that the change that made the overlay pays for
+   * the fold, not the next edit (which would otherwise copy all of it, and share no base to diff against).
+   */
+  settled(): CowMap<K, V> {
+    if (this.overlay.size <= overlayLimit(this.base.size)) return this;
+    return new CowMap(new Map(this), new Map(), new Set(), this.count);
+  }
+
+  /**
    * The keys whose values may differ between `from` and `to` when `to` was made from `from` by `edit`s
    * sharing its base (the two overlays' keys): a diff of a few keys, not of the map. Undefined when they
    * share nothing (compare all).

@@ -44,6 +44,8 @@ export function applyOperations(
     tagger,
   };
   for (const op of operations) apply(w, op);
+  for (const [name, m] of w.maps)
+    if (w.copied.has(m)) w.maps.set(name, { name, entries: (m as MapToChange).entries.settled() });
   const maps = w.maps.size > 0 || state.maps !== undefined ? { maps: [...w.maps.values()] } : {};
   return { state: { frontends: w.frontends.list(), backends: w.backends.list(), ...maps }, keptPlaces };
 }

@@ -186,6 +186,10 @@ async function attempt(
   for (const cluster of clustersTouched(p, clusterOf)) out.touched.add(cluster);
   out.attempted = p;
   await applyPlan(i, p, reading, kind);
+  // The routing index follows this plan's operations now, in the pass that made them, not in the next
+  // webhook's scoped pass (lists put on 5000 clusters at once: 85 000 operations, 30 ms).
+  const next = provider.keptReading();
+  if (next) i.indexes?.for(next, config);
   return true;
 }
 

@@ -131,4 +131,36 @@ describe('applyOperations on a large SNI map', () => {
     expect(states[1]?.maps?.[0]?.entries.get('h1.example.com')).toBe('slot1');
     expect(states[0]?.maps?.[0]?.entries.size).toBe(n);
   });
+
+  it('folds a bulk change into a new base in that change: the next one reads nothing whole and diffs by its own keys', () => {
+    const registry = new Registry();
+    const base = new CountingMap(Array.from({ length: 5_000 }, (_, i) => [`h${i}.example.com`, `slot${i}`]));
+    const start: HaproxyState = { frontends: [], backends: [], maps: [{ name: 'sni', entries: base }] };
+    // 2000 entries at once: far more than the overlay's limit (100 at 5000).
+    const bulk: Operation[] = Array.from({ length: 2_000 }, (_, i) => ({
+      kind: 'set_map_entry',
+      map: 'sni',
+      host: `new${i}.example.com`,
+      backend: `slot${i}`,
+      previous: null,
+      cluster: `c${i}`,
+    }));
+    const afterBulk = applyOperations(start, bulk, registry).state;
+    const bulkMap = afterBulk.maps?.[0]?.entries as ReadonlyMap<string, string>;
+    expect(bulkMap.size).toBe(7_000);
+    const folded = base.iterated;
+    expect(folded).toBe(5_000); // read once, by the bulk change's own fold
+    const one: Operation = { kind: 'delete_map_entry', map: 'sni', host: 'h7.example.com', backend: 'slot7' };
+    const next = applyOperations(afterBulk, [one], registry).state.maps?.[0]?.entries as ReadonlyMap<
+      string,
+      string
+    >;
+    expect(base.iterated).toBe(folded);
+    expect(CowMap.changedKeys(bulkMap, next)).toEqual(new Set(['h7.example.com']));
+    expect([next.size, next.has('h7.example.com'), next.get('new1999.example.com')]).toEqual([
+      6_999,
+      false,
+      'slot1999',
+    ]);
+  });
 });
