@@ -1,6 +1,6 @@
 import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
@@ -93,6 +93,26 @@ function startProver() {
         worker.postMessage(request);
       }),
     close: () => worker.terminate(),
+  };
+}
+
+/**
+ * Holds every thread of the bench (the proofs', the stand-in servers', its own) to its last CPU during the
+ * changes, when the machine has more than one: its threads then take at most one core from HAProxy, the API
+ * and the service (spawned before, so not held), as the bench did when it ran in one thread, without its
+ * collections stopping the proofs. `BENCH_PIN=0` leaves it free. Resolves with the undoing.
+ */
+async function pinBench(): Promise<() => Promise<void>> {
+  const cpus = availableParallelism();
+  if (process.env.BENCH_PIN === '0' || cpus < 2) return async () => {};
+  const pin = (list: string) => run('taskset', ['-a', '-p', '-c', list, String(process.pid)]);
+  try {
+    await pin(String(cpus - 1));
+  } catch {
+    return async () => {};
+  }
+  return async () => {
+    await pin(`0-${cpus - 1}`).catch(() => {});
   };
 }
 
@@ -246,6 +266,7 @@ export async function runNetworks(
     const both: Array<number | null> = [];
     loads = await target.loads();
     const dconBefore = await guardRefusals(target);
+    const unpin = await pinBench();
     const gcBefore = await majorGc(svc);
     for (let c = 0; c < o.changes; c++) {
       const k = c % o.probed;
@@ -284,6 +305,7 @@ export async function runNetworks(
       first.push(c % 2 === 0 ? a : x);
       both.push(a === null || x === null ? null : Math.max(a, x));
     }
+    await unpin();
     const reloads = (await target.loads()) - loads;
     const dconAfter = await guardRefusals(target);
     const gcAfter = await majorGc(svc);
