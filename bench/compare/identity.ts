@@ -29,6 +29,7 @@ export async function startIdentityServers(addresses: string[], count: number): 
       m.ports ? resolve(m.ports) : reject(new Error(m.error ?? 'the identity servers did not start')),
     );
     worker.once('error', reject);
+    worker.once('exit', (code) => reject(new Error(`the identity servers' thread exited (${code})`)));
   });
   return { addresses, ports, close: () => worker.terminate().then(() => {}) };
 }

@@ -85,9 +85,12 @@ function startProver() {
   return {
     prove: (request: ProofRequest) =>
       new Promise<ProofAnswer>((resolve, reject) => {
+        const exited = (code: number) => reject(new Error(`the proofs' thread exited (${code})`));
         worker.once('error', reject);
+        worker.once('exit', exited);
         worker.once('message', (answer: ProofAnswer) => {
           worker.off('error', reject);
+          worker.off('exit', exited);
           resolve(answer);
         });
         worker.postMessage(request);
