@@ -177,6 +177,8 @@ export async function runNetworks(
   const env = benchRunEnv(target, kube.kubeconfig, dir);
   const svc = await startService(env, secret);
   const prover = startProver();
+  // Undone in `finally` too: a service spawned while the bench is held would be held with it.
+  let unpin = async () => {};
   const port = target.sniPort;
   const ports = o.servers.ports;
   const from = sources(200);
@@ -269,7 +271,7 @@ export async function runNetworks(
     const both: Array<number | null> = [];
     loads = await target.loads();
     const dconBefore = await guardRefusals(target);
-    const unpin = await pinBench();
+    unpin = await pinBench();
     const gcBefore = await majorGc(svc);
     for (let c = 0; c < o.changes; c++) {
       const k = c % o.probed;
@@ -338,6 +340,7 @@ export async function runNetworks(
     result.error = err instanceof Error ? err.message : String(err);
     o.log(`error: ${result.error}`);
   } finally {
+    await unpin();
     await prover.close();
     await svc.stop().catch(() => {});
     rmSync(dir, { recursive: true, force: true });
