@@ -1,4 +1,4 @@
-import { ALLOW_VALUE, isAllowKey } from './allow-keys.js';
+import { ALLOW_VALUE, isAllowKey, slotOfKey } from './allow-keys.js';
 
 /**
  * The allow map's file text (authorized networks, `edge.ts`), kept per slot so that a list change renders
@@ -101,7 +101,7 @@ export class AllowFileText {
   }
 
   private touch(key: string, entries: ReadonlyMap<string, string>): void {
-    const slot = slotOf(key);
+    const slot = slotOfKey(key);
     let s = this.slots.get(slot);
     const value = entries.get(key);
     if (value === undefined) {
@@ -130,7 +130,7 @@ export class AllowFileText {
     this.reset();
     for (const [key, value] of entries) {
       this.check(key, value);
-      const slot = slotOf(key);
+      const slot = slotOfKey(key);
       let s = this.slots.get(slot);
       if (!s) {
         s = emptySlot(slot);
@@ -174,12 +174,6 @@ interface Slot {
 const BLOCK = 64;
 
 const emptySlot = (name: string): Slot => ({ name, keys: new Set(), text: undefined, block: undefined });
-
-/** The slot a key belongs to: the flag is the slot's name, a network's key ends with `|<slot>`. */
-function slotOf(key: string): string {
-  const bar = key.indexOf('|');
-  return bar < 0 ? key : key.slice(bar + 1);
-}
 
 function slotText(slot: string, keys: ReadonlySet<string>): string {
   const networks = [...keys].filter((k) => k !== slot).sort(compare);

@@ -25,6 +25,12 @@ export function allowKeys(slot: string, networks: readonly string[], dualStack: 
   return [...keys];
 }
 
+/** The slot a key belongs to: a flag is its slot's name, a network's key ends `|<slot>`. */
+export function slotOfKey(key: string): string {
+  const bar = key.lastIndexOf('|');
+  return bar < 0 ? key : key.slice(bar + 1);
+}
+
 /** ::1, the IPv6 loopback. */
 const LOOPBACK6 = 1n;
 

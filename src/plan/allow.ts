@@ -1,4 +1,4 @@
-import { allowKeys } from '../haproxy/allow-keys.js';
+import { allowKeys, slotOfKey } from '../haproxy/allow-keys.js';
 import type { DesiredRoute } from '../haproxy/model.js';
 import type { Operation } from './operations.js';
 
@@ -25,8 +25,7 @@ export interface AllowInput {
 export function keysBySlot(entries: ReadonlyMap<string, string> | undefined): Map<string, Set<string>> {
   const out = new Map<string, Set<string>>();
   for (const key of entries?.keys() ?? []) {
-    const bar = key.lastIndexOf('|');
-    const slot = bar < 0 ? key : key.slice(bar + 1);
+    const slot = slotOfKey(key);
     let set = out.get(slot);
     if (!set) {
       set = new Set();
