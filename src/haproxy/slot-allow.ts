@@ -9,7 +9,7 @@ import { ALLOW_VALUE, isAllowKey, slotOfKey } from './allow-keys.js';
  * An open slot's map holds `OPEN_NETWORKS`: every IPv4 and every IPv6 source. A restricted slot's map holds
  * its networks. Runtime commands follow the logical operations in order, each as the difference between the
  * slot's map before and after it, additions first: a client both lists allow always finds an entry, and a
- * restricted slot never holds the open networks alongside a narrowed list it did not ask for.
+ * slot holds the open networks only while its old or its new list is open.
  */
 
 /** What an open slot's map holds. */
@@ -44,8 +44,7 @@ export function slotMapText(slot: string, keys: ReadonlySet<string> | undefined)
  * flag and a key per network. Undefined when an entry is not one this module writes (a foreign edit).
  */
 export function keysOfSlotMap(slot: string, entries: ReadonlyMap<string, string>): string[] | undefined {
-  const networks = [...entries.keys()];
-  if (networks.length === OPEN_NETWORKS.length && OPEN_NETWORKS.every((n) => entries.get(n) === ALLOW_VALUE))
+  if (entries.size === OPEN_NETWORKS.length && OPEN_NETWORKS.every((n) => entries.get(n) === ALLOW_VALUE))
     return [];
   const keys = [slot];
   for (const [network, value] of entries) {

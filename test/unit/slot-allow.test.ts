@@ -86,7 +86,7 @@ describe("the slots' allow maps", () => {
     expect(keysOfSlotMap('s', new Map([['not a network', '1']]))).toBeUndefined();
   });
 
-  it('changes a list in place: never a network neither list has, never without one both have', () => {
+  it('changes lists step by step: no source gets in that neither list allows, none both allow is shut out', () => {
     const list = fc.option(fc.uniqueArray(fc.constantFrom(...NETS), { maxLength: 5 }), { nil: undefined });
     fc.assert(
       fc.property(fc.tuple(list, list), fc.tuple(list, list), fc.boolean(), (from, to, dualStack) => {
