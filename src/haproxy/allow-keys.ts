@@ -72,5 +72,10 @@ function checkAllowKey(key: string): boolean {
   return v4?.ok === true && v4.network.family === 4 && `::ffff:${m?.[1]}/${m?.[2]}` === net;
 }
 
+/** Whether `network` is one a slot's own map holds (`slot-allow.ts`): a network as an allow key names it. */
+export function isAllowNetwork(network: string): boolean {
+  return !network.includes('|') && isAllowKey(`${network}|s`);
+}
+
 /** The value of every allow-map key. */
 export const ALLOW_VALUE = '1';

@@ -7,11 +7,12 @@
  * - The frontend's `maxconn` bounds its memory whatever the process limit is.
  * - A ClientHello is awaited for the inspect delay; anything else (no ClientHello in time, not TLS, an SNI
  *   no route has when there is no default backend) is rejected.
- * - Authorized networks (issue 34): the allow map (`<owner>.allow.map`) holds, for a restricted slot, its
- *   name (the flag) and one key `<network>|<slot>` per network. The source, masked to each prefix length and
- *   joined to the slot the SNI map names, is looked up there: 33 lengths for IPv4, and the IPv6 ones. A
- *   refused connection is counted per slot in the refusals table and rejected right after its ClientHello,
- *   before a byte reaches the server; HAProxy logs it (`PR`, `<NOSRV>`, the source and the SNI).
+ * - Authorized networks (issue 34): the frontend tracks the slot the SNI map names in the refusals table;
+ *   each slot backend guards itself (`slotGuardLines`): its source is looked up in the slot's own map
+ *   (`src,map_ip(<owner>.allow.<slot>.map)`, longest prefix, IPv4 and IPv6 keys in one file; `slot-allow.ts`
+ *   says what the file holds). A refused connection is counted in the slot's entry and rejected right after
+ *   its ClientHello, before a byte reaches the server; HAProxy logs it (`PR`, `<slot>/<NOSRV>`, the source
+ *   and the SNI).
  * - The log line names the SNI (HAProxy's `tcplog` format, then the host).
  */
 export interface Edge {
@@ -21,7 +22,10 @@ export interface Edge {
   readonly perSource: PerSource | null;
   /** Reject an SNI that no route has once the ClientHello is read (only without a default backend). */
   readonly rejectUnknown: boolean;
-  /** The allow map's name (authorized networks), as the frontend's SNI map is named. */
+  /**
+   * The logical allow map (authorized networks, `allow.ts`): the slots' own maps are named after it
+   * (`slotAllowMapName`). The frontend's lines do not name it: readers are told it.
+   */
   readonly allowMap: string;
   /** The backend holding the refusals table, counted per slot. */
   readonly refusals: string;
@@ -43,12 +47,6 @@ export const REFUSALS_TABLE = 'type string len 64 size 100k store gpc0';
 export const LOG_FORMAT =
   '"%ci:%cp [%t] %ft %b/%s %Tw/%Tc/%Tt %B %ts %ac/%fc/%bc/%sc/%rc %sq/%bq %[var(txn.kb_sni)]"';
 
-/** The prefix lengths looked up, most specific first: each IPv4 length (IPv6 too up to 32), then IPv6's. */
-const LENGTHS: ReadonlyArray<{ v4: number; v6: number }> = [
-  ...Array.from({ length: 33 }, (_, i) => ({ v4: 32 - i, v6: 32 - i })),
-  ...Array.from({ length: 96 }, (_, i) => ({ v4: 32, v6: 128 - i })),
-];
-
 /** A bind that takes IPv4 clients on an IPv6 socket (`[::]:443`, `[2001:db8::1]:443` too). */
 export function isDualStack(address: string): boolean {
   return address.includes(':');
@@ -56,7 +54,6 @@ export function isDualStack(address: string): boolean {
 
 export interface EdgeFiles {
   sniMap: string;
-  allowMap: string;
 }
 
 /**
@@ -68,7 +65,6 @@ export function edgeLines(edge: Edge, inspectDelayMs: number, files: EdgeFiles):
     if (!Number.isSafeInteger(n) || n < 0) throw new RangeError(`bad ${what}: ${n}`);
     return n;
   };
-  const allow = files.allowMap;
   const lines: string[] = [];
   if (int('maxconn', edge.maxConn) > 0) lines.push(`maxconn ${edge.maxConn}`);
   const p = edge.perSource;
@@ -77,15 +73,6 @@ export function edgeLines(edge: Edge, inspectDelayMs: number, files: EdgeFiles):
       `stick-table type ipv6 size ${int('table size', p.tableSize)} expire ${TABLE_EXPIRE} store conn_cur,conn_rate(10s)`,
     );
   lines.push('log global', `log-format ${LOG_FORMAT}`);
-  lines.push(`acl kb_restricted var(txn.kb_slot),map(${allow}) -m found`);
-  for (const { v4, v6 } of LENGTHS)
-    lines.push(`acl kb_allowed src,ipmask(${v4},${v6}),concat(/${v6}|,txn.kb_slot),map(${allow}) -m found`);
-  // HAProxy 3.0 and later turn a source in ::/96 into IPv4 in `ipmask` (::1 becomes 0.0.0.1, which IPv4
-  // lists such as 0.0.0.0/0 would hold); 2.6 does not. Such a source is judged by its exact address alone.
-  lines.push(
-    'acl kb_v6compat src ::/96',
-    `acl kb_v6compat_allowed src,concat(/128|,txn.kb_slot),map(${allow}) -m found`,
-  );
   if (p) {
     lines.push('tcp-request connection track-sc0 src,ipmask(32,64)');
     if (p.maxConn > 0)
@@ -103,19 +90,13 @@ export function edgeLines(edge: Edge, inspectDelayMs: number, files: EdgeFiles):
     `tcp-request content set-var(txn.kb_slot) var(txn.kb_sni),map(${files.sniMap})`,
   );
   if (edge.rejectUnknown) lines.push('tcp-request content reject unless { var(txn.kb_slot) -m found }');
-  for (const r of REFUSED)
-    lines.push(`tcp-request content track-sc1 var(txn.kb_slot) table ${edge.refusals} if ${r}`);
-  for (const r of REFUSED) lines.push(`tcp-request content sc-inc-gpc0(1) if ${r}`);
-  for (const r of REFUSED) lines.push(`tcp-request content reject if ${r}`);
+  // Every routed connection is tracked by its slot: the slot's guard counts a refusal there.
+  lines.push(
+    `tcp-request content track-sc1 var(txn.kb_slot) table ${edge.refusals} if { var(txn.kb_slot) -m found }`,
+  );
   lines.push('tcp-request content accept if { req.ssl_hello_type 1 }', 'tcp-request content reject');
   return lines;
 }
-
-/** A refused connection: a restricted slot, and a source no key allows (by prefix, or exactly in ::/96). */
-const REFUSED = [
-  'kb_restricted !kb_v6compat !kb_allowed',
-  'kb_restricted kb_v6compat !kb_v6compat_allowed',
-] as const;
 
 /** What a frontend's body says, as `readEdge` understands it. */
 export interface ReadEdge {
@@ -128,12 +109,11 @@ export interface ReadEdge {
 /**
  * Reads the body lines of a frontend (comments and tags stripped, single spaces): the inspect delay, the
  * ClientHello accept (what every release wrote), and the guard when the lines are exactly what `edgeLines`
- * writes for the values they carry. `fileName` turns a map file back into the map's name. Tolerant of how the
- * Data Plane API writes a stick table back (`size 100k`, `expire 1m`) and of the line order it keeps.
+ * writes for the values they carry, with `allowMap` (the owner's, which the lines do not name). Tolerant of
+ * how the Data Plane API writes a stick table back (`size 100k`, `expire 1m`) and of the line order it keeps.
  */
-export function readEdge(body: readonly string[], fileName: (file: string) => string | undefined): ReadEdge {
+export function readEdge(body: readonly string[], allowMap: string): ReadEdge {
   const out: ReadEdge = { inspectDelayMs: null, acceptsTlsHello: false, edge: null };
-  let allowFile: string | undefined;
   let sniFile: string | undefined;
   let refusals: string | undefined;
   let maxConn = 0;
@@ -165,12 +145,6 @@ export function readEdge(body: readonly string[], fileName: (file: string) => st
       /^stick-table type ipv6 size ([0-9]+)(k|m|g)? /,
       (m) => {
         table = Number(m[1]) * ({ k: 1024, m: 1024 ** 2, g: 1024 ** 3 }[m[2] as 'k'] ?? 1);
-      },
-    ],
-    [
-      /^acl kb_restricted var\(txn\.kb_slot\),map\((\S+)\) -m found$/,
-      (m) => {
-        allowFile = m[1];
       },
     ],
     [
@@ -212,9 +186,7 @@ export function readEdge(body: readonly string[], fileName: (file: string) => st
         break;
       }
     }
-  const allowMap = allowFile === undefined ? undefined : fileName(allowFile);
   if (
-    allowMap === undefined ||
     sniFile === undefined ||
     refusals === undefined ||
     out.inspectDelayMs === null
@@ -230,7 +202,7 @@ export function readEdge(body: readonly string[], fileName: (file: string) => st
     refusals,
   };
   // The guard counts only when every line is there, once: a hand edit or a partial write is rewritten.
-  const want = edgeLines(edge, out.inspectDelayMs, { sniMap: sniFile, allowMap: allowFile as string });
+  const want = edgeLines(edge, out.inspectDelayMs, { sniMap: sniFile });
   const have = new Set(body.map((l) => (l.startsWith('stick-table ') ? 'stick-table' : l)));
   const missing = want.some((l) => !have.has(l.startsWith('stick-table ') ? 'stick-table' : l));
   const extra = body.filter((l) => isEdgeLine(l)).length !== want.length;
@@ -243,6 +215,37 @@ export function isEdgeLine(line: string): boolean {
   return /^(maxconn |stick-table |log global$|log-format |acl kb_|tcp-request (connection|content|inspect-delay)( |$))/.test(
     line,
   );
+}
+
+/**
+ * A slot backend's guard (authorized networks): its source looked up in the slot's own map `file` (the
+ * longest prefix holding it must say `1`: `slot-allow.ts`); any other source is counted in the slot's
+ * refusals entry (tracked by the frontend) and rejected.
+ */
+export function slotGuardLines(file: string): string[] {
+  return [
+    `acl kb_allowed src,map_ip(${file}) -m str 1`,
+    'tcp-request content sc-inc-gpc0(1) unless kb_allowed',
+    'tcp-request content reject unless kb_allowed',
+  ];
+}
+
+/**
+ * The map file a slot backend's body guards by, when its guard lines are exactly `slotGuardLines`' (once
+ * each, and no other line of their kinds); undefined otherwise (none, a hand edit, an older release).
+ */
+export function readSlotGuard(body: readonly string[]): string | undefined {
+  const acl = body.find((l) => l.startsWith('acl ')) ?? '';
+  const file = /^acl kb_allowed src,map_ip\((\S+)\) -m str 1$/.exec(acl)?.[1];
+  if (file === undefined) return undefined;
+  const want = slotGuardLines(file);
+  const kinds = body.filter((l) => /^(acl |tcp-request )/.test(l));
+  return kinds.length === want.length && want.every((l) => kinds.includes(l)) ? file : undefined;
+}
+
+/** A line `slotGuardLines` writes (of any value). */
+export function isSlotGuardLine(line: string): boolean {
+  return /^(acl kb_allowed |tcp-request content (sc-inc-gpc0\(1\)|reject) unless )/.test(line);
 }
 
 /** An edge's text for a plan's field change (`update_frontend`). */

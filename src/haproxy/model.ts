@@ -46,6 +46,11 @@ export interface RawBackend {
   readonly tags: Tags;
   /** Its `stick-table` line's arguments, if it has one. */
   readonly table?: string | null;
+  /**
+   * A slot's guard (authorized networks, `edge.ts`): the name of the slot's own allow map it looks sources up
+   * in (`slotAllowMapName`); absent: no guard, or not exactly this release's.
+   */
+  readonly allowMap?: string;
 }
 
 export interface RawRule {
@@ -145,6 +150,7 @@ export interface DesiredFrontend {
   readonly defaultBackend: string | null;
   /** The SNI map the frontend routes by. */
   readonly sniMap: string;
+  /** The guard; its `allowMap` is the routing's. */
   readonly edge: Edge;
 }
 

@@ -254,9 +254,15 @@ function applyToBackend(w: Working, op: Operation): void {
         tags: w.tagger.tags(),
         owned: true,
         ...(op.backend.table !== undefined ? { table: op.backend.table } : {}),
+        ...(op.backend.allowMap !== undefined ? { allowMap: op.backend.allowMap } : {}),
       };
       w.copied.add(created);
       w.backends.set(op.backend.name, created);
+      return;
+    }
+    case 'update_backend': {
+      const b = backendToChange(w, op.backend.name);
+      Object.assign(b, { allowMap: op.backend.allowMap });
       return;
     }
     case 'delete_backend':

@@ -31,6 +31,8 @@ function formatOperation(op: Operation): string[] {
           ? `+ backend ${op.backend.name} (table) stick-table ${op.backend.table}`
           : `+ backend ${op.backend.name} (slot) balance ${op.backend.balance}`,
       ];
+    case 'update_backend':
+      return [`~ backend ${op.backend.name}: ${changesText(op.changes)}`];
     case 'delete_backend':
       return [`- backend ${op.name}`];
     case 'create_server':

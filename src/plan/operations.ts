@@ -12,6 +12,8 @@ export interface BackendSettings {
   readonly balance: string;
   /** A table-only backend's `stick-table` arguments (the refusals table). */
   readonly table?: string;
+  /** A slot's guard: its own allow map (`RawBackend.allowMap`). */
+  readonly allowMap?: string;
 }
 
 /**
@@ -27,6 +29,8 @@ export type Operation =
   | { kind: 'update_frontend'; frontend: DesiredFrontend; changes: FieldChange[] }
   | { kind: 'delete_frontend'; name: string }
   | { kind: 'create_backend'; backend: BackendSettings }
+  /** A slot backend's guard written (the upgrade to per-slot allow maps): its servers are kept. */
+  | { kind: 'update_backend'; backend: BackendSettings; changes: FieldChange[] }
   | { kind: 'delete_backend'; name: string }
   | { kind: 'create_server'; backend: string; server: ServerSpec }
   | { kind: 'update_server'; backend: string; server: ServerSpec; changes: FieldChange[] }

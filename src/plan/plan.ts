@@ -32,6 +32,7 @@ const ORDER: Record<Exclude<Operation['kind'], 'add_allow_entry' | 'delete_allow
   create_frontend: 0,
   update_frontend: 1,
   create_backend: 2,
+  update_backend: 3,
   create_server: 4,
   update_server: 5,
   delete_map_entry: 10,

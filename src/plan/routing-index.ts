@@ -5,6 +5,7 @@ import { keysBySlot } from './allow.js';
 import type { Conflict, Operation } from './operations.js';
 import { planStructure } from './plan.js';
 import type { Reading } from './reading.js';
+import { isGuarded } from './slots.js';
 
 /** An owned slot backend of the pool, as the index knows it. */
 export interface Slot {
@@ -58,6 +59,8 @@ export class RoutingIndex {
   private sameNumber = 0;
   /** Slots the allow map names that are no slot of ours: counted as they come and go, not looked up per plan. */
   private allowStrays = 0;
+  /** Slots without their guard (`isGuarded`): the full planner writes it. */
+  private unguarded = 0;
   private readonly numbers = new Set<number>();
 
   constructor(
@@ -89,6 +92,7 @@ export class RoutingIndex {
     if (this.ownedStrays > 0 || this.strays.size > MAX_STRAYS) return 'a slot no entry names holds servers';
     if (this.sameNumber > 0) return 'two slots of one number';
     if (this.allowStrays > 0) return 'an allow key names no slot of ours';
+    if (this.unguarded > 0) return 'a slot lacks its guard';
     return undefined;
   }
 
@@ -140,6 +144,8 @@ export class RoutingIndex {
       if (!slot) continue;
       if (!now) return false;
       this.unclassify(slot);
+      if (isGuarded(routing, now) !== isGuarded(routing, slot.backend))
+        this.unguarded += isGuarded(routing, now) ? -1 : 1;
       slot.backend = now;
       this.classify(slot);
     }
@@ -198,6 +204,7 @@ export class RoutingIndex {
     if (this.numbers.has(number)) this.sameNumber++;
     this.numbers.add(number);
     const slot = { name: b.name, number, backend: b, refs: 0 };
+    if (!isGuarded(this.desired.routing, b)) this.unguarded++;
     // Keys filed before their slot (the pool grows in the same operations) now name one of ours.
     if (this.allowStrays > 0 && !this.slots.has(b.name) && this.allow.has(b.name)) this.allowStrays--;
     this.slots.set(b.name, slot);

@@ -5,6 +5,7 @@ import type {
   HaproxyState,
   ServerState,
 } from '../haproxy/model.js';
+import { slotAllowMapName } from '../haproxy/slot-allow.js';
 import { slotName, slotNumber } from '../naming/names.js';
 import { keysBySlot, planSlotAllow } from './allow.js';
 import type { Operation, PoolReport } from './operations.js';
@@ -73,6 +74,7 @@ export function planRouting(
     else strays.set(serversKey(s.servers), s.name);
   }
 
+  guardSlots(want, slots, ops);
   const size = slots.size;
   const unplaced = want.routes.length - assignments.size;
   const mustGrow = unplaced > free.length;
@@ -197,9 +199,35 @@ function createSlots(want: DesiredRouting, taken: Set<string>, count: number, op
     if (taken.has(name)) continue;
     taken.add(name);
     names.push(name);
-    ops.push({ kind: 'create_backend', backend: { name, balance: want.balance } });
+    ops.push({ kind: 'create_backend', backend: slotSettings(want, name, want.balance) });
   }
   return names;
+}
+
+/** A slot backend's settings: its balance and its guard's own allow map. */
+function slotSettings(want: DesiredRouting, name: string, balance: string) {
+  return { name, balance, allowMap: slotAllowMapName(want.allowMap, name) };
+}
+
+/** Whether `slot` (an owned slot backend) guards itself as this release writes it. */
+export function isGuarded(want: Pick<DesiredRouting, 'allowMap'>, slot: BackendState): boolean {
+  return slot.allowMap === slotAllowMapName(want.allowMap, slot.name);
+}
+
+/**
+ * Slots without their guard (an install from before per-slot allow maps, a hand edit) get it, servers kept:
+ * written with the frontend's own change, in one reload.
+ */
+function guardSlots(want: DesiredRouting, slots: ReadonlyMap<string, BackendState>, ops: Operation[]): void {
+  for (const s of slots.values()) {
+    if (isGuarded(want, s)) continue;
+    const to = slotSettings(want, s.name, s.balance);
+    ops.push({
+      kind: 'update_backend',
+      backend: to,
+      changes: [{ field: 'allow_map', from: s.allowMap ?? 'none', to: to.allowMap }],
+    });
+  }
 }
 
 /** Whether `name` is one of the pool's slot backends (for the planner's "keep these backends"). */

@@ -159,6 +159,7 @@ export function refuseForeign(operations: readonly Operation[], current: Reading
         proxy(op.frontend.name);
         break;
       case 'create_backend':
+      case 'update_backend':
         proxy(op.backend.name);
         break;
       case 'delete_frontend':

@@ -115,7 +115,12 @@ export async function startServiceProcess(
     );
   } catch (err) {
     await service.kill9();
-    throw new Error(`${(err as Error).message}\n${out.slice(-4000)}`);
+    // The polls of the wait itself say nothing: what the service logged besides them does.
+    const said = out
+      .split('\n')
+      .filter((l) => !l.includes(`"route":"/${until}"`))
+      .join('\n');
+    throw new Error(`${(err as Error).message}\n${said.slice(-4000)}`);
   }
   if (exited) throw new Error(`serve exited with ${await exit}:\n${out.slice(-4000)}`);
   return service;

@@ -1,5 +1,14 @@
 import { parseAddress } from '../../haproxy/address.js';
-import { edgeLines, isEdgeLine, REFUSALS_TABLE, readEdge } from '../../haproxy/edge.js';
+import { basename } from 'node:path';
+import {
+  edgeLines,
+  isEdgeLine,
+  isSlotGuardLine,
+  REFUSALS_TABLE,
+  readEdge,
+  readSlotGuard,
+  slotGuardLines,
+} from '../../haproxy/edge.js';
 import type {
   RawBackend,
   RawFrontend,
@@ -18,7 +27,8 @@ import {
   checkedPort,
   checkedServerAddress,
 } from './checked.js';
-import { mapRuleFile } from './map-names.js';
+import { slotAllowMapName } from '../../haproxy/slot-allow.js';
+import { mapRuleFile, storageName } from './map-names.js';
 import { checkedTags, descriptionToTags, metadataToTags, tagsToDescription, tagsToMetadata } from './tags.js';
 
 /**
@@ -29,6 +39,16 @@ import { checkedTags, descriptionToTags, metadataToTags, tagsToDescription, tags
  * `description` line first in the section (v3.0, v3.1); reads accept both. Pure.
  * (Over 300 lines: reading and writing the text are kept side by side, so that each form read is a form written.)
  */
+
+/**
+ * The slots' guards (authorized networks, `edge.ts`) in the API's terms: the owner's logical allow map (the
+ * frontend's guard does not name it), and where the storage keeps a slot's own map (`slot-allow.ts`).
+ */
+export interface SlotGuards {
+  readonly allowMap: string;
+  /** The path of the stored map `name` (logical); throws when the storage's folder is not known yet. */
+  path(name: string): string;
+}
 
 /** Lines the API writes at the top of the file for itself; it writes them again on every push. */
 export const API_HEAD = /^# (_md5hash=|_version=|Dataplaneapi managed File|changing file directly)/;
@@ -101,23 +121,32 @@ const SNI_RULE = /^use_backend (\S+) if \{ req[._]ssl_sni -i (\S+) \}$/;
  * map's name). In a frontend tagged by its description (v3.0/v3.1 keep no tags on lines) a switching rule
  * carries the tags of the backend it routes to.
  */
-export function readConfigText(text: string, mapName: (file: string) => string): RawState {
+export function readConfigText(
+  text: string,
+  mapName: (file: string) => string,
+  allowMap: string,
+): RawState {
   const sections = sectionsOf(text);
   const backendTags = new Map<string, Tags>();
   const backends: RawBackend[] = [];
   for (const s of sections) {
     if (s.kind !== 'backend') continue;
-    const b = readBackend(s);
+    const b = readBackend(s, allowMap);
     backendTags.set(b.name, b.tags);
     backends.push(b);
   }
   const frontends = sections
     .filter((s) => s.kind === 'frontend')
-    .map((s) => readFrontend(s, (name) => backendTags.get(name) ?? {}, mapName));
+    .map((s) => readFrontend(s, (name) => backendTags.get(name) ?? {}, mapName, allowMap));
   return { frontends, backends };
 }
 
-function readFrontend(s: Section, backendTags: (name: string) => Tags, mapName: (file: string) => string) {
+function readFrontend(
+  s: Section,
+  backendTags: (name: string) => Tags,
+  mapName: (file: string) => string,
+  allowMap: string,
+) {
   const { tags, byDescription } = sectionTags(s);
   const f: { -readonly [K in keyof RawFrontend]: RawFrontend[K] } & { rules: RawRule[] } = {
     name: s.name,
@@ -163,17 +192,23 @@ function readFrontend(s: Section, backendTags: (name: string) => Tags, mapName: 
       });
     }
   }
-  const edge = readEdge(edgeBody, mapName).edge;
+  const edge = readEdge(edgeBody, allowMap).edge;
   if (edge) f.edge = edge;
   return f;
 }
 
-function readBackend(s: Section): RawBackend {
+/**
+ * A backend section; a slot's guard (`readSlotGuard`) is read as its allow map when it names the very file
+ * the storage keeps that slot's map in (`slotAllowMapName` of the owner's `allowMap`).
+ */
+function readBackend(s: Section, allowMap: string): RawBackend {
   const servers: RawServer[] = [];
   let balance = '';
   let table: string | undefined;
+  const guard: string[] = [];
   for (const line of s.lines.slice(1)) {
     const words = wordsOf(line);
+    if (isSlotGuardLine(words.join(' '))) guard.push(words.join(' '));
     if (words[0] === 'balance') balance = words[1] ?? '';
     if (words[0] === 'stick-table') table = words.slice(1).join(' ');
     if (words[0] !== 'server') continue;
@@ -186,12 +221,15 @@ function readBackend(s: Section): RawBackend {
       tags: lineTags(line),
     });
   }
+  const file = readSlotGuard(guard);
+  const own = slotAllowMapName(allowMap, s.name);
   return {
     name: s.name,
     balance,
     servers,
     tags: sectionTags(s).tags,
     ...(table !== undefined ? { table: table === REFUSALS_TABLE ? table : `? ${table}` } : {}),
+    ...(file !== undefined && basename(file) === storageName(own) ? { allowMap: own } : {}),
   };
 }
 
@@ -234,10 +272,9 @@ export function serverLine(s: ServerSpec & { tags: Tags }, t: LineTags): string 
   return `  server ${checkedName(s.name, 'server')} ${hostPort(s.address, s.port)}${s.check ? ' check' : ''}${t.server(s.tags)}`;
 }
 
-/** Where the API's storage keeps the frontend's maps (its SNI map, its allow map). */
+/** Where the API's storage keeps the frontend's SNI map. */
 export interface MapFilePaths {
   sniMap: string | undefined;
-  allowMap: string | undefined;
 }
 
 /** Our frontend's section, its maps at `files` (paths in the API's storage). */
@@ -252,13 +289,9 @@ export function frontendLines(f: RawFrontend, files: MapFilePaths, t: LineTags):
   const mapFile = files.sniMap;
   let body: string[];
   if (f.edge) {
-    if (mapFile === undefined || files.allowMap === undefined)
-      throw new RangeError(`frontend ${f.name}: its guard needs both map files`);
+    if (mapFile === undefined) throw new RangeError(`frontend ${f.name}: its guard needs its SNI map`);
     checkedName(f.edge.refusals, 'refusals backend');
-    body = edgeLines(f.edge, delay, {
-      sniMap: checkedMapFile(mapFile),
-      allowMap: checkedMapFile(files.allowMap),
-    }).map((l) => `  ${l}`);
+    body = edgeLines(f.edge, delay, { sniMap: checkedMapFile(mapFile) }).map((l) => `  ${l}`);
   } else {
     // Never tagged: v3.2.15 doubles a comment on this line at every write of the file.
     body = [
@@ -281,7 +314,8 @@ export function frontendLines(f: RawFrontend, files: MapFilePaths, t: LineTags):
   ];
 }
 
-export function backendLines(b: RawBackend, t: LineTags): string[] {
+/** A backend's section; a slot's guard names its map where `guards` says the storage keeps it. */
+export function backendLines(b: RawBackend, t: LineTags, guards?: SlotGuards): string[] {
   if (b.table) {
     // The refusals table (`edge.ts`) is the only table this service writes.
     if (b.table !== REFUSALS_TABLE) throw new RangeError(`refusing to write the table of backend ${b.name}`);
@@ -297,8 +331,15 @@ export function backendLines(b: RawBackend, t: LineTags): string[] {
     ...t.first(b.tags),
     '  mode tcp',
     `  balance ${checkedName(b.balance, 'balance algorithm')}`,
+    ...guardLines(b, guards),
     ...b.servers.map((s) => serverLine(s, t)),
   ];
+}
+
+function guardLines(b: RawBackend, guards: SlotGuards | undefined): string[] {
+  if (!b.allowMap) return [];
+  if (!guards) throw new RangeError(`backend ${b.name}: its guard needs the storage's folder`);
+  return slotGuardLines(checkedMapFile(guards.path(b.allowMap))).map((l) => `  ${l}`);
 }
 
 function checkedMapFile(file: string): string {

@@ -27,6 +27,8 @@ export interface DataplaneProviderOptions {
   slots?: 'config' | 'storage';
   /** The SNI maps' names as plans give them (the storage renames a map on upload); plans' names are learnt too. */
   sniMaps?: string[];
+  /** The owner's allow map (the routing's; default: the owner id's). */
+  allowMap?: string;
   /** The ledger of open transactions a release before this one kept: swept at start (`sweep.ts`). */
   ledgerFile?: string;
   /** Servers changed at runtime are written to the files this long after the last change (and at most 1 s after the first). */

@@ -1,11 +1,19 @@
 import type { Logger } from 'pino';
-import type { AllowFileText } from '../../haproxy/allow-file.js';
+import type { SlotAllowIndex } from '../../haproxy/allow-file.js';
 import type { BackendState, HaproxyState } from '../../haproxy/model.js';
+import { slotAllowMapName } from '../../haproxy/slot-allow.js';
 import { checkedName, checkedPort, checkedServerAddress } from './checked.js';
 import type { Move } from './choose.js';
 import { type DataplaneClient, versionOf } from './client.js';
-import { backendLines, frontendLines, type LineTags, sectionKey, spliceSections } from './config-text.js';
-import { type MapFiles, MapText, mapsOf } from './maps.js';
+import {
+  backendLines,
+  frontendLines,
+  type LineTags,
+  type SlotGuards,
+  sectionKey,
+  spliceSections,
+} from './config-text.js';
+import { type MapFiles, MapText } from './maps.js';
 import type { ConfigReads } from './read.js';
 import type { Counter, Workers } from './reload.js';
 import { namedBackends, type SlotsFile, withoutDraining } from './slots.js';
@@ -17,7 +25,7 @@ export interface FileWrite {
   /** Our frontends and backends whose sections are written from `target` (one not in it is removed). */
   frontends: ReadonlySet<string>;
   backends: ReadonlySet<string>;
-  /** SNI maps whose files are written with `target`'s entries. */
+  /** SNI maps, and slots' allow maps (`slot-allow.ts`), whose files are written with `target`'s entries. */
   maps: ReadonlySet<string>;
   /** Servers (`backend/server`) left draining at runtime: they stay out of the files. */
   draining: ReadonlySet<string>;
@@ -36,8 +44,10 @@ export interface FileWrite {
 
 export interface FilesDeps {
   client: DataplaneClient;
-  /** The allow maps' text, rendered again only where a list changed. */
-  allow: AllowFileText;
+  /** The logical allow map by slot: each slot's own map's text. */
+  allow: SlotAllowIndex;
+  /** The owner's allow map, and where the storage keeps each slot's. */
+  guards: SlotGuards;
   reads: ConfigReads;
   maps: MapFiles;
   workers: Workers;
@@ -82,6 +92,20 @@ export class Files {
     }
   }
 
+  /**
+   * The slots' own allow maps of `target`'s owned guarded slots, by map name (the slot as the value); the
+   * index brought to `target`'s logical allow map.
+   */
+  private slotMaps(target: HaproxyState): Map<string, string> {
+    const out = new Map<string, string>();
+    const allowMap = this.d.guards.allowMap;
+    if (!target.frontends.some((f) => f.owned && f.edge?.allowMap === allowMap)) return out;
+    this.d.allow.follow(target.maps?.find((m) => m.name === allowMap)?.entries ?? new Map());
+    for (const b of target.backends)
+      if (b.owned && b.allowMap && b.allowMap === slotAllowMapName(allowMap, b.name)) out.set(b.allowMap, b.name);
+    return out;
+  }
+
   private sniText(name: string): MapText {
     const kept = this.texts.get(name);
     if (kept) return kept;
@@ -96,15 +120,24 @@ export class Files {
     // Map files first: a configuration that routes by a map names its file, which must hold the entries.
     const contents = new Map<string, string | undefined>();
     for (const f of target.frontends)
-      if (f.owned && w.frontends.has(f.name)) for (const m of mapsOf(f)) contents.set(m, undefined);
-    const allowMaps = new Set(target.frontends.map((f) => f.edge?.allowMap));
+      if (f.owned && w.frontends.has(f.name) && f.sniMap) contents.set(f.sniMap, undefined);
+    const slotMaps = this.slotMaps(target);
     for (const name of w.maps) {
+      const slot = slotMaps.get(name);
       const entries = target.maps?.find((m) => m.name === name)?.entries ?? new Map<string, string>();
-      contents.set(name, allowMaps.has(name) ? this.d.allow.text(entries) : this.sniText(name).text(entries));
+      contents.set(name, slot !== undefined ? this.d.allow.text(slot) : this.sniText(name).text(entries));
     }
     const mapFile = new Map<string, string>();
     for (const [name, content] of contents)
-      mapFile.set(name, await this.d.maps.write(name, content, signal, counter));
+      if (!slotMaps.has(name)) mapFile.set(name, await this.d.maps.write(name, content, signal, counter));
+    // A slot's own allow map before the section that guards by it: the ones asked for, and every one the
+    // storage does not hold yet (a new slot, a guard written for the first time).
+    const slotWrites: Array<[string, string]> = [];
+    if (!this.d.maps.folderKnown && slotMaps.size > 0) await this.d.maps.list(signal, counter);
+    for (const [name, slot] of slotMaps)
+      if (contents.has(name) || (w.backends.has(slot) && !(await this.d.maps.find(name, signal, counter))))
+        slotWrites.push([name, this.d.allow.text(slot)]);
+    await this.d.maps.writeMany(slotWrites, signal, counter);
     const config = await this.d.reads.read(signal, counter);
     const inConfig = new Set(config.state().backends.map((b) => b.name));
     const slots = this.d.slots && !w.noSlots ? this.d.slots : undefined;
@@ -122,13 +155,16 @@ export class Files {
       if (f && !f.owned) continue;
       const path = async (map: string | null | undefined) =>
         map ? (mapFile.get(map) ?? (await this.d.maps.find(map, signal, counter))) : undefined;
-      const files = { sniMap: await path(f?.sniMap), allowMap: await path(f?.edge?.allowMap) };
+      const files = { sniMap: await path(f?.sniMap) };
       edits.set(sectionKey('frontend', name), f ? frontendLines(f, files, lines) : null);
     }
     for (const name of w.backends) {
       const b = wanted.get(name);
       if (b && (!b.owned || inFiles(b))) continue;
-      edits.set(sectionKey('backend', name), b ? backendLines(withoutDraining(b, w.draining), lines) : null);
+      edits.set(
+        sectionKey('backend', name),
+        b ? backendLines(withoutDraining(b, w.draining), lines, this.d.guards) : null,
+      );
     }
     const text = spliceSections(config.text, edits);
     const moves = w.moves ?? [];

@@ -1,4 +1,5 @@
-import { ALLOW_VALUE, isAllowKey } from '../../haproxy/allow-keys.js';
+import { dirname } from 'node:path';
+import { ALLOW_VALUE, isAllowKey, isAllowNetwork } from '../../haproxy/allow-keys.js';
 import { CowMap } from '../../haproxy/cow-map.js';
 import { lowerBound } from '../../model/sorted.js';
 import { checkedHost, checkedName } from './checked.js';
@@ -10,9 +11,9 @@ import type { Counter } from './reload.js';
 
 const byKey = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
 
-/** An entry's line: an allow map's key (`edge.ts`), or an SNI map's host and backend, checked. */
+/** An entry's line: an allow map's key or network (`slot-allow.ts`), or an SNI map's host and backend, checked. */
 function lineOf(key: string, value: string): string {
-  return isAllowKey(key) && value === ALLOW_VALUE
+  return (isAllowKey(key) || isAllowNetwork(key)) && value === ALLOW_VALUE
     ? `${key} ${value}\n`
     : `${checkedHost(key)} ${checkedName(value, 'backend')}\n`;
 }
@@ -98,12 +99,10 @@ export class MapText {
   }
 }
 
-/** The maps a frontend names: the SNI map it routes by, and its guard's allow map. */
-export function mapsOf(f: { sniMap?: string | null; edge?: { allowMap: string } | null }): string[] {
-  return [f.sniMap, f.edge?.allowMap].filter((m): m is string => !!m);
-}
 
 const EMPTY_MAP = '# no entries\n';
+/** Uploads in flight at once: the client's sockets (`client.ts`). */
+const WRITERS = 4;
 
 interface StoredMap {
   file?: string;
@@ -117,6 +116,10 @@ interface StoredMap {
  */
 export class MapFiles {
   private readonly files = new Map<string, string>();
+  /** The storage was listed since the last `forget`: a name not in `files` is not stored. */
+  private listed = false;
+  /** The storage's folder, once any stored map's path is known. */
+  private dir: string | undefined;
 
   constructor(private readonly client: DataplaneClient) {}
 
@@ -124,12 +127,54 @@ export class MapFiles {
   async find(name: string, signal: AbortSignal, counter: Counter): Promise<string | undefined> {
     const stored = storageName(name);
     const known = this.files.get(stored);
-    if (known !== undefined) return known;
+    if (known !== undefined || this.listed) return known;
+    await this.list(signal, counter);
+    return this.files.get(stored);
+  }
+
+  /** Lists the storage once (a later `find` of an unknown name asks nothing): where each map is. */
+  async list(signal: AbortSignal, counter: Counter): Promise<void> {
     counter.requests++;
     const res = await this.client.GET('/services/haproxy/storage/maps', { signal });
-    for (const m of (res.data ?? []) as StoredMap[])
-      if (m.storage_name && m.file) this.files.set(m.storage_name, m.file);
-    return this.files.get(stored);
+    for (const m of (res.data ?? []) as StoredMap[]) if (m.storage_name && m.file) this.learn(m.storage_name, m.file);
+    this.listed = true;
+  }
+
+  /**
+   * Where the storage keeps (or will keep) map `name`: beside the maps it holds, under its stored name.
+   * Throws while no stored map's path is known (`list` first).
+   */
+  pathOf(name: string): string {
+    const stored = storageName(name);
+    const known = this.files.get(stored);
+    if (known !== undefined) return known;
+    if (this.dir === undefined) throw new Error(`the Data Plane API's map storage folder is not known yet`);
+    return `${this.dir}/${stored}`;
+  }
+
+  get folderKnown(): boolean {
+    return this.dir !== undefined;
+  }
+
+  private learn(stored: string, file: string): void {
+    this.files.set(stored, file);
+    this.dir ??= dirname(file);
+  }
+
+  /** `write` of each `[name, content]`, a few at a time (the slots' allow maps: thousands at an upgrade). */
+  async writeMany(
+    items: ReadonlyArray<readonly [string, string]>,
+    signal: AbortSignal,
+    counter: Counter,
+  ): Promise<void> {
+    let next = 0;
+    const lane = async () => {
+      while (next < items.length) {
+        const [name, content] = items[next++] as readonly [string, string];
+        await this.write(name, content, signal, counter);
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(WRITERS, items.length) }, lane));
   }
 
   /**
@@ -161,24 +206,50 @@ export class MapFiles {
       }
     }
     counter.requests++;
-    const res = await this.client.upload(
-      '/services/haproxy/storage/maps',
-      {
-        field: 'file_upload',
-        name,
-        content: typeof content === 'object' ? Buffer.concat(content).toString() : (content ?? ''),
-      },
-      { signal },
-    );
+    let res: Awaited<ReturnType<DataplaneClient['upload']>>;
+    try {
+      res = await this.client.upload(
+        '/services/haproxy/storage/maps',
+        {
+          field: 'file_upload',
+          name,
+          content: typeof content === 'object' ? Buffer.concat(content).toString() : (content ?? ''),
+        },
+        { signal },
+      );
+    } catch (err) {
+      // Stored since the storage was listed (by a run of ours killed meanwhile): found, then written.
+      if (!(err instanceof DataplaneHttpError && err.status === 409)) throw err;
+      this.listed = false;
+      const file = await this.find(name, signal, counter);
+      if (file === undefined) throw err;
+      return this.write(name, content, signal, counter);
+    }
     const made = res.data as StoredMap | undefined;
     if (!made?.file) throw new Error(`the Data Plane API stored map ${name} without saying where`);
-    this.files.set(made.storage_name ?? stored, made.file);
+    this.learn(made.storage_name ?? stored, made.file);
     return made.file;
+  }
+
+  /** Deletes the stored map `name` when it is there (one of ours nothing names any more). */
+  async remove(name: string, signal: AbortSignal, counter: Counter): Promise<void> {
+    if ((await this.find(name, signal, counter)) === undefined) return;
+    counter.requests++;
+    try {
+      await this.client.DELETE('/services/haproxy/storage/maps/{name}', {
+        params: { path: { name: storageName(name) } },
+        signal,
+      });
+    } catch (err) {
+      if (!(err instanceof DataplaneHttpError && err.status === 404)) throw err;
+    }
+    this.files.delete(storageName(name));
   }
 
   /** Forgets where maps are (someone may have deleted one). */
   forget(): void {
     this.files.clear();
+    this.listed = false;
   }
 }
 

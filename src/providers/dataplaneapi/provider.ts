@@ -1,5 +1,7 @@
 import { PERSIST_DELAY_MS } from '../../config/settings.js';
-import { AllowFileText } from '../../haproxy/allow-file.js';
+import { SlotAllowIndex } from '../../haproxy/allow-file.js';
+import { slotOfKey } from '../../haproxy/allow-keys.js';
+import { type SlotMapOp, slotAllowMapName } from '../../haproxy/slot-allow.js';
 import type { HaproxyState } from '../../haproxy/model.js';
 import { ConcurrentChangeError, errorText, TerminalError } from '../../model/errors.js';
 import { allowMapNameFor, sniMapNameFor } from '../../naming/names.js';
@@ -16,16 +18,17 @@ import { checkedName } from './checked.js';
 import { choosePath, type Path } from './choose.js';
 import { createClient, type DataplaneClient } from './client.js';
 import { type DataplaneProviderOptions, RUNTIME_MAX_REQUESTS } from './config.js';
-import { lineTagsFor } from './config-text.js';
+import { lineTagsFor, type SlotGuards } from './config-text.js';
 import { translate } from './errors.js';
 import { Files } from './files.js';
 import { MapNames } from './map-names.js';
-import { MapFiles, mapsOf } from './maps.js';
+import { MapFiles } from './maps.js';
 import { type Pending, Persistence } from './persist.js';
 import { ConfigReads } from './read.js';
 import { type Counter, Workers } from './reload.js';
 import { Revision } from './revision.js';
 import { withRunning } from './running.js';
+import type { RuntimeOp } from '../runtime-steps.js';
 import { applyRuntimeOps } from './runtime.js';
 import { readServerStats } from './runtime-reads.js';
 import { fileBackendNames, renderAhead, SlotsFile, slotsFileName } from './slots.js';
@@ -76,8 +79,12 @@ export class DataplaneProvider implements Provider {
    * applies, so that a runtime apply does not wait behind a persistence (hundreds of ms at 20000 slots).
    */
   private readonly fileWriters = new Lane();
-  /** The allow maps' text, rendered again only where a list changed. */
-  private readonly allow = new AllowFileText((detail) => new TerminalError(detail));
+  /** The logical allow map by slot: the slots' own maps' runtime changes and text (`slot-allow.ts`). */
+  private readonly allow = new SlotAllowIndex((detail) => new TerminalError(detail));
+  /** The owner's allow map, and where the storage keeps each slot's own. */
+  private readonly guards: SlotGuards;
+  /** The one allow map of releases before per-slot maps was deleted from the storage (after a reload). */
+  private oldAllowMapGone = false;
 
   constructor(private readonly o: DataplaneProviderOptions) {
     this.client = createClient({
@@ -94,17 +101,20 @@ export class DataplaneProvider implements Provider {
     });
     this.workers = new Workers(this.client, o);
     // The service names its map after its owner id (`sniMapNameFor`), so a restart reads it back by that name.
-    this.names = new MapNames([sniMapNameFor(o.owner.id), allowMapNameFor(o.owner.id), ...(o.sniMaps ?? [])]);
-    this.reads = new ConfigReads(this.client, (file) => this.names.logical(file));
+    this.names = new MapNames([sniMapNameFor(o.owner.id), ...(o.sniMaps ?? [])]);
+    const allowMap = o.allowMap ?? allowMapNameFor(o.owner.id);
+    this.reads = new ConfigReads(this.client, (file) => this.names.logical(file), allowMap);
     this.revisions = new Revision(this.workers, this.reads);
     this.maps = new MapFiles(this.client);
+    this.guards = { allowMap, path: (name) => this.maps.pathOf(name) };
     const slots =
       o.slots === 'storage'
-        ? new SlotsFile(this.client, slotsFileName(o.owner.id), o.reloadTimeoutMs + o.timeoutMs)
+        ? new SlotsFile(this.client, slotsFileName(o.owner.id), o.reloadTimeoutMs + o.timeoutMs, this.guards)
         : undefined;
     this.files = new Files({
       client: this.client,
       allow: this.allow,
+      guards: this.guards,
       reads: this.reads,
       maps: this.maps,
       workers: this.workers,
@@ -155,9 +165,9 @@ export class DataplaneProvider implements Provider {
   }
 
   /**
-   * A list change's allow maps written to the storage, only the slots it touched rendered again
-   * (`AllowFileText`): no configuration read or push, since a list change changes neither. A failure leaves
-   * the maps to the batch, as `persistNow` does.
+   * A list change's slots' own maps written to the storage (`slot-allow.ts`), one small file per slot it
+   * touched: no configuration read or push, since a list change changes neither. A failure leaves the maps
+   * to the batch, as `persistNow` does.
    */
   private async persistLists(
     change: Change,
@@ -166,16 +176,21 @@ export class DataplaneProvider implements Provider {
     counter: Counter,
   ): Promise<void> {
     const target = change.to.state;
-    const maps = new Set(ops.map((o) => o.map));
+    const maps = new Set<string>();
     try {
-      for (const name of maps) {
+      const writes: Array<[string, string]> = [];
+      for (const name of new Set(ops.map((o) => o.map))) {
         const entries = target.maps?.find((m) => m.name === name)?.entries ?? new Map<string, string>();
         const from = change.from.state.maps?.find((m) => m.name === name)?.entries;
         const keys = ops.filter((o) => o.map === name).map((o) => o.key);
-        // As buffers of 64 slots each, never joined (the stock provider writes them the same way).
-        const chunks = this.allow.chunks(entries, from ? { from, keys } : undefined);
-        await this.maps.write(name, chunks, signal, counter);
+        this.allow.follow(entries, from ? { from, keys } : undefined);
+        for (const slot of new Set(keys.map(slotOfKey))) {
+          const map = slotAllowMapName(name, slot);
+          maps.add(map);
+          writes.push([map, this.allow.text(slot)]);
+        }
       }
+      await this.maps.writeMany(writes, signal, counter);
       this.persistence.follow(target);
     } catch (err) {
       if (err instanceof TerminalError) throw err;
@@ -278,11 +293,13 @@ export class DataplaneProvider implements Provider {
       const inFiles = fileBackendNames(reading.state);
       const backends = reading.state.backends.filter((b) => inFiles.has(b.name));
       this.storage.file.adopt(backends);
-      await renderAhead(backends);
+      if (this.maps.folderKnown) await renderAhead(backends, this.guards);
     }
     const drift = this.drift ?? { backends: new Set(), maps: new Set() };
     this.drift = undefined;
-    const owned = new Set(reading.state.frontends.filter((f) => f.owned).flatMap(mapsOf));
+    const owned = new Set(reading.state.frontends.flatMap((f) => (f.owned && f.sniMap ? [f.sniMap] : [])));
+    for (const b of reading.state.backends)
+      if (b.owned && b.allowMap === slotAllowMapName(this.guards.allowMap, b.name)) owned.add(b.allowMap);
     const backends = [...drift.backends].filter((name) => reading.backend(name)?.owned);
     const maps = [...drift.maps].filter((name) => owned.has(name));
     // The files are behind what runs (a crash or a reload before persistence): until they are written, one
@@ -323,10 +340,7 @@ export class DataplaneProvider implements Provider {
     if (plan.operations.length === 0) return { reload: 'none', requests: 0 };
     await this.ready(signal);
     for (const op of plan.operations)
-      if (op.kind === 'create_frontend' || op.kind === 'update_frontend') {
-        this.names.learn(op.frontend.sniMap);
-        this.names.learn(op.frontend.edge.allowMap);
-      }
+      if (op.kind === 'create_frontend' || op.kind === 'update_frontend') this.names.learn(op.frontend.sniMap);
     return this.applies.run(async () => {
       const counter = { requests: 0 };
       try {
@@ -360,7 +374,13 @@ export class DataplaneProvider implements Provider {
     const target = change.to.state;
     if (path.kind === 'runtime') {
       const touched = touchedBy(path.steps);
-      const { draining, busy } = await applyRuntimeOps(this.client, path.steps, signal, counter);
+      const { draining, busy } = await applyRuntimeOps(
+        this.client,
+        path.steps,
+        signal,
+        counter,
+        this.slotSteps(path.steps, change),
+      );
       for (const key of draining) this.draining.add(key);
       if (busy.length > 0) {
         // Those servers still run at their old address: the next pass moves them in place.
@@ -387,6 +407,27 @@ export class DataplaneProvider implements Provider {
       };
     }
     return this.fileWriters.run(() => this.sendFiles(path, change, signal, counter));
+  }
+
+  /** Each allow-map key's changes of its slot's own map, from the change's starting state. */
+  private slotSteps(steps: readonly RuntimeOp[], change: Change): Map<RuntimeOp, SlotMapOp[]> {
+    const out = new Map<RuntimeOp, SlotMapOp[]>();
+    const lists = steps.filter(isAllowOperation);
+    for (const map of new Set(lists.map((op) => op.map))) {
+      const ops = lists.filter((op) => op.map === map);
+      this.allow.follow(change.from.state.maps?.find((m) => m.name === map)?.entries ?? new Map());
+      const each = this.guardSync(() => this.allow.runtimeSteps(map, ops));
+      ops.forEach((op, i) => out.set(op, each[i] ?? []));
+    }
+    return out;
+  }
+
+  private guardSync<T>(f: () => T): T {
+    try {
+      return f();
+    } catch (err) {
+      throw err instanceof TerminalError ? err : new TerminalError(errorText(err));
+    }
   }
 
   /** A change through the files (a reload, moves in place, a structure written): one writer of them. */
@@ -422,8 +463,21 @@ export class DataplaneProvider implements Provider {
     this.persistence.follow(target);
     this.revisions.wrote(this.reads.current?.version);
     if (path.kind === 'reload') await this.storage?.ensureLoaded(target, signal, counter);
+    if (path.kind === 'reload') await this.removeOldAllowMap(target, signal, counter);
     const revision = await this.revisions.now(signal, counter);
     return { reload: path.kind === 'reload' ? 'succeeded' : 'none', requests: counter.requests, revision };
+  }
+
+  /**
+   * The one allow map of releases before per-slot maps, deleted from the storage once HAProxy runs a
+   * guard that no longer names it (best effort, once per start: it is ours, and nothing reads it).
+   */
+  private async removeOldAllowMap(target: HaproxyState, signal: AbortSignal, counter: Counter): Promise<void> {
+    if (this.oldAllowMapGone || !target.frontends.some((f) => f.owned && f.edge)) return;
+    this.oldAllowMapGone = true;
+    await this.maps
+      .remove(this.guards.allowMap, signal, counter)
+      .catch((err) => this.o.logger.warn({ err: errorText(err) }, 'could not delete the old allow map'));
   }
 
   /** The refusals table's entries (`GET /runtime/stick_tables/{table}/entries`): slot -> connections refused. */

@@ -23,6 +23,8 @@ export class ConfigReads {
     private readonly client: DataplaneClient,
     /** The logical name of an SNI map, from the path a frontend's map rule names. */
     private readonly mapName: (file: string) => string,
+    /** The owner's allow map (`readEdge`, and each slot's guard). */
+    private readonly allowMap: string,
   ) {}
 
   async version(signal: AbortSignal, counter: Counter): Promise<number> {
@@ -58,6 +60,6 @@ export class ConfigReads {
 
   private made(version: number, text: string): ConfigRead {
     let state: RawState | undefined;
-    return { version, text, state: () => (state ??= readConfigText(text, this.mapName)) };
+    return { version, text, state: () => (state ??= readConfigText(text, this.mapName, this.allowMap)) };
   }
 }

@@ -1,6 +1,7 @@
+import { ALLOW_VALUE } from '../../haproxy/allow-keys.js';
 import type { HaproxyState, RawBackend, RawMap, RawServer, RawState } from '../../haproxy/model.js';
+import { keysOfSlotMap, slotAllowMapName } from '../../haproxy/slot-allow.js';
 import type { DataplaneClient } from './client.js';
-import { mapsOf } from './maps.js';
 import type { Counter } from './reload.js';
 import {
   type RunningServer,
@@ -37,32 +38,38 @@ export async function withRunning(
   counter: Counter,
   stats?: Promise<Map<string, RunningServer[]>>,
 ): Promise<Running> {
-  const names = [...new Set(raw.frontends.flatMap(mapsOf))];
+  const sniMaps = [...new Set(raw.frontends.flatMap((f) => (f.sniMap ? [f.sniMap] : [])))];
+  const allow = allowMapsOf(raw);
+  const names = [...sniMaps, ...allow.flatMap((a) => a.slots.map((s) => s.map))];
   const none: Running['drift'] = { backends: new Set(), maps: new Set() };
   if (names.length === 0) return { raw, drift: none, draining: new Set() };
   if (!runtimeServers) {
     // HAProxy 2.6: what runs is what the files hold; a file the API would not answer cannot be guessed.
-    const stored = await Promise.all(names.map((m) => readStoredEntries(client, m, signal, counter)));
-    const maps: RawMap[] = names.map((name, i) => {
-      const entries = stored[i];
-      if (!entries) throw new Error(`the Data Plane API did not answer the text of map ${name}`);
-      return { name, entries };
-    });
-    return { raw: { ...raw, maps }, drift: none, draining: new Set() };
+    const stored = await inLanes(names, (m) => readStoredEntries(client, m, signal, counter));
+    const byName = new Map(
+      names.map((name, i) => {
+        const entries = stored[i];
+        if (!entries) throw new Error(`the Data Plane API did not answer the text of map ${name}`);
+        return [name, entries] as const;
+      }),
+    );
+    return { raw: { ...raw, maps: logicalMaps(sniMaps, allow, byName) }, drift: none, draining: new Set() };
   }
   const [running, entries, stored] = await Promise.all([
     readRunningServers(client, signal, counter, raw.backends, stats),
-    Promise.all(names.map((m) => readRunningEntries(client, m, signal, counter))),
-    Promise.all(names.map((m) => readStoredEntries(client, m, signal, counter))),
+    inLanes(names, (m) => readRunningEntries(client, m, signal, counter)),
+    inLanes(names, (m) => readStoredEntries(client, m, signal, counter)),
   ]);
   const drift: Running['drift'] = { backends: new Set(), maps: new Set() };
-  const maps: RawMap[] = names.map((name, i) => {
+  const byName = new Map<string, ReadonlyMap<string, string>>();
+  names.forEach((name, i) => {
     const runs = entries[i] as Map<string, string>;
     // A file whose text is unknown is never called behind: a repair from a misread would write stale entries.
     const file = stored[i];
     if (file && !sameEntries(runs, file)) drift.maps.add(name);
-    return { name, entries: runs };
+    byName.set(name, runs);
   });
+  const maps = logicalMaps(sniMaps, allow, byName);
   const knownServers = new Map(
     (known?.backends ?? []).flatMap((b) => b.servers.map((s) => [`${b.name}/${s.name}`, s])),
   );
@@ -91,6 +98,50 @@ export async function withRunning(
   });
   return { raw: { ...raw, backends, maps }, drift, draining };
 }
+
+/** Each guarded frontend's logical allow map, and the slots that guard by their own map of it. */
+function allowMapsOf(raw: RawState): Array<{ name: string; slots: Array<{ slot: string; map: string }> }> {
+  const names = [...new Set(raw.frontends.flatMap((f) => (f.edge ? [f.edge.allowMap] : [])))];
+  return names.map((name) => ({
+    name,
+    slots: raw.backends.flatMap((b) =>
+      b.allowMap && b.allowMap === slotAllowMapName(name, b.name) ? [{ slot: b.name, map: b.allowMap }] : [],
+    ),
+  }));
+}
+
+/** The SNI maps as read, and each logical allow map made of its slots' maps (`keysOfSlotMap`). */
+function logicalMaps(
+  sniMaps: readonly string[],
+  allow: ReturnType<typeof allowMapsOf>,
+  byName: ReadonlyMap<string, ReadonlyMap<string, string>>,
+): RawMap[] {
+  const maps: RawMap[] = sniMaps.map((name) => ({ name, entries: byName.get(name) ?? new Map() }));
+  for (const a of allow) {
+    const entries = new Map<string, string>();
+    for (const { slot, map } of a.slots)
+      for (const key of keysOfSlotMap(slot, byName.get(map) ?? new Map())) entries.set(key, ALLOW_VALUE);
+    maps.push({ name: a.name, entries });
+  }
+  return maps;
+}
+
+/** `read` of every name, a few at a time (thousands of slots' maps), answers in the names' order. */
+async function inLanes<T>(names: readonly string[], read: (name: string) => Promise<T>): Promise<T[]> {
+  const out = new Array<T>(names.length);
+  let next = 0;
+  const lane = async () => {
+    while (next < names.length) {
+      const i = next++;
+      out[i] = await read(names[i] as string);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(LANES, names.length) }, lane));
+  return out;
+}
+
+/** Reads in flight at once: the client's sockets (`client.ts`). */
+const LANES = 4;
 
 function isDraining(list: readonly RunningServer[], name: string): boolean {
   return list.some((s) => s.name === name && s.maint);

@@ -1,4 +1,5 @@
-import { ALLOW_VALUE, isAllowKey } from '../../haproxy/allow-keys.js';
+import { ALLOW_VALUE, isAllowNetwork } from '../../haproxy/allow-keys.js';
+import { DENIED, DENY_VALUE, type SlotMapOp } from '../../haproxy/slot-allow.js';
 import type { RuntimeOp } from '../runtime-steps.js';
 import { checkedHost, checkedName, checkedPort, checkedServerAddress } from './checked.js';
 import type { DataplaneClient } from './client.js';
@@ -30,6 +31,8 @@ export async function applyRuntimeOps(
   ops: readonly RuntimeOp[],
   signal: AbortSignal,
   counter: Counter,
+  /** Each allow-map key's changes of its slot's own map (`SlotAllowIndex.runtimeSteps`). */
+  slotSteps: ReadonlyMap<RuntimeOp, readonly SlotMapOp[]> = new Map(),
 ): Promise<{ draining: string[]; busy: string[] }> {
   const draining: string[] = [];
   const busy: string[] = [];
@@ -63,7 +66,8 @@ export async function applyRuntimeOps(
         break;
       case 'add_allow_entry':
       case 'delete_allow_entry':
-        await allowEntry(client, op, signal, counter);
+        // In their order: a slot's networks are added before the ones its change removes.
+        for (const m of slotSteps.get(op) ?? []) await slotMapEntry(client, m, signal, counter);
         break;
     }
   };
@@ -92,29 +96,33 @@ function runsOfOneKind(ops: readonly RuntimeOp[]): RuntimeOp[][] {
 }
 
 /**
- * An allow-map key (`edge.ts`), added or removed: `POST …/entries`, `DELETE …/entries/{key}` (the key
- * URL-encoded: `10.0.0.0%2F8%7Ckubebyon_slot_00001`, taken as it is by v3.0.23, v3.2.15 and v3.4.0). Keys
- * are never replaced (a `PUT` of a key with a `/` applies, then answers 404: the API reads the entry back
- * with `get map`, which looks a network up as an address).
+ * A network of a slot's own allow map (`slot-allow.ts`), added or removed: `POST …/entries`,
+ * `DELETE …/entries/{network}` (URL-encoded: `198.18.0.0%2F15`, taken as it is by v3.0.23, v3.2.15 and
+ * v3.4.0). Entries are never replaced (a `PUT` of a key with a `/` applies, then answers 404: the API reads
+ * the entry back with `get map`, which looks a network up as an address).
  */
-async function allowEntry(
+async function slotMapEntry(
   client: DataplaneClient,
-  op: Extract<RuntimeOp, { kind: 'add_allow_entry' | 'delete_allow_entry' }>,
+  op: SlotMapOp,
   signal: AbortSignal,
   counter: Counter,
 ): Promise<void> {
-  if (!isAllowKey(op.key)) throw new RangeError(`refusing to send the allow key ${JSON.stringify(op.key)}`);
+  const known =
+    (isAllowNetwork(op.network) && op.value === ALLOW_VALUE) ||
+    (DENIED.includes(op.network) && op.value === DENY_VALUE);
+  if (!/^[\x21-\x7e]{1,64}$/.test(op.network) || (op.kind === 'add' && !known))
+    throw new RangeError(`refusing to send the network ${JSON.stringify(op.network)}`);
   const parent_name = storageName(op.map);
   counter.requests++;
-  if (op.kind === 'add_allow_entry')
+  if (op.kind === 'add')
     await client.POST('/services/haproxy/runtime/maps/{parent_name}/entries', {
       params: { path: { parent_name } },
-      body: { key: op.key, value: ALLOW_VALUE },
+      body: { key: op.network, value: op.value },
       signal,
     });
   else
     await client.DELETE('/services/haproxy/runtime/maps/{parent_name}/entries/{id}', {
-      params: { path: { parent_name, id: op.key } },
+      params: { path: { parent_name, id: op.network } },
       signal,
     });
 }

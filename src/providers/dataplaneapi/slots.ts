@@ -2,7 +2,7 @@ import { setImmediate } from 'node:timers/promises';
 import type { HaproxyState, RawBackend, RawServer } from '../../haproxy/model.js';
 import { checkedName } from './checked.js';
 import { type DataplaneClient, DataplaneHttpError } from './client.js';
-import { backendLines, lineTagsFor, readConfigText } from './config-text.js';
+import { backendLines, lineTagsFor, readConfigText, type SlotGuards } from './config-text.js';
 import type { Counter } from './reload.js';
 
 /**
@@ -36,10 +36,10 @@ export function slotsFileName(ownerId: string): string {
  */
 const sections = new WeakMap<RawBackend, { servers: readonly RawServer[]; text: string }>();
 
-function sectionOf(b: RawBackend): string {
+function sectionOf(b: RawBackend, guards?: SlotGuards): string {
   const kept = sections.get(b);
   if (kept && kept.servers === b.servers) return kept.text;
-  const text = backendLines(b, LINES).join('\n');
+  const text = backendLines(b, LINES, guards).join('\n');
   sections.set(b, { servers: b.servers, text });
   return text;
 }
@@ -50,10 +50,10 @@ function sectionOf(b: RawBackend): string {
  * go (137 ms on the event loop at 20000 slots, which the change that came meanwhile waited for: the
  * endpoint-move p99 of `bench/zero-reload.ts`).
  */
-export async function renderAhead(backends: Iterable<RawBackend>): Promise<void> {
+export async function renderAhead(backends: Iterable<RawBackend>, guards?: SlotGuards): Promise<void> {
   let n = 0;
   for (const b of backends) {
-    sectionOf(b);
+    sectionOf(b, guards);
     if (++n % 1000 === 0) await setImmediate();
   }
 }
@@ -75,15 +75,18 @@ function sortedByName(backends: readonly RawBackend[]): readonly RawBackend[] {
 }
 
 /** The file's text: the backends in name order, each as the configuration would hold it. Pure. */
-export function renderSlots(backends: readonly RawBackend[]): string {
+export function renderSlots(backends: readonly RawBackend[], guards?: SlotGuards): string {
   const list = sortedByName(backends);
   if (list.length === 0) return `${HEAD}\n`;
-  return `${HEAD}\n\n${list.map(sectionOf).join('\n\n')}\n`;
+  return `${HEAD}\n\n${list.map((b) => sectionOf(b, guards)).join('\n\n')}\n`;
 }
 
-/** The backends of a file `renderSlots` wrote (a line of another shape is skipped). Pure. */
-export function parseSlots(text: string): RawBackend[] {
-  return [...readConfigText(text, (file) => file).backends];
+/**
+ * The backends of a file `renderSlots` wrote (a line of another shape is skipped), a slot's guard read for
+ * the owner's `allowMap`. Pure.
+ */
+export function parseSlots(text: string, allowMap = ''): RawBackend[] {
+  return [...readConfigText(text, (file) => file, allowMap).backends];
 }
 
 /**
@@ -154,6 +157,8 @@ export class SlotsFile {
     readonly name: string,
     /** Longest a write with a reload may take. */
     private readonly reloadTimeoutMs: number,
+    /** The slots' guards: the owner's allow map, and where each slot's map is stored. */
+    private readonly guards?: SlotGuards,
   ) {
     checkedName(name, 'slots file');
   }
@@ -203,7 +208,7 @@ export class SlotsFile {
       const same = held?.texts.get(k) === text;
       for (const b of same
         ? [...(held as NonNullable<typeof held>).backends.values()].filter((x) => shardOf(x.name) === k)
-        : parseSlots(text))
+        : parseSlots(text, this.guards?.allowMap))
         backends.set(b.name, b);
     }
     this.held = { texts, shards: shardsOf(backends.values()), backends };
@@ -243,7 +248,7 @@ export class SlotsFile {
     const texts = new Map<number, string>();
     const changed: number[] = [];
     for (const [k, shard] of [...byShard].sort(([a], [b]) => a - b)) {
-      const text = renderSlots(shard);
+      const text = renderSlots(shard, this.guards);
       texts.set(k, text);
       if (always || this.held?.texts.get(k) !== text || !this.stored?.has(k)) changed.push(k);
     }
@@ -290,7 +295,7 @@ export class SlotsFile {
         else shard.delete(name);
       }
       const sorted = sortedByName([...shard.values()].map((b) => withoutDraining(b, draining)));
-      const text = renderSlots(sorted);
+      const text = renderSlots(sorted, this.guards);
       if (text !== held.texts.get(k) || !stored.has(k)) {
         await this.sendOne(k, text, 'skip', signal, counter);
         sent = true;

@@ -1,5 +1,6 @@
 import { basename, dirname, isAbsolute, join } from 'node:path';
-import { ALLOW_VALUE, isAllowKey } from '../../haproxy/allow-keys.js';
+import { ALLOW_VALUE, isAllowKey, isAllowNetwork } from '../../haproxy/allow-keys.js';
+import { DENIED, DENY_VALUE } from '../../haproxy/slot-allow.js';
 import { isHaproxyName } from '../../naming/names.js';
 import { RuntimeAnswerError } from './runtime-text.js';
 import { HOST, UnsafeValueError } from './safe-values.js';
@@ -25,19 +26,22 @@ export function isMapKey(host: string): boolean {
   return MAP_KEY.test(host) && HOST.test(host);
 }
 
-/** An entry this service writes: an SNI map's `<host> <backend>`, or an allow map's `<key> 1` (`edge.ts`). */
+/**
+ * An entry this service writes: an SNI map's `<host> <backend>`, or a slot's allow map's `<network> 1` and
+ * its refusals (`slot-allow.ts`; a logical allow key too, as older releases wrote them).
+ */
 export function isMapEntry(key: string, value: string): boolean {
-  return (isMapKey(key) && isHaproxyName(value)) || (isAllowKey(key) && value === ALLOW_VALUE);
+  return (
+    (isMapKey(key) && isHaproxyName(value)) ||
+    ((isAllowNetwork(key) || isAllowKey(key)) && value === ALLOW_VALUE) ||
+    (DENIED.includes(key) && value === DENY_VALUE)
+  );
 }
 
 function need(ok: boolean, what: string, value: unknown): void {
   if (!ok) throw new UnsafeValueError(`refusing to write ${what} ${JSON.stringify(value)} to HAProxy`);
 }
 
-/** The maps a frontend names: the SNI map it routes by, and its guard's allow map. */
-export function mapsOf(f: { sniMap?: string | null; edge?: { allowMap: string } | null }): string[] {
-  return [f.sniMap, f.edge?.allowMap].filter((m): m is string => !!m);
-}
 
 /** The path of map `name` in `dir` (the owned file's folder). */
 export function mapPath(dir: string, name: string): string {
@@ -60,9 +64,9 @@ export function mapUseBackendLine(path: string): string {
 
 export const MAP_USE_BACKEND = /^use_backend %\[req\.ssl_sni,lower,map\((\S+)\)\]$/;
 
-/** The allow map's first line (authorized networks; its lines are `AllowFileText`'s). */
+/** A slot's allow map's first line (authorized networks; its lines are `slotMapText`'s). */
 export const ALLOW_HEADER =
-  '# Managed by kubebyon-haproxy-adapter (authorized networks: <slot> and <network>|<slot>): rewritten after every change, edits are lost.';
+  '# Managed by kubebyon-haproxy-adapter (authorized networks of one slot: <network> 1): rewritten after every change, edits are lost.';
 
 const MAP_HEADER =
   '# Managed by kubebyon-haproxy-adapter (SNI host -> backend): rewritten after every change, edits are lost.';
@@ -102,6 +106,52 @@ export function showMapCommand(path: string): string {
 }
 
 const ENTRY = /^0x[0-9a-fA-F]+\s+(\S+)\s+(\S+)\s*$/;
+const VERSION = /^[0-9]+\.[0-9]+\S*$/;
+
+/** Slots' maps read per master-CLI line: about 100 bytes each, well inside HAProxy's 16 kB buffer. */
+const SHOW_LINE_BYTES = 8_000;
+
+/**
+ * The lines reading many maps (the slots' allow maps): `show map <file>;show version` for each, so that each
+ * map's answer ends at a version line, an empty map included.
+ */
+export function showMapsCommands(paths: readonly string[]): string[][] {
+  const lines: string[][] = [];
+  let line: string[] = [];
+  let bytes = 0;
+  for (const path of paths) {
+    const command = `@1 show map ${path};@1 show version`;
+    if (line.length > 0 && bytes + command.length + 1 > SHOW_LINE_BYTES) {
+      lines.push(line);
+      line = [];
+      bytes = 0;
+    }
+    line.push(command);
+    bytes += command.length + 1;
+  }
+  if (line.length > 0) lines.push(line);
+  return lines;
+}
+
+/** The answer to one line of `showMapsCommands`: each map's entries, in order; `count` maps or an error. */
+export function parseShowMaps(text: string, count: number): Array<Map<string, string>> {
+  const out: Array<Map<string, string>> = [];
+  let entries = new Map<string, string>();
+  for (const raw of text.split('\n')) {
+    const line = raw.trim();
+    if (line === '') continue;
+    const m = ENTRY.exec(line);
+    if (m) {
+      if (!entries.has(m[1] as string)) entries.set(m[1] as string, m[2] as string);
+    } else if (VERSION.test(line)) {
+      out.push(entries);
+      entries = new Map();
+    } else throw new RuntimeAnswerError(`unexpected answer to show map: ${JSON.stringify(line.slice(0, 200))}`);
+  }
+  if (out.length !== count || entries.size > 0)
+    throw new RuntimeAnswerError(`${count} maps read, ${out.length} answered`);
+  return out;
+}
 
 /**
  * The answer to `showMapCommand`: `0x<ref> <key> <value>` lines, then the version. Keys HAProxy runs that

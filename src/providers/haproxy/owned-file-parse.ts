@@ -1,8 +1,8 @@
 import { parseAddress } from '../../haproxy/address.js';
-import { isEdgeLine, REFUSALS_TABLE, readEdge } from '../../haproxy/edge.js';
+import { isEdgeLine, isSlotGuardLine, REFUSALS_TABLE, readEdge, readSlotGuard } from '../../haproxy/edge.js';
 import type { RawBackend, RawFrontend, RawRule, RawServer, RawState, Tags } from '../../haproxy/model.js';
-import { isHaproxyName } from '../../naming/names.js';
-import { TAG_KEY, TAG_VALUE } from '../../registry/registry.js';
+import { allowMapNameFor, isHaproxyName } from '../../naming/names.js';
+import { DEFAULT_OWNER_ID, TAG_KEY, TAG_VALUE } from '../../registry/registry.js';
 import { MAP_USE_BACKEND, mapNameOf } from './map-file.js';
 import { BALANCE, DEFAULTS_BODY, DEFAULTS_NAME, HOST, TAG_MARK } from './owned-file.js';
 
@@ -17,7 +17,7 @@ export class OwnedFileParseError extends Error {
 /** What the parser builds, line by line, before handing it out read-only. */
 type Building<T> = { -readonly [K in keyof T]: T[K] };
 type FrontendBuild = Building<RawFrontend> & { rules: RawRule[]; body: string[] };
-type BackendBuild = Building<RawBackend> & { servers: RawServer[] };
+type BackendBuild = Building<RawBackend> & { servers: RawServer[]; body: string[] };
 
 export interface ParsedOwnedFile {
   state: RawState;
@@ -57,10 +57,16 @@ interface Line {
 }
 
 /**
- * Reads back a file `renderOwnedFile` wrote, with the `defaults` name of its owner; an SNI map must be a
- * file of `mapDir` (the owned file's folder).
+ * Reads back a file `renderOwnedFile` wrote, with the `defaults` name and the allow map of its owner (the
+ * guard's lines do not name the latter); an SNI map, and a slot's own allow map, must be a file of `mapDir`
+ * (the owned file's folder).
  */
-export function parseOwnedFile(text: string, defaultsName = DEFAULTS_NAME, mapDir?: string): ParsedOwnedFile {
+export function parseOwnedFile(
+  text: string,
+  defaultsName = DEFAULTS_NAME,
+  mapDir?: string,
+  allowMap = allowMapNameFor(DEFAULT_OWNER_ID),
+): ParsedOwnedFile {
   const state: { frontends: FrontendBuild[]; backends: BackendBuild[] } = { frontends: [], backends: [] };
   let generation: number | null = null;
   let section: Section = null;
@@ -98,9 +104,7 @@ export function parseOwnedFile(text: string, defaultsName = DEFAULTS_NAME, mapDi
   }
   // The guard's lines are read as a whole (`readEdge`): a line of it changed by hand reads as no guard.
   const frontends = state.frontends.map(({ body, ...f }) => {
-    const read = readEdge(body, (file) =>
-      mapDir === undefined ? undefined : (mapNameOf(mapDir, file) ?? undefined),
-    );
+    const read = readEdge(body, allowMap);
     return {
       ...f,
       inspectDelayMs: read.inspectDelayMs,
@@ -108,7 +112,13 @@ export function parseOwnedFile(text: string, defaultsName = DEFAULTS_NAME, mapDi
       ...(read.edge ? { edge: read.edge } : {}),
     };
   });
-  return { state: { frontends, backends: state.backends }, generation };
+  // A slot's guard likewise (`readSlotGuard`), naming a map of the folder.
+  const backends = state.backends.map(({ body, ...b }) => {
+    const file = readSlotGuard(body);
+    const name = file === undefined || mapDir === undefined ? null : mapNameOf(mapDir, file);
+    return name === null ? b : { ...b, allowMap: name };
+  });
+  return { state: { frontends, backends }, generation };
 }
 
 function sectionLine(
@@ -139,7 +149,7 @@ function sectionLine(
     state.frontends.push(f);
     return { kind: 'frontend', f };
   }
-  const b: BackendBuild = { name: arg as string, balance: '', servers: [], tags };
+  const b: BackendBuild = { name: arg as string, balance: '', servers: [], body: [], tags };
   state.backends.push(b);
   return { kind: 'backend', b };
 }
@@ -181,6 +191,8 @@ function backendLine(line: Line, b: BackendBuild): void {
   const [kw, arg] = words;
   if (kw === 'balance' && words.length === 2 && BALANCE.has(arg ?? '')) {
     b.balance = arg as string;
+  } else if (isSlotGuardLine(words.join(' '))) {
+    b.body.push(words.join(' '));
   } else if (kw === 'stick-table' && line.words.join(' ') === `stick-table ${REFUSALS_TABLE}`) {
     b.table = REFUSALS_TABLE;
   } else if (kw === 'server' && (words.length === 3 || (words.length === 4 && words[3] === 'check'))) {

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { isIP } from 'node:net';
-import { edgeLines, edgeText, REFUSALS_TABLE } from '../../haproxy/edge.js';
+import { edgeLines, edgeText, REFUSALS_TABLE, slotGuardLines } from '../../haproxy/edge.js';
 import type { Bind, RawBackend, RawFrontend, RawServer, RawState, Tags } from '../../haproxy/model.js';
 import { isHaproxyName } from '../../naming/names.js';
 import { DEFAULT_OWNER_ID, TAG_KEY, TAG_VALUE } from '../../registry/registry.js';
@@ -101,7 +101,13 @@ export function generationOf(state: RawState): number {
   const pieces = byNameSorted(state.backends).map((b) => {
     let piece = generationPieces.get(b);
     if (piece === undefined) {
-      piece = JSON.stringify([b.name, b.balance, tags(b.tags), ...(b.table ? [b.table] : [])]);
+      piece = JSON.stringify([
+        b.name,
+        b.balance,
+        tags(b.tags),
+        ...(b.table ? [b.table] : []),
+        ...(b.allowMap ? [b.allowMap] : []),
+      ]);
       generationPieces.set(b, piece);
     }
     return piece;
@@ -132,7 +138,7 @@ function samePieces(a: readonly string[], b: readonly string[]): boolean {
 const generationPieces = new WeakMap<RawBackend, string>();
 const renderedBackends = new WeakMap<
   RawBackend,
-  { defaultsName: string; servers: readonly RawServer[]; text: string }
+  { defaultsName: string; mapDir: string | undefined; servers: readonly RawServer[]; text: string }
 >();
 
 /** `items` by name: the list itself when it already is (a read or a plan keeps them in order). */
@@ -183,10 +189,7 @@ function renderFrontend(
     );
     need(mapDir !== undefined, 'guard without a folder', f.name);
     name('refusals backend', f.edge.refusals);
-    const files = {
-      sniMap: mapPath(mapDir as string, f.sniMap as string),
-      allowMap: mapPath(mapDir as string, f.edge.allowMap),
-    };
+    const files = { sniMap: mapPath(mapDir as string, f.sniMap as string) };
     for (const l of edgeLines(f.edge, f.inspectDelayMs as number, files)) lines.push(`  ${l}`);
   } else {
     if (f.inspectDelayMs !== null) {
@@ -212,15 +215,16 @@ function renderFrontend(
 }
 
 /** A backend's section, kept with the backend (and its servers' list) it was rendered from. */
-function renderBackendText(b: RawBackend, defaultsName: string): string {
+function renderBackendText(b: RawBackend, defaultsName: string, mapDir: string | undefined): string {
   const kept = renderedBackends.get(b);
-  if (kept && kept.defaultsName === defaultsName && kept.servers === b.servers) return kept.text;
-  const text = renderBackend(b, defaultsName).join('\n');
-  renderedBackends.set(b, { defaultsName, servers: b.servers, text });
+  if (kept && kept.defaultsName === defaultsName && kept.mapDir === mapDir && kept.servers === b.servers)
+    return kept.text;
+  const text = renderBackend(b, defaultsName, mapDir).join('\n');
+  renderedBackends.set(b, { defaultsName, mapDir, servers: b.servers, text });
   return text;
 }
 
-function renderBackend(b: RawBackend, defaultsName: string): string[] {
+function renderBackend(b: RawBackend, defaultsName: string, mapDir: string | undefined): string[] {
   name('backend name', b.name);
   const lines = [`backend ${b.name} from ${defaultsName}${tagComment(b.tags)}`, '  mode tcp'];
   if (b.table) {
@@ -231,6 +235,10 @@ function renderBackend(b: RawBackend, defaultsName: string): string[] {
   }
   need(BALANCE.has(b.balance), 'balance algorithm', b.balance);
   lines.push(`  balance ${b.balance}`);
+  if (b.allowMap) {
+    need(mapDir !== undefined, 'slot guard without a folder', b.name);
+    for (const l of slotGuardLines(mapPath(mapDir as string, b.allowMap))) lines.push(`  ${l}`);
+  }
   const seen = new Set<string>();
   for (const s of [...b.servers].sort(slotOrder)) {
     name('server name', s.name);
@@ -264,7 +272,7 @@ export function renderOwnedFile(state: RawState, defaultsName = DEFAULTS_NAME, m
   frontends.forEach((f, i) => {
     sections.push(renderFrontend(f, i === 0 ? generation : null, defaultsName, mapDir).join('\n'));
   });
-  for (const b of backends) sections.push(renderBackendText(b, defaultsName));
+  for (const b of backends) sections.push(renderBackendText(b, defaultsName, mapDir));
   return `${HEADER.join('\n')}\n\n${sections.join('\n\n')}\n`;
 }
 

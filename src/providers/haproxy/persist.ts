@@ -1,12 +1,14 @@
-import { readFile } from 'node:fs/promises';
+import { readFile, rm } from 'node:fs/promises';
 import { setImmediate } from 'node:timers/promises';
-import type { AllowFileText } from '../../haproxy/allow-file.js';
+import type { SlotAllowIndex } from '../../haproxy/allow-file.js';
 import type { RawMap, RawState } from '../../haproxy/model.js';
+import { slotOfKey } from '../../haproxy/allow-keys.js';
+import { slotAllowMapName } from '../../haproxy/slot-allow.js';
 import { errorText } from '../../model/errors.js';
 import { isAllowOperation } from '../../plan/operations.js';
 import type { Plan } from '../../plan/plan.js';
 import { writeFileAtomic } from '../../store/atomic-file.js';
-import { ALLOW_HEADER, mapPath, mapsOf, renderMapFile } from './map-file.js';
+import { ALLOW_HEADER, mapPath, renderMapFile } from './map-file.js';
 import { renderOwnedFile } from './owned-file.js';
 import type { FileReading, OwnedFileCache } from './read.js';
 import { mapDirOf, OWNED_FILE_MODE, type Session, writeOwnedFile } from './session.js';
@@ -35,50 +37,72 @@ async function readText(path: string): Promise<string | null> {
 }
 
 /**
- * Writes the map files of every owned frontend (its SNI map, its allow map), with the entries `maps` gives (none: an
- * empty map), where the file on disk differs. Returns what undoes it: the previous contents put back.
+ * The slots' allow maps as this provider last wrote or found them on disk (path -> text): a persistence
+ * compares with them rather than reading thousands of files again. Forgotten on every full read.
+ */
+export type SlotFilesSeen = Map<string, string>;
+
+/**
+ * Writes the map files of `fileState` where the file on disk differs: each owned frontend's SNI map, with the
+ * entries `maps` gives (none: an empty map), and each slot's own allow map (`slot-allow.ts`), from the
+ * logical allow map (`allow` follows it). Returns what undoes it: the previous contents put back.
  */
 export async function writeMapFiles(
   s: Session,
   fileState: RawState,
   maps: readonly RawMap[] | undefined,
-  allow: AllowFileText,
+  allow: SlotAllowIndex,
+  seen: SlotFilesSeen,
 ): Promise<() => Promise<void>> {
   const previous: Array<{ path: string; text: string }> = [];
-  const allowMaps = new Set(fileState.frontends.map((f) => f.edge?.allowMap));
-  for (const name of new Set(fileState.frontends.flatMap(mapsOf))) {
-    const path = mapPath(mapDirOf(s), name);
-    await setImmediate();
-    const entries = maps?.find((m) => m.name === name)?.entries ?? new Map<string, string>();
-    const text = allowMaps.has(name) ? `${ALLOW_HEADER}\n${allow.text(entries)}` : renderMapFile(entries);
-    const before = await readText(path);
-    if (before === text) continue;
+  const write = async (path: string, text: string, before: string | null) => {
+    if (before === text) return;
     await writeFileAtomic(path, text, OWNED_FILE_MODE);
     s.traffic?.bytes('sent', Buffer.byteLength(text));
     // A file that was not there is left: the previous owned file does not name it.
     if (before !== null) previous.push({ path, text: before });
+  };
+  const entriesOf = (name: string) => maps?.find((m) => m.name === name)?.entries ?? new Map<string, string>();
+  for (const name of new Set(fileState.frontends.flatMap((f) => (f.sniMap ? [f.sniMap] : [])))) {
+    const path = mapPath(mapDirOf(s), name);
+    await setImmediate();
+    await write(path, renderMapFile(entriesOf(name)), await readText(path));
+  }
+  for (const name of new Set(fileState.frontends.flatMap((f) => (f.edge ? [f.edge.allowMap] : [])))) {
+    allow.follow(entriesOf(name));
+    let n = 0;
+    for (const b of fileState.backends) {
+      if (b.allowMap !== slotAllowMapName(name, b.name)) continue;
+      if (++n % 500 === 0) await setImmediate();
+      const path = mapPath(mapDirOf(s), b.allowMap);
+      const text = `${ALLOW_HEADER}\n${allow.text(b.name)}`;
+      const before = seen.has(path) ? (seen.get(path) as string) : await readText(path);
+      await write(path, text, before);
+      seen.set(path, text);
+    }
   }
   return async () => {
-    for (const p of previous)
+    for (const p of previous) {
+      seen.delete(p.path);
       await writeFileAtomic(p.path, p.text, OWNED_FILE_MODE).catch((err) =>
         s.logger.warn({ err: errorText(err), path: p.path }, 'could not put the previous map file back'),
       );
+    }
   };
 }
 
-const HEADER_LINE = Buffer.from(`${ALLOW_HEADER}\n`, 'utf8');
-
 /**
- * A list change's allow maps, written before it is acknowledged: only the maps its operations name, and of
- * those only the slots they touch rendered again (`AllowFileText`), since `to` is `from` with `plan` applied.
- * The owned file and the SNI map are not touched: a list change changes neither.
+ * A list change's slot maps, written before it is acknowledged: only the slots its operations touch, from
+ * the logical allow map `to` holds (`to` is `from` with `plan` applied: `allow` follows it from `from`). The
+ * owned file and the SNI map are not touched: a list change changes neither.
  */
 export async function writeAllowMaps(
   s: Session,
   plan: Plan,
   from: RawState,
   to: RawState,
-  allow: AllowFileText,
+  allow: SlotAllowIndex,
+  seen: SlotFilesSeen,
 ): Promise<void> {
   // Appended in place: a copy per operation made lists on all 5000 clusters (85 000 keys) spend 51 s here.
   const byMap = new Map<string, string[]>();
@@ -91,13 +115,27 @@ export async function writeAllowMaps(
   for (const [name, keys] of byMap) {
     const entries = to.maps?.find((m) => m.name === name)?.entries ?? new Map<string, string>();
     const before = from.maps?.find((m) => m.name === name)?.entries;
-    const chunks = [HEADER_LINE, ...allow.chunks(entries, before ? { from: before, keys } : undefined)];
-    await writeFileAtomic(mapPath(mapDirOf(s), name), chunks, OWNED_FILE_MODE);
-    s.traffic?.bytes(
-      'sent',
-      chunks.reduce((n, c) => n + c.length, 0),
-    );
+    allow.follow(entries, before ? { from: before, keys } : undefined);
+    for (const slot of new Set(keys.map(slotOfKey))) {
+      const path = mapPath(mapDirOf(s), slotAllowMapName(name, slot));
+      const text = `${ALLOW_HEADER}\n${allow.text(slot)}`;
+      await writeFileAtomic(path, text, OWNED_FILE_MODE);
+      seen.set(path, text);
+      s.traffic?.bytes('sent', Buffer.byteLength(text));
+    }
   }
+}
+
+/**
+ * The one allow map of releases before per-slot maps (`<owner>.allow.map`), removed once HAProxy runs a file
+ * that no longer names it: it is ours, and nothing reads it any more.
+ */
+export async function removeOldAllowMaps(s: Session, fileState: RawState): Promise<void> {
+  for (const f of fileState.frontends)
+    if (f.edge)
+      await rm(mapPath(mapDirOf(s), f.edge.allowMap), { force: true }).catch((err) =>
+        s.logger.warn({ err: errorText(err) }, 'could not remove the allow map of an older release'),
+      );
 }
 
 /** What a persistence writes: the owned file's new text (null: it already holds it), then the map files. */
@@ -135,7 +173,8 @@ export async function writePersist(
   owned: OwnedFileCache,
   reading: FileReading,
   w: PersistWrite,
-  allow: AllowFileText,
+  allow: SlotAllowIndex,
+  seen: SlotFilesSeen,
 ): Promise<void> {
   const started = Date.now();
   // The owned file first: a crash between the two leaves servers no entry names, never an entry that
@@ -145,6 +184,6 @@ export async function writePersist(
     owned.remember(w.text, w.fileState);
     reading.text = w.text;
   } else owned.remember(reading.text, w.fileState);
-  await writeMapFiles(s, w.fileState, reading.raw.maps, allow);
+  await writeMapFiles(s, w.fileState, reading.raw.maps, allow, seen);
   s.logger.debug({ ms: Date.now() - started }, 'runtime state persisted to the files HAProxy loads');
 }

@@ -1,11 +1,11 @@
 import { dirname } from 'node:path';
 import type { Logger } from 'pino';
 import { PERSIST_DELAY_MS } from '../../config/settings.js';
-import { AllowFileText } from '../../haproxy/allow-file.js';
+import { SlotAllowIndex } from '../../haproxy/allow-file.js';
 import { parseShowTable } from '../../haproxy/edge.js';
 import type { RawState, Tagger } from '../../haproxy/model.js';
 import { ConcurrentChangeError, errorText, TerminalError } from '../../model/errors.js';
-import { isHaproxyName } from '../../naming/names.js';
+import { allowMapNameFor, isHaproxyName } from '../../naming/names.js';
 import { isAllowOperation } from '../../plan/operations.js';
 import type { Plan } from '../../plan/plan.js';
 import type { Reading } from '../../plan/reading.js';
@@ -26,7 +26,15 @@ import { runtimeSteps } from '../runtime-steps.js';
 import type { StockHaproxyConfig } from './config.js';
 import { MasterCli } from './master-cli.js';
 import { defaultsNameFor, renderOwnedFile, UnsafeValueError } from './owned-file.js';
-import { fileStateOf, preparePersist, writeAllowMaps, writeMapFiles, writePersist } from './persist.js';
+import {
+  fileStateOf,
+  preparePersist,
+  removeOldAllowMaps,
+  type SlotFilesSeen,
+  writeAllowMaps,
+  writeMapFiles,
+  writePersist,
+} from './persist.js';
 import { type FileReading, OwnedFileCache, takeReading, workerGeneration } from './read.js';
 import { applyByReload } from './reload.js';
 import { applyAtRuntime } from './runtime.js';
@@ -42,6 +50,8 @@ export interface StockHaproxyDeps {
   persistDelayMs?: number;
   /** The timers of persistence (tests fake it). */
   clock?: Clock;
+  /** The owner's allow map (the routing's; default: the owner id's). */
+  allowMap?: string;
 }
 
 /**
@@ -94,8 +104,10 @@ export class StockHaproxyProvider implements Provider {
   private fileSeen: string | undefined;
   private foreignEdits = 0;
   private swept = false;
-  /** The allow map's text, rendered again only where a list changed. */
-  private readonly allowText = new AllowFileText((detail) => new UnsafeValueError(detail));
+  /** The logical allow map by slot: the slots' own maps' runtime changes and text (`slot-allow.ts`). */
+  private readonly allow = new SlotAllowIndex((detail) => new UnsafeValueError(detail));
+  /** The slots' allow maps as last written or found on disk (forgotten on every full read). */
+  private readonly slotFiles: SlotFilesSeen = new Map();
 
   constructor(
     private readonly config: StockHaproxyConfig,
@@ -104,7 +116,12 @@ export class StockHaproxyProvider implements Provider {
     this.cli = new MasterCli(config.masterSocket, undefined, deps.traffic);
     this.session = { config, cli: this.cli, logger: deps.logger, traffic: deps.traffic };
     this.defaultsName = defaultsNameFor(deps.owner.id);
-    this.owned = new OwnedFileCache(config.ownedFile, this.defaultsName, dirname(config.ownedFile));
+    this.owned = new OwnedFileCache(
+      config.ownedFile,
+      this.defaultsName,
+      dirname(config.ownedFile),
+      deps.allowMap ?? allowMapNameFor(deps.owner.id),
+    );
     const delay = deps.persistDelayMs ?? PERSIST_DELAY_MS;
     this.persistence = new Debounce(
       deps.clock ?? systemClock,
@@ -155,6 +172,8 @@ export class StockHaproxyProvider implements Provider {
       const edges = this.persistEdges;
       const reading = await takeReading(this.session, this.owned, signal);
       if (edges !== this.persistEdges && attempt < 3) continue;
+      // The slots' files are compared with the disk again by the next persistence.
+      this.slotFiles.clear();
       this.latest = reading;
       this.lastRead = reading;
       this.fileSeen = reading.text;
@@ -212,7 +231,7 @@ export class StockHaproxyProvider implements Provider {
     const steps = reading.consistent ? runtimeSteps(plan, change.from) : undefined;
     if (steps) {
       try {
-        await applyAtRuntime(this.session, steps, change.from, signal);
+        await applyAtRuntime(this.session, steps, change.from, signal, this.allow);
         // From `latest` as it is now, not as this apply found it: a persistence that wrote the file meanwhile
         // moved it to the new text, and a stale text here made the next persistence take the file for someone
         // else's and drop everything known (a full pass, 0.9 s at 20000: the burst of `bench/zero-reload.ts`).
@@ -226,7 +245,7 @@ export class StockHaproxyProvider implements Provider {
           // Only lists changed, and the files hold every route: the allow maps alone are written.
           await this.io;
           const write = this.guard(() =>
-            writeAllowMaps(this.session, plan, change.from.state, target, this.allowText),
+            writeAllowMaps(this.session, plan, change.from.state, target, this.allow, this.slotFiles),
           );
           this.io = write.catch(() => {});
           await write.catch((err) => {
@@ -255,7 +274,7 @@ export class StockHaproxyProvider implements Provider {
       await this.io;
       const { fileState, text } = this.render(reading, plan, target);
       const restoreMaps = await this.guard(() =>
-        writeMapFiles(this.session, fileState, target.maps, this.allowText),
+        writeMapFiles(this.session, fileState, target.maps, this.allow, this.slotFiles),
       );
       try {
         await applyByReload(this.session, reading.text, fileState, text, signal);
@@ -264,6 +283,7 @@ export class StockHaproxyProvider implements Provider {
         throw err;
       }
       // HAProxy runs the file as rendered: the target, every server and entry in the files.
+      await removeOldAllowMaps(this.session, fileState);
       this.fileSeen = text;
       this.owned.remember(text, fileState);
       this.latest = {
@@ -315,7 +335,7 @@ export class StockHaproxyProvider implements Provider {
     this.persisting = { from, to };
     this.persistEdges++;
     const write = w;
-    this.io = this.guard(() => writePersist(this.session, this.owned, reading, write, this.allowText))
+    this.io = this.guard(() => writePersist(this.session, this.owned, reading, write, this.allow, this.slotFiles))
       .then(
         () => {
           this.fileSeen = to;

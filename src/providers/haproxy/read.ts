@@ -1,7 +1,9 @@
 import { readFile, stat } from 'node:fs/promises';
 import type { RawBackend, RawFrontend, RawMap, RawState } from '../../haproxy/model.js';
 import { TerminalError } from '../../model/errors.js';
-import { mapPath, mapsOf, parseShowMap, showMapCommand } from './map-file.js';
+import { ALLOW_VALUE } from '../../haproxy/allow-keys.js';
+import { keysOfSlotMap, slotAllowMapName } from '../../haproxy/slot-allow.js';
+import { mapPath, parseShowMap, parseShowMaps, showMapCommand, showMapsCommands } from './map-file.js';
 import { generationCarrier, generationOf } from './owned-file.js';
 import { OwnedFileParseError, type ParsedOwnedFile, parseOwnedFile } from './owned-file-parse.js';
 import {
@@ -46,6 +48,8 @@ export class OwnedFileCache {
     private readonly path: string,
     private readonly defaultsName: string,
     private readonly mapDir: string,
+    /** The owner's allow map (`readEdge`). */
+    private readonly allowMap?: string,
   ) {}
 
   /**
@@ -83,7 +87,7 @@ export class OwnedFileCache {
       return this.cache;
     }
     try {
-      const parsed = parseOwnedFile(text, this.defaultsName, this.mapDir);
+      const parsed = parseOwnedFile(text, this.defaultsName, this.mapDir, this.allowMap);
       this.cache = { text, parsed, generation: generationOf(parsed.state), signature };
     } catch (err) {
       if (err instanceof OwnedFileParseError)
@@ -144,17 +148,37 @@ export async function takeReading(
   return { text, consistent, raw: maps.length > 0 ? { ...raw, maps } : raw, inFile };
 }
 
-/** The SNI maps the owned frontends route by, as the current worker runs them. */
+/**
+ * The maps of the owned frontends as the current worker runs them: the SNI map each routes by, and the
+ * logical allow map its guard stands for, made of the slots' own maps (`slot-allow.ts`; a slot without its
+ * guard holds no keys: the planner writes the guard).
+ */
 async function readMaps(s: Session, file: RawState, signal: AbortSignal): Promise<RawMap[]> {
   const maps: RawMap[] = [];
   for (const f of file.frontends) {
-    for (const name of mapsOf(f)) {
-      if (maps.some((m) => m.name === name)) continue;
-      const answer = await readCommand(s, showMapCommand(mapPath(mapDirOf(s), name)), signal);
-      maps.push({ name, entries: parseShowMap(answer) });
+    if (f.sniMap && !maps.some((m) => m.name === f.sniMap)) {
+      const answer = await readCommand(s, showMapCommand(mapPath(mapDirOf(s), f.sniMap)), signal);
+      maps.push({ name: f.sniMap, entries: parseShowMap(answer) });
     }
+    const allow = f.edge?.allowMap;
+    if (allow && !maps.some((m) => m.name === allow)) maps.push(await readAllowMap(s, file, allow, signal));
   }
   return maps;
+}
+
+/** The logical allow map `name`, from the maps of the file's slots that guard by theirs. */
+async function readAllowMap(s: Session, file: RawState, name: string, signal: AbortSignal): Promise<RawMap> {
+  const slots = file.backends.filter((b) => b.allowMap && b.allowMap === slotAllowMapName(name, b.name));
+  const entries = new Map<string, string>();
+  let next = 0;
+  for (const line of showMapsCommands(slots.map((b) => mapPath(mapDirOf(s), b.allowMap as string)))) {
+    const answer = await readCommand(s, line.join(';'), signal);
+    for (const slotEntries of parseShowMaps(answer, line.length)) {
+      const slot = (slots[next++] as RawBackend).name;
+      for (const key of keysOfSlotMap(slot, slotEntries)) entries.set(key, ALLOW_VALUE);
+    }
+  }
+  return { name, entries };
 }
 
 async function readRunning(s: Session, file: RawState, signal: AbortSignal): Promise<Running> {

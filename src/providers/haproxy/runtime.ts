@@ -1,9 +1,10 @@
-import { ALLOW_VALUE, isAllowKey } from '../../haproxy/allow-keys.js';
+import type { SlotAllowIndex } from '../../haproxy/allow-file.js';
+import type { SlotMapOp } from '../../haproxy/slot-allow.js';
 import { errorText } from '../../model/errors.js';
 import { isHaproxyName } from '../../naming/names.js';
 import type { Operation } from '../../plan/plan.js';
 import type { Reading } from '../../plan/reading.js';
-import { isMapKey, mapPath, mapRuntime } from './map-file.js';
+import { isMapEntry, isMapKey, mapPath, mapRuntime } from './map-file.js';
 import { sleep } from './master-cli.js';
 import { runtime } from './runtime-text.js';
 import { UnsafeValueError } from './safe-values.js';
@@ -34,16 +35,18 @@ class RuntimeCommandError extends Error {
  * route's servers before its map entry; a deleted route's entry before its servers). The files HAProxy
  * loads are written after, off this path (`persist.ts`): until then a reload by anyone loses the change,
  * which the next read sees (a new worker) and plans again. A command that fails undoes the ones before it,
- * best effort, and the caller falls back to a reload.
+ * best effort, and the caller falls back to a reload. Allow-map keys become changes of the slots' own maps
+ * (`allow`, following `current`'s allow map: `slot-allow.ts`).
  */
 export async function applyAtRuntime(
   s: Session,
   operations: readonly Operation[],
   current: Reading,
   signal: AbortSignal,
+  allow: SlotAllowIndex,
 ): Promise<void> {
   const started = Date.now();
-  const change = new RuntimeChange(s, current, signal);
+  const change = new RuntimeChange(s, current, signal, slotSteps(operations, current, allow));
   try {
     for (let i = 0; i < operations.length; i++) {
       const op = operations[i] as Operation;
@@ -72,6 +75,25 @@ export async function applyAtRuntime(
   );
 }
 
+/** Each allow-map operation's changes of the slots' maps (`SlotAllowIndex.runtimeSteps`). */
+function slotSteps(
+  operations: readonly Operation[],
+  current: Reading,
+  allow: SlotAllowIndex,
+): Map<Operation, SlotMapOp[]> {
+  const out = new Map<Operation, SlotMapOp[]>();
+  const byMap = new Map<string, AllowEntry[]>();
+  for (const op of operations)
+    if (op.kind === 'add_allow_entry' || op.kind === 'delete_allow_entry')
+      byMap.set(op.map, [...(byMap.get(op.map) ?? []), op]);
+  for (const [map, ops] of byMap) {
+    allow.follow(current.state.maps?.find((m) => m.name === map)?.entries ?? new Map());
+    const steps = allow.runtimeSteps(map, ops);
+    ops.forEach((op, i) => out.set(op, steps[i] ?? []));
+  }
+  return out;
+}
+
 /** One apply's runtime commands, and what undoes those that ran. */
 class RuntimeChange {
   /** Undoes of single commands, in the order they ran (undone in reverse). */
@@ -88,6 +110,7 @@ class RuntimeChange {
     private readonly s: Session,
     private readonly current: Reading,
     private readonly signal: AbortSignal,
+    private readonly slotSteps: ReadonlyMap<Operation, readonly SlotMapOp[]>,
   ) {}
 
   async apply(op: Operation): Promise<void> {
@@ -102,21 +125,24 @@ class RuntimeChange {
   }
 
   /**
-   * An allow-map key (authorized networks), added or removed; undone the other way. Sent with the allow-map
-   * commands next to it in the plan, in its order, on one line (`flushAllows`).
+   * An allow-map key (authorized networks), added or removed: the changes of its slot's map it makes, each
+   * undone the other way. Sent with the allow-map commands next to it in the plan, in its order, on one line
+   * (`flushAllows`).
    */
   private async allowEntry(op: AllowEntry): Promise<void> {
-    const path = mapPath(mapDirOf(this.s), op.map);
-    const cmd =
-      op.kind === 'add_allow_entry'
-        ? { ...mapRuntime.add(path, op.key, ALLOW_VALUE), undo: mapRuntime.del(path, op.key) }
-        : {
-            ...mapRuntime.del(path, op.key),
-            undo: isAllowKey(op.key) ? mapRuntime.add(path, op.key, ALLOW_VALUE) : undefined,
-          };
-    if (this.allowBytes + cmd.command.length + 1 > ALLOW_LINE_BYTES) await this.flushAllows();
-    this.allows.push(cmd);
-    this.allowBytes += cmd.command.length + 1;
+    for (const m of this.slotSteps.get(op) ?? []) {
+      const path = mapPath(mapDirOf(this.s), m.map);
+      const cmd =
+        m.kind === 'add'
+          ? { ...mapRuntime.add(path, m.network, m.value), undo: mapRuntime.del(path, m.network) }
+          : {
+              ...mapRuntime.del(path, m.network),
+              undo: isMapEntry(m.network, m.value) ? mapRuntime.add(path, m.network, m.value) : undefined,
+            };
+      if (this.allowBytes + cmd.command.length + 1 > ALLOW_LINE_BYTES) await this.flushAllows();
+      this.allows.push(cmd);
+      this.allowBytes += cmd.command.length + 1;
+    }
   }
 
   /**
