@@ -29,7 +29,7 @@ export interface TableMemoryResult {
 
 /** The guard's lines that make and count the per-source table (the rest needs the maps and touches no table). */
 function tableLines(edge: Edge): string[] {
-  const lines = edgeLines(edge, 5000, { sniMap: '-', allowMap: '-' });
+  const lines = edgeLines(edge, 5000, { sniMap: '-' });
   return lines.filter((l) => /^(maxconn |stick-table |tcp-request connection )/.test(l));
 }
 

@@ -103,6 +103,7 @@ export class Registry implements Tagger {
       owned,
       ...(cluster !== undefined ? { cluster } : {}),
       ...(b.table ? { table: b.table } : {}),
+      ...(b.allowMap ? { allowMap: b.allowMap } : {}),
     };
   }
 }

@@ -1,6 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import type { RawBackend, RawFrontend } from '../../src/haproxy/model.js';
+import { slotAllowMapName } from '../../src/haproxy/slot-allow.js';
 import {
   backendLines,
   frontendLines,
@@ -9,12 +10,16 @@ import {
   sectionKey,
   spliceSections,
 } from '../../src/providers/dataplaneapi/config-text.js';
+import { storageName } from '../../src/providers/dataplaneapi/map-names.js';
 import { FOREIGN_TEXT } from '../support/fake-dataplaneapi-provider.js';
 import { ownerTags } from '../support/owner.js';
 import { PROPERTY_TIMEOUT_MS } from '../support/property.js';
 
 const MAP_FILE = '/etc/haproxy/maps/kubebyon-haproxy-adapter_sni.map';
 const mapName = (file: string) => (file === MAP_FILE ? 'kubebyon-haproxy-adapter.sni.map' : file);
+const ALLOW = 'kubebyon-haproxy-adapter.allow.map';
+/** The storage keeps a slot's own allow map beside the SNI map, under its stored name. */
+const GUARDS = { allowMap: ALLOW, path: (name: string) => `/etc/haproxy/maps/${storageName(name)}` };
 const METADATA = lineTagsFor({ ownership: 'metadata', serverTags: true });
 const DESCRIPTION = lineTagsFor({ ownership: 'description', serverTags: true });
 const DESCRIPTION_NO_SERVER_TAGS = lineTagsFor({ ownership: 'description', serverTags: false });
@@ -50,18 +55,28 @@ describe("the Data Plane API's configuration as text", () => {
   ] as const)
     it(`reads back our sections as written, tags in the ${form} form`, () => {
       const b = slot(1, [server('srv1', '10.0.0.1', 30443), server('srv2', 'fd00::1', 30443, false)]);
+      // A slot guarding itself by its own map, in the storage beside the SNI map.
+      const guarded = { ...slot(2), allowMap: slotAllowMapName(ALLOW, 'kubebyon_slot_00002') };
       const text = [
-        frontendLines(frontend, { sniMap: MAP_FILE, allowMap: undefined }, lines).join('\n'),
+        frontendLines(frontend, { sniMap: MAP_FILE }, lines).join('\n'),
         backendLines(b, lines).join('\n'),
+        backendLines(guarded, lines, GUARDS).join('\n'),
       ].join('\n\n');
-      const state = readConfigText(text, mapName);
+      expect(text).toContain(
+        'acl kb_allowed src,map_ip(/etc/haproxy/maps/kubebyon-haproxy-adapter_allow_kubebyon_slot_00002.map) -m str 1',
+      );
+      const state = readConfigText(text, mapName, ALLOW);
       expect(state.frontends).toEqual([frontend]);
-      expect(state.backends).toEqual([b]);
+      expect(state.backends).toEqual([b, guarded]);
+      // Another owner's allow map, or a guard with a line missing, is no guard of ours.
+      expect(readConfigText(text, mapName, 'other.allow.map').backends[1]?.allowMap).toBeUndefined();
+      const cut = text.replace(/\n\s*tcp-request content reject unless kb_allowed[^\n]*/, '');
+      expect(readConfigText(cut, mapName, ALLOW).backends[1]?.allowMap).toBeUndefined();
     });
 
   it('without server tags (v3.1), a server is written untagged and read back untagged (its backend owns it)', () => {
     const b = slot(1, [server('srv1', '10.0.0.1', 30443)]);
-    const state = readConfigText(backendLines(b, DESCRIPTION_NO_SERVER_TAGS).join('\n'), mapName);
+    const state = readConfigText(backendLines(b, DESCRIPTION_NO_SERVER_TAGS).join('\n'), mapName, ALLOW);
     expect(state.backends[0]?.servers[0]?.tags).toEqual({});
     expect(state.backends[0]?.tags).toEqual(ownerTags());
   });
@@ -77,7 +92,7 @@ describe("the Data Plane API's configuration as text", () => {
   use_backend %[req.ssl_sni,lower,map(${MAP_FILE})]
   default_backend console
 `;
-    const [f] = readConfigText(text, mapName).frontends;
+    const [f] = readConfigText(text, mapName, ALLOW).frontends;
     expect(f).toMatchObject({
       bind: { address: '127.0.0.1', port: 17443 },
       inspectDelayMs: 5000,
@@ -86,7 +101,8 @@ describe("the Data Plane API's configuration as text", () => {
       defaultBackend: 'console',
       rules: [{ backend: 'console', host: 'console.example.com', tags: {} }],
     });
-    const untagged = readConfigText('frontend f\n  tcp-request inspect-delay 1500\n', mapName).frontends[0];
+    const untagged = readConfigText('frontend f\n  tcp-request inspect-delay 1500\n', mapName, ALLOW)
+      .frontends[0];
     expect(untagged).toMatchObject({ inspectDelayMs: 1500, tags: {}, bind: null });
   });
 
@@ -99,17 +115,13 @@ describe("the Data Plane API's configuration as text", () => {
 backend b1
   description kubebyon owner=kubebyon-haproxy-adapter cluster=a
 `;
-    const [f] = readConfigText(text, mapName).frontends;
+    const [f] = readConfigText(text, mapName, ALLOW).frontends;
     expect(f?.rules.map((r) => r.tags)).toEqual([{ owner: 'kubebyon-haproxy-adapter', cluster: 'a' }, {}]);
   });
 
   it('refuses to write a value that could inject configuration', () => {
-    expect(() =>
-      frontendLines({ ...frontend, name: 'a b' }, { sniMap: MAP_FILE, allowMap: undefined }, METADATA),
-    ).toThrow();
-    expect(() =>
-      frontendLines(frontend, { sniMap: '/etc/x y.map', allowMap: undefined }, METADATA),
-    ).toThrow();
+    expect(() => frontendLines({ ...frontend, name: 'a b' }, { sniMap: MAP_FILE }, METADATA)).toThrow();
+    expect(() => frontendLines(frontend, { sniMap: '/etc/x y.map' }, METADATA)).toThrow();
     expect(() => backendLines(slot(1, [server('srv1', '10.0.0.1\n', 1)]), METADATA)).toThrow();
     expect(() => backendLines({ ...slot(1), tags: { owner: 'a b' } }, METADATA)).toThrow();
   });
@@ -129,7 +141,7 @@ describe('putting our sections in the file', () => {
     const out = spliceSections(text, edits);
     expect(out.startsWith(FOREIGN_TEXT)).toBe(true);
     expect(out).not.toMatch(/_version|_md5hash/);
-    const backends = readConfigText(out, mapName).backends.map((b) => [b.name, b.servers[0]?.port]);
+    const backends = readConfigText(out, mapName, ALLOW).backends.map((b) => [b.name, b.servers[0]?.port]);
     expect(backends).toEqual([
       ['console', 8443],
       ['kubebyon_slot_00001', 31001],
@@ -170,7 +182,7 @@ describe('putting our sections in the file', () => {
               .map((s) => s.trimEnd());
           expect(foreignOf(out)).toEqual(foreignOf(text));
           const read = new Map(
-            readConfigText(out, mapName)
+            readConfigText(out, mapName, ALLOW)
               .backends.filter((b) => b.name.startsWith('kubebyon'))
               .map((b) => [b.name, b.servers[0]?.port]),
           );
@@ -180,7 +192,9 @@ describe('putting our sections in the file', () => {
             if (want.has(key)) {
               const edit = want.get(key);
               expect(read.get(name)).toBe(
-                edit ? readConfigText(edit.join('\n'), mapName).backends[0]?.servers[0]?.port : undefined,
+                edit
+                  ? readConfigText(edit.join('\n'), mapName, ALLOW).backends[0]?.servers[0]?.port
+                  : undefined,
               );
             } else expect(read.has(name)).toBe(present.has(n));
           }

@@ -86,13 +86,17 @@ describe('Data Plane API provider, against a fake API checked by its OpenAPI doc
     const start = b.fake.requests.length;
     await b.pass([claim('a')], true, 'ahead');
     const sent = writes(b.since(start));
-    // The SNI map and the allow map (authorized networks), then the configuration.
+    // The SNI map and each slot's own allow map (authorized networks: open), then the configuration.
+    const slots = [...b.fake.runtime.storage.keys()].filter((n) => n.includes('_allow_')).sort();
+    expect(slots).toEqual(
+      [1, 2, 3, 4].map((n) => `kubebyon-haproxy-adapter_allow_kubebyon_slot_0000${n}.map`),
+    );
+    for (const n of slots) expect(b.fake.runtime.storage.get(n)).toBe('0.0.0.0/0 1\n::/0 1\n');
     expect(sent.map((r) => r.replace(/\?.*$/, ''))).toEqual([
-      'POST /services/haproxy/storage/maps',
-      'POST /services/haproxy/storage/maps',
+      ...Array.from({ length: 1 + slots.length }, () => 'POST /services/haproxy/storage/maps'),
       'POST /services/haproxy/configuration/raw',
     ]);
-    expect(sent[2]).toMatch(/force_reload=true/);
+    expect(sent.at(-1)).toMatch(/force_reload=true/);
     expect(b.fake.requests.some((r) => r.includes('/transactions') && !r.startsWith('GET'))).toBe(false);
     expect(b.fake.reloads).toBe(1);
     // Every other line of the file is as it was.

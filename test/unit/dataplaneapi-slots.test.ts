@@ -200,7 +200,10 @@ describe('Data Plane API provider with the slots in its general storage (fake AP
   }
   const writes = () => fake.requests.filter((r) => !r.startsWith('GET '));
   const file = () => fake.runtime.general.get(FILE) ?? '';
-  const configSlots = () => readConfigText(fake.text, (f) => f).backends.filter((b) => /slot_/.test(b.name));
+  const configSlots = () =>
+    readConfigText(fake.text, (f) => f, 'kubebyon-haproxy-adapter.allow.map').backends.filter((b) =>
+      /slot_/.test(b.name),
+    );
   const entries = () => [...(fake.runtime.entries.get(storageName(SNI_MAP))?.keys() ?? [])].sort();
   const start = async () => {
     fake = await startFakeDataplaneApi();
@@ -213,7 +216,7 @@ describe('Data Plane API provider with the slots in its general storage (fake AP
     await converge(p, [claim('one')], true);
     expect(parseSlots(file())).toHaveLength(render.minSlots);
     expect(file()).toMatch(
-      /^backend \S+slot_00001 # .*\n {2}mode tcp\n {2}balance leastconn\n {2}server srv1 127\.0\.0\.1:30001/m,
+      /^backend \S+slot_00001 # .*\n {2}mode tcp\n {2}balance leastconn\n {2}acl kb_allowed src,map_ip\(\S+_allow_kubebyon_slot_00001\.map\) -m str 1\n(?: {2}tcp-request .*\n){2} {2}server srv1 127\.0\.0\.1:30001/m,
     );
     expect(configSlots()).toEqual([]);
     expect(entries()).toEqual(['one.example.com']);

@@ -1,11 +1,20 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { allowKeys, isAllowKey } from '../../src/haproxy/allow-keys.js';
-import { type Edge, edgeLines, parseShowTable, readEdge } from '../../src/haproxy/edge.js';
+import {
+  type Edge,
+  edgeLines,
+  isEdgeLine,
+  isSlotGuardLine,
+  parseShowTable,
+  readEdge,
+  readSlotGuard,
+  slotGuardLines,
+} from '../../src/haproxy/edge.js';
 import { PROPERTY_TIMEOUT_MS } from '../support/property.js';
 
-const FILES = { sniMap: '/etc/haproxy/o.sni.map', allowMap: '/etc/haproxy/o.allow.map' };
-const nameOf = (file: string) => (file.startsWith('/etc/haproxy/') ? file.slice(13) : undefined);
+const FILES = { sniMap: '/etc/haproxy/o.sni.map' };
+const ALLOW = 'o.allow.map';
 
 const edgeArb: fc.Arbitrary<Edge> = fc.record({
   maxConn: fc.constantFrom(0, 100, 8000),
@@ -29,13 +38,18 @@ describe('the SNI frontend guard', () => {
     fc.assert(
       fc.property(edgeArb, fc.integer({ min: 100, max: 30_000 }), fc.nat(), (edge, delay, pick) => {
         const lines = edgeLines(edge, delay, FILES);
-        const read = readEdge(lines, nameOf);
+        const read = readEdge(lines, ALLOW);
         expect(read).toEqual({ inspectDelayMs: delay, acceptsTlsHello: true, edge });
+        // The frontend looks no source up: each slot backend guards itself.
+        expect(lines.filter((l) => /allow|map_ip/.test(l))).toEqual([]);
+        for (const l of lines) expect(isEdgeLine(l), l).toBe(true);
+        // The lines do not name the allow map: the reader's is the edge's.
+        expect(readEdge(lines, 'p.allow.map').edge).toEqual({ ...edge, allowMap: 'p.allow.map' });
         // A line gone (a hand edit, a partial write): not this guard, so the next plan writes it again.
         const cut = [...lines.slice(0, pick % lines.length), ...lines.slice((pick % lines.length) + 1)];
-        expect(readEdge(cut, nameOf).edge).not.toEqual(edge);
+        expect(readEdge(cut, ALLOW).edge).not.toEqual(edge);
         // A line too many of the guard's kinds: no guard either.
-        expect(readEdge([...lines, 'tcp-request content reject'], nameOf).edge).toBeNull();
+        expect(readEdge([...lines, 'tcp-request content reject'], ALLOW).edge).toBeNull();
       }),
       { numRuns: 200 },
     );
@@ -54,14 +68,90 @@ describe('the SNI frontend guard', () => {
         ? 'stick-table type ipv6 size 100k expire 1m store conn_cur,conn_rate(10s)'
         : l,
     );
-    expect(readEdge(rewritten, nameOf).edge).toEqual(edge);
+    expect(readEdge(rewritten, ALLOW).edge).toEqual(edge);
     // What every release before the guard wrote.
     expect(
       readEdge(
         ['tcp-request inspect-delay 5000ms', 'tcp-request content accept if { req.ssl_hello_type 1 }'],
-        nameOf,
+        ALLOW,
       ),
     ).toEqual({ inspectDelayMs: 5000, acceptsTlsHello: true, edge: null });
+    // What the release before wrote: the frontend looked sources up in one allow map. No guard: rewritten.
+    const lines = edgeLines(edge, 5000, FILES);
+    const at = lines.indexOf('tcp-request inspect-delay 5000ms');
+    const lookups = [
+      'acl kb_restricted var(txn.kb_slot),map(/etc/haproxy/o.allow.map) -m found',
+      'acl kb_allowed src,ipmask(32,128),concat(/128|,txn.kb_slot),map(/etc/haproxy/o.allow.map) -m found',
+    ];
+    expect(readEdge([...lines.slice(0, at), ...lookups, ...lines.slice(at)], ALLOW).edge).toBeNull();
+    expect(
+      readEdge([...lines, 'tcp-request content reject if kb_restricted !kb_allowed'], ALLOW).edge,
+    ).toBeNull();
+  });
+
+  it("reads back a slot backend's guard, and none from lines missing, changed or one too many", () => {
+    const files = fc.constantFrom(
+      '/etc/haproxy/maps/o.allow.kb_slot_00001.map',
+      '/usr/local/etc/haproxy/maps/kubebyon.allow.kb_slot_04711.map',
+    );
+    const others = fc.subarray(['balance roundrobin', 'server s1 10.0.0.1:6443 check', 'mode tcp'], {
+      minLength: 0,
+    });
+    fc.assert(
+      fc.property(files, others, fc.nat(), (file, rest, pick) => {
+        const lines = slotGuardLines(file);
+        expect(lines).toHaveLength(3);
+        expect(lines[0]).toBe(`acl kb_allowed src,map_ip(${file}) -m str 1`);
+        expect(readSlotGuard(lines)).toBe(file);
+        // Among the backend's other lines, in any order.
+        expect(readSlotGuard([...rest, ...lines].reverse())).toBe(file);
+        for (const l of lines) expect(isSlotGuardLine(l), l).toBe(true);
+        for (const l of rest) expect(isSlotGuardLine(l), l).toBe(false);
+        const i = pick % lines.length;
+        // A line gone.
+        expect(readSlotGuard([...rest, ...lines.slice(0, i), ...lines.slice(i + 1)])).toBeUndefined();
+        // A line twice.
+        expect(readSlotGuard([...rest, ...lines, lines[i] as string])).toBeUndefined();
+      }),
+      { numRuns: 100 },
+    );
+    const file = '/etc/haproxy/maps/o.allow.kb_slot_00001.map';
+    const lines = slotGuardLines(file);
+    expect(readSlotGuard([])).toBeUndefined();
+    expect(readSlotGuard([...lines, 'tcp-request content reject unless kb_allowed'])).toBeUndefined();
+    // A line changed: another value, another match, another counter, another rule, or one more rule.
+    for (const [from, to] of [
+      ['-m str 1', '-m found'],
+      ['-m str 1', '-m str 0'],
+      ['map_ip(', 'map('],
+      ['sc-inc-gpc0(1)', 'sc-inc-gpc0(0)'],
+      ['reject unless', 'accept unless'],
+    ] as const)
+      for (const at of [0, 1, 2]) {
+        const changed = lines.map((l, j) => (j === at ? l.replace(from, to) : l));
+        if (changed[at] !== lines[at]) expect(readSlotGuard(changed), changed[at]).toBeUndefined();
+      }
+    expect(readSlotGuard([...lines, 'tcp-request content accept'])).toBeUndefined();
+    expect(readSlotGuard([...lines, 'acl other src 10.0.0.0/8'])).toBeUndefined();
+    // What the guard's readers collect: its lines, of any file; none of the backend's other lines.
+    for (const l of [
+      'acl kb_allowed src,map_ip(/x.map) -m found',
+      'tcp-request content sc-inc-gpc0(1) unless other',
+      'tcp-request content reject unless other',
+    ])
+      expect(isSlotGuardLine(l), l).toBe(true);
+    for (const l of [
+      'acl other src 10.0.0.0/8',
+      'tcp-request content accept',
+      'tcp-request content reject',
+      'tcp-request content reject if kb_allowed',
+      'tcp-request content sc-inc-gpc0(0) unless kb_allowed',
+      'tcp-request connection reject unless kb_allowed',
+      'balance roundrobin',
+      'server s1 10.0.0.1:6443 check',
+      ' acl kb_allowed src,map_ip(/x.map) -m str 1',
+    ])
+      expect(isSlotGuardLine(l), l).toBe(false);
   });
 
   it('refuses a number that is not a count', () => {

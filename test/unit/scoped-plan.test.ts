@@ -2,6 +2,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import type { DesiredConfig, DesiredRoute, HaproxyState } from '../../src/haproxy/model.js';
 import { DEFAULT_RENDER_OPTIONS, type RenderOptions, renderDesired } from '../../src/haproxy/render.js';
+import { slotAllowMapName } from '../../src/haproxy/slot-allow.js';
 import type { Plan } from '../../src/plan/plan.js';
 import { plan } from '../../src/plan/plan.js';
 import { Reading } from '../../src/plan/reading.js';
@@ -275,8 +276,16 @@ describe('scoped plan: when it declines', () => {
     const again = gone.derive([stray], registry);
     expect(index.advance(again)).toBe(true);
     expect(index.doubt).toMatch(/allow key/);
+    // A slot without its guard (an install from before per-slot allow maps): the full planner writes it.
+    const name = 'kubebyon_slot_00099';
+    const bare = again.derive(
+      [{ kind: 'create_backend', backend: { name, balance: 'leastconn' } }],
+      registry,
+    );
+    expect(new RoutingIndex(bare, add3).doubt).toMatch(/lacks its guard/);
+    const allowMap = slotAllowMapName(map, name);
     const slot = again.derive(
-      [{ kind: 'create_backend', backend: { name: 'kubebyon_slot_00099', balance: 'leastconn' } }],
+      [{ kind: 'create_backend', backend: { name, balance: 'leastconn', allowMap } }],
       registry,
     );
     expect(index.advance(slot)).toBe(true);

@@ -110,7 +110,7 @@ describe('an install upgraded from before owner ids and map routing', () => {
 
   for (const [form, text] of Object.entries(API_WRITTEN))
     it(`Data Plane API (${form}): reads what the old release wrote as its own, and plans the move to the map`, () => {
-      const raw = readConfigText(text, (file) => file);
+      const raw = readConfigText(text, (file) => file, 'kubebyon-haproxy-adapter.allow.map');
       const view = registry.interpret(raw);
       expect(view.frontends).toEqual([
         expect.objectContaining({

@@ -130,12 +130,15 @@ export class Files {
     const mapFile = new Map<string, string>();
     for (const [name, content] of contents)
       if (!slotMaps.has(name)) mapFile.set(name, await this.d.maps.write(name, content, signal, counter));
-    // A slot's own allow map before the section that guards by it: the ones asked for, and every one the
-    // storage does not hold yet (a new slot, a guard written for the first time).
+    // A slot's own allow map before the section that guards by it: the ones asked for, those of the slots a
+    // reload writes (a new slot, a guard written for the first time), and any the storage does not hold.
     const slotWrites: Array<[string, string]> = [];
     if (!this.d.maps.folderKnown && slotMaps.size > 0) await this.d.maps.list(signal, counter);
     for (const [name, slot] of slotMaps)
-      if (contents.has(name) || (w.backends.has(slot) && !(await this.d.maps.find(name, signal, counter))))
+      if (
+        contents.has(name) ||
+        (w.backends.has(slot) && (w.reload || !(await this.d.maps.find(name, signal, counter))))
+      )
         slotWrites.push([name, this.d.allow.text(slot)]);
     await this.d.maps.writeMany(slotWrites, signal, counter);
     const config = await this.d.reads.read(signal, counter);
