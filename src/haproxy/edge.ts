@@ -186,12 +186,7 @@ export function readEdge(body: readonly string[], allowMap: string): ReadEdge {
         break;
       }
     }
-  if (
-    sniFile === undefined ||
-    refusals === undefined ||
-    out.inspectDelayMs === null
-  )
-    return out;
+  if (sniFile === undefined || refusals === undefined || out.inspectDelayMs === null) return out;
   const tracked = body.includes('tcp-request connection track-sc0 src,ipmask(32,64)');
   const edge: Edge = {
     maxConn,

@@ -18,7 +18,7 @@ import { ALLOW_VALUE, isAllowKey, slotOfKey } from './allow-keys.js';
  *
  * Runtime commands follow the logical operations in order, each as the difference between the slot's map
  * before and after it: additions first, then entries whose value changes (deleted, added again), then
- * deletions. A client both lists allow always finds an allowing entry, and a slot holds the open networks
+ * deletions (refusals first). A client both lists allow always finds an allowing entry, and a slot holds the open networks
  * only while its old or its new list is open.
  */
 
@@ -128,7 +128,10 @@ export function slotMapSteps(
         del(n);
         add(n, v);
       }
-    for (const n of before.keys()) if (!after.has(n)) del(n);
+    // Refusals go before the networks they shadow: only a slot that opens loses them, and the open networks
+    // (added above) then hold every source, so no source both lists allow finds a refusal alone in between.
+    for (const [n, v] of before) if (!after.has(n) && v === DENY_VALUE) del(n);
+    for (const [n, v] of before) if (!after.has(n) && v !== DENY_VALUE) del(n);
     return out;
   });
 }

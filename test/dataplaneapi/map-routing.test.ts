@@ -355,10 +355,7 @@ for (const slots of ['config', 'storage'] as const)
           defaultBackend: h.render.defaultBackend,
         });
         const lines = [
-          ...state.frontends.flatMap((f) => [
-            ...frontendLines(f, { sniMap: undefined, allowMap: undefined }, t),
-            '',
-          ]),
+          ...state.frontends.flatMap((f) => [...frontendLines(f, { sniMap: undefined }, t), '']),
           ...state.backends.flatMap((b) => [...backendLines(b, t), '']),
         ];
         const version = (await h.tb.api.get('/services/haproxy/configuration/version')).data as number;

@@ -11,7 +11,14 @@ const refuse = (detail: string) => new Refused(detail);
 
 const MAP = 'o.allow.map';
 const SLOTS = ['kb_slot_00001', 'kb_slot_00002', 'kb_slot_00003'];
-const NETS = ['198.18.0.1/32', '198.18.0.0/24', '2001:db8::/32', '127.0.0.1/32', '::ffff:198.18.0.0/120', '::/96'];
+const NETS = [
+  '198.18.0.1/32',
+  '198.18.0.0/24',
+  '2001:db8::/32',
+  '127.0.0.1/32',
+  '::ffff:198.18.0.0/120',
+  '::/96',
+];
 const KEYS = SLOTS.flatMap((s) => [s, ...NETS.map((n) => `${n}|${s}`)]);
 
 type LogicalOp = { kind: 'add_allow_entry' | 'delete_allow_entry'; key: string };

@@ -55,6 +55,8 @@ function changedSlots(
 ): Set<string> {
   const keys =
     (from && CowMap.changedKeys(from, to)) ??
-    new Set([...(from?.keys() ?? [])].filter((k) => !to.has(k)).concat([...to.keys()].filter((k) => !from?.has(k))));
+    new Set(
+      [...(from?.keys() ?? [])].filter((k) => !to.has(k)).concat([...to.keys()].filter((k) => !from?.has(k))),
+    );
   return new Set([...keys].map(slotOfKey));
 }

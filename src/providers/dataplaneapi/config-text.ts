@@ -1,5 +1,5 @@
-import { parseAddress } from '../../haproxy/address.js';
 import { basename } from 'node:path';
+import { parseAddress } from '../../haproxy/address.js';
 import {
   edgeLines,
   isEdgeLine,
@@ -18,6 +18,7 @@ import type {
   ServerSpec,
   Tags,
 } from '../../haproxy/model.js';
+import { slotAllowMapName } from '../../haproxy/slot-allow.js';
 import { isHaproxyName } from '../../naming/names.js';
 import type { TagStore } from './capability.js';
 import {
@@ -27,7 +28,6 @@ import {
   checkedPort,
   checkedServerAddress,
 } from './checked.js';
-import { slotAllowMapName } from '../../haproxy/slot-allow.js';
 import { mapRuleFile, storageName } from './map-names.js';
 import { checkedTags, descriptionToTags, metadataToTags, tagsToDescription, tagsToMetadata } from './tags.js';
 
@@ -121,11 +121,7 @@ const SNI_RULE = /^use_backend (\S+) if \{ req[._]ssl_sni -i (\S+) \}$/;
  * map's name). In a frontend tagged by its description (v3.0/v3.1 keep no tags on lines) a switching rule
  * carries the tags of the backend it routes to.
  */
-export function readConfigText(
-  text: string,
-  mapName: (file: string) => string,
-  allowMap: string,
-): RawState {
+export function readConfigText(text: string, mapName: (file: string) => string, allowMap: string): RawState {
   const sections = sectionsOf(text);
   const backendTags = new Map<string, Tags>();
   const backends: RawBackend[] = [];

@@ -102,7 +102,8 @@ export class Files {
     if (!target.frontends.some((f) => f.owned && f.edge?.allowMap === allowMap)) return out;
     this.d.allow.follow(target.maps?.find((m) => m.name === allowMap)?.entries ?? new Map());
     for (const b of target.backends)
-      if (b.owned && b.allowMap && b.allowMap === slotAllowMapName(allowMap, b.name)) out.set(b.allowMap, b.name);
+      if (b.owned && b.allowMap && b.allowMap === slotAllowMapName(allowMap, b.name))
+        out.set(b.allowMap, b.name);
     return out;
   }
 

@@ -99,7 +99,6 @@ export class MapText {
   }
 }
 
-
 const EMPTY_MAP = '# no entries\n';
 /** Uploads in flight at once: the client's sockets (`client.ts`). */
 const WRITERS = 4;
@@ -136,7 +135,8 @@ export class MapFiles {
   async list(signal: AbortSignal, counter: Counter): Promise<void> {
     counter.requests++;
     const res = await this.client.GET('/services/haproxy/storage/maps', { signal });
-    for (const m of (res.data ?? []) as StoredMap[]) if (m.storage_name && m.file) this.learn(m.storage_name, m.file);
+    for (const m of (res.data ?? []) as StoredMap[])
+      if (m.storage_name && m.file) this.learn(m.storage_name, m.file);
     this.listed = true;
   }
 

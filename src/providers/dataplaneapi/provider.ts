@@ -1,8 +1,8 @@
 import { PERSIST_DELAY_MS } from '../../config/settings.js';
 import { SlotAllowIndex } from '../../haproxy/allow-file.js';
 import { slotOfKey } from '../../haproxy/allow-keys.js';
-import { type SlotMapOp, slotAllowMapName } from '../../haproxy/slot-allow.js';
 import type { HaproxyState } from '../../haproxy/model.js';
+import { type SlotMapOp, slotAllowMapName } from '../../haproxy/slot-allow.js';
 import { ConcurrentChangeError, errorText, TerminalError } from '../../model/errors.js';
 import { allowMapNameFor, sniMapNameFor } from '../../naming/names.js';
 import { isAllowOperation } from '../../plan/operations.js';
@@ -11,6 +11,7 @@ import type { Reading } from '../../plan/reading.js';
 import { systemClock } from '../../timing/clock.js';
 import { Lane } from '../lane.js';
 import type { ApplyReport, Change, CloseOptions, Provider, ProviderInfo, RawRead } from '../provider.js';
+import type { RuntimeOp } from '../runtime-steps.js';
 import { checkApi } from './api-check.js';
 import type { Capabilities } from './capability.js';
 import { changedSections, touchedBy } from './changes.js';
@@ -28,7 +29,6 @@ import { ConfigReads } from './read.js';
 import { type Counter, Workers } from './reload.js';
 import { Revision } from './revision.js';
 import { withRunning } from './running.js';
-import type { RuntimeOp } from '../runtime-steps.js';
 import { applyRuntimeOps } from './runtime.js';
 import { readServerStats } from './runtime-reads.js';
 import { fileBackendNames, renderAhead, SlotsFile, slotsFileName } from './slots.js';
@@ -340,7 +340,8 @@ export class DataplaneProvider implements Provider {
     if (plan.operations.length === 0) return { reload: 'none', requests: 0 };
     await this.ready(signal);
     for (const op of plan.operations)
-      if (op.kind === 'create_frontend' || op.kind === 'update_frontend') this.names.learn(op.frontend.sniMap);
+      if (op.kind === 'create_frontend' || op.kind === 'update_frontend')
+        this.names.learn(op.frontend.sniMap);
     return this.applies.run(async () => {
       const counter = { requests: 0 };
       try {
@@ -417,7 +418,9 @@ export class DataplaneProvider implements Provider {
       const ops = lists.filter((op) => op.map === map);
       this.allow.follow(change.from.state.maps?.find((m) => m.name === map)?.entries ?? new Map());
       const each = this.guardSync(() => this.allow.runtimeSteps(map, ops));
-      ops.forEach((op, i) => out.set(op, each[i] ?? []));
+      ops.forEach((op, i) => {
+        out.set(op, each[i] ?? []);
+      });
     }
     return out;
   }
@@ -472,7 +475,11 @@ export class DataplaneProvider implements Provider {
    * The one allow map of releases before per-slot maps, deleted from the storage once HAProxy runs a
    * guard that no longer names it (best effort, once per start: it is ours, and nothing reads it).
    */
-  private async removeOldAllowMap(target: HaproxyState, signal: AbortSignal, counter: Counter): Promise<void> {
+  private async removeOldAllowMap(
+    target: HaproxyState,
+    signal: AbortSignal,
+    counter: Counter,
+  ): Promise<void> {
     if (this.oldAllowMapGone || !target.frontends.some((f) => f.owned && f.edge)) return;
     this.oldAllowMapGone = true;
     await this.maps

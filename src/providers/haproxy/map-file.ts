@@ -42,7 +42,6 @@ function need(ok: boolean, what: string, value: unknown): void {
   if (!ok) throw new UnsafeValueError(`refusing to write ${what} ${JSON.stringify(value)} to HAProxy`);
 }
 
-
 /** The path of map `name` in `dir` (the owned file's folder). */
 export function mapPath(dir: string, name: string): string {
   need(isAbsolute(dir) && MAP_DIR.test(dir), 'map folder', dir);
@@ -146,7 +145,8 @@ export function parseShowMaps(text: string, count: number): Array<Map<string, st
     } else if (VERSION.test(line)) {
       out.push(entries);
       entries = new Map();
-    } else throw new RuntimeAnswerError(`unexpected answer to show map: ${JSON.stringify(line.slice(0, 200))}`);
+    } else
+      throw new RuntimeAnswerError(`unexpected answer to show map: ${JSON.stringify(line.slice(0, 200))}`);
   }
   if (out.length !== count || entries.size > 0)
     throw new RuntimeAnswerError(`${count} maps read, ${out.length} answered`);

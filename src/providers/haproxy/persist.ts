@@ -1,8 +1,8 @@
 import { readFile, rm } from 'node:fs/promises';
 import { setImmediate } from 'node:timers/promises';
 import type { SlotAllowIndex } from '../../haproxy/allow-file.js';
-import type { RawMap, RawState } from '../../haproxy/model.js';
 import { slotOfKey } from '../../haproxy/allow-keys.js';
+import type { RawMap, RawState } from '../../haproxy/model.js';
 import { slotAllowMapName } from '../../haproxy/slot-allow.js';
 import { errorText } from '../../model/errors.js';
 import { isAllowOperation } from '../../plan/operations.js';
@@ -62,7 +62,8 @@ export async function writeMapFiles(
     // A file that was not there is left: the previous owned file does not name it.
     if (before !== null) previous.push({ path, text: before });
   };
-  const entriesOf = (name: string) => maps?.find((m) => m.name === name)?.entries ?? new Map<string, string>();
+  const entriesOf = (name: string) =>
+    maps?.find((m) => m.name === name)?.entries ?? new Map<string, string>();
   for (const name of new Set(fileState.frontends.flatMap((f) => (f.sniMap ? [f.sniMap] : [])))) {
     const path = mapPath(mapDirOf(s), name);
     await setImmediate();

@@ -335,7 +335,9 @@ export class StockHaproxyProvider implements Provider {
     this.persisting = { from, to };
     this.persistEdges++;
     const write = w;
-    this.io = this.guard(() => writePersist(this.session, this.owned, reading, write, this.allow, this.slotFiles))
+    this.io = this.guard(() =>
+      writePersist(this.session, this.owned, reading, write, this.allow, this.slotFiles),
+    )
       .then(
         () => {
           this.fileSeen = to;

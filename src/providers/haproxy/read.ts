@@ -1,8 +1,8 @@
 import { readFile, stat } from 'node:fs/promises';
-import type { RawBackend, RawFrontend, RawMap, RawState } from '../../haproxy/model.js';
-import { TerminalError } from '../../model/errors.js';
 import { ALLOW_VALUE } from '../../haproxy/allow-keys.js';
+import type { RawBackend, RawFrontend, RawMap, RawState } from '../../haproxy/model.js';
 import { keysOfSlotMap, slotAllowMapName } from '../../haproxy/slot-allow.js';
+import { TerminalError } from '../../model/errors.js';
 import { mapPath, parseShowMap, parseShowMaps, showMapCommand, showMapsCommands } from './map-file.js';
 import { generationCarrier, generationOf } from './owned-file.js';
 import { OwnedFileParseError, type ParsedOwnedFile, parseOwnedFile } from './owned-file-parse.js';

@@ -89,7 +89,9 @@ function slotSteps(
   for (const [map, ops] of byMap) {
     allow.follow(current.state.maps?.find((m) => m.name === map)?.entries ?? new Map());
     const steps = allow.runtimeSteps(map, ops);
-    ops.forEach((op, i) => out.set(op, steps[i] ?? []));
+    ops.forEach((op, i) => {
+      out.set(op, steps[i] ?? []);
+    });
   }
   return out;
 }
