@@ -2,7 +2,7 @@ import { readFile, rm } from 'node:fs/promises';
 import { setImmediate } from 'node:timers/promises';
 import type { SlotAllowIndex } from '../../haproxy/allow-file.js';
 import { slotOfKey } from '../../haproxy/allow-keys.js';
-import type { RawMap, RawState } from '../../haproxy/model.js';
+import type { RawBackend, RawMap, RawState } from '../../haproxy/model.js';
 import { slotAllowMapName } from '../../haproxy/slot-allow.js';
 import { errorText } from '../../model/errors.js';
 import { isAllowOperation } from '../../plan/operations.js';
@@ -35,6 +35,9 @@ async function readText(path: string): Promise<string | null> {
     throw err;
   }
 }
+
+/** Slots' allow maps written at once. */
+const SLOT_WRITERS = 16;
 
 /**
  * The slots' allow maps as this provider last wrote or found them on disk (path -> text): a persistence
@@ -71,16 +74,21 @@ export async function writeMapFiles(
   }
   for (const name of new Set(fileState.frontends.flatMap((f) => (f.edge ? [f.edge.allowMap] : [])))) {
     allow.follow(entriesOf(name));
-    let n = 0;
-    for (const b of fileState.backends) {
-      if (b.allowMap !== slotAllowMapName(name, b.name)) continue;
-      if (++n % 500 === 0) await setImmediate();
-      const path = mapPath(mapDirOf(s), b.allowMap);
-      const text = `${ALLOW_HEADER}\n${allow.text(b.name)}`;
-      const before = seen.has(path) ? (seen.get(path) as string) : await readText(path);
-      await write(path, text, before);
-      seen.set(path, text);
-    }
+    const slots = fileState.backends.filter((b) => b.allowMap === slotAllowMapName(name, b.name));
+    // Several at a time: each write syncs its file and folder, and syncs under way together share the
+    // file system's journal commits (the pool growing to thousands of slots writes thousands of maps).
+    let next = 0;
+    const lane = async () => {
+      while (next < slots.length) {
+        const b = slots[next++] as RawBackend;
+        const path = mapPath(mapDirOf(s), b.allowMap as string);
+        const text = `${ALLOW_HEADER}\n${allow.text(b.name)}`;
+        const before = seen.has(path) ? (seen.get(path) as string) : await readText(path);
+        await write(path, text, before);
+        seen.set(path, text);
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(SLOT_WRITERS, slots.length) }, lane));
   }
   return async () => {
     for (const p of previous) {
