@@ -17,7 +17,7 @@ import type { Capabilities } from './capability.js';
 import { changedSections, touchedBy } from './changes.js';
 import { checkedName } from './checked.js';
 import { choosePath, type Path } from './choose.js';
-import { createClient, type DataplaneClient } from './client.js';
+import { createClient, type DataplaneClient, DataplaneUnreachableError } from './client.js';
 import { type DataplaneProviderOptions, RUNTIME_MAX_REQUESTS } from './config.js';
 import { lineTagsFor, type SlotGuards } from './config-text.js';
 import { translate } from './errors.js';
@@ -83,6 +83,8 @@ export class DataplaneProvider implements Provider {
   private readonly allow = new SlotAllowIndex((detail) => new TerminalError(detail));
   /** The owner's allow map, and where the storage keeps each slot's own. */
   private readonly guards: SlotGuards;
+  /** The API was unreachable since the last sweep of transactions (`sweepAfterWrite`). */
+  private sweepDue = false;
   /** The one allow map of releases before per-slot maps was deleted from the storage (after a reload). */
   private oldAllowMapGone = false;
 
@@ -150,6 +152,7 @@ export class DataplaneProvider implements Provider {
       throw this.translate(err);
     });
     this.revisions.wrote(this.reads.current?.version);
+    await this.sweepAfterWrite(signal);
   }
 
   /** What is pending, written now (a failure leaves it pending: the batch tries again). */
@@ -273,6 +276,8 @@ export class DataplaneProvider implements Provider {
       stats?.catch(() => undefined); // awaited by `withRunning`, unless a read of the files throws first
       const config = await this.reads.read(signal, counter);
       const raw = this.storage ? await this.storage.merge(config.state(), signal, counter) : config.state();
+      // A full read follows a restart of HAProxy or of the API (a kill mid-push leaves its transaction).
+      this.sweepDue = true;
       const running = await withRunning(this.client, raw, runtime, this.known, signal, counter, stats);
       this.drift = running.drift;
       this.draining = running.draining;
@@ -467,6 +472,7 @@ export class DataplaneProvider implements Provider {
     this.revisions.wrote(this.reads.current?.version);
     if (path.kind === 'reload') await this.storage?.ensureLoaded(target, signal, counter);
     if (path.kind === 'reload') await this.removeOldAllowMap(target, signal, counter);
+    await this.sweepAfterWrite(signal);
     const revision = await this.revisions.now(signal, counter);
     return { reload: path.kind === 'reload' ? 'succeeded' : 'none', requests: counter.requests, revision };
   }
@@ -532,6 +538,22 @@ export class DataplaneProvider implements Provider {
   }
 
   private translate(err: unknown): unknown {
+    // The API gone (killed, restarted) may have been pushing a file of ours: the transaction the API opens
+    // for a push stays open, and is swept once the configuration has moved past it (`sweepAfterWrite`).
+    if (err instanceof DataplaneUnreachableError) this.sweepDue = true;
     return translate(err, this.client.url, (why) => this.workers.distrust(why));
+  }
+
+  /**
+   * Once a write has moved the configuration past what the API held when it went away, the transactions
+   * an interrupted push of ours left are outdated: swept (best effort; the next start sweeps too).
+   */
+  private async sweepAfterWrite(signal: AbortSignal): Promise<void> {
+    if (!this.sweepDue) return;
+    this.sweepDue = false;
+    await sweepTransactions(this.client, undefined, this.o.logger, signal).catch((err) => {
+      this.sweepDue = true;
+      this.o.logger.warn({ err: errorText(err) }, 'could not sweep transactions after the API came back');
+    });
   }
 }
