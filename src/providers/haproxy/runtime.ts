@@ -83,9 +83,13 @@ function slotSteps(
 ): Map<Operation, SlotMapOp[]> {
   const out = new Map<Operation, SlotMapOp[]>();
   const byMap = new Map<string, AllowEntry[]>();
-  for (const op of operations)
-    if (op.kind === 'add_allow_entry' || op.kind === 'delete_allow_entry')
-      byMap.set(op.map, [...(byMap.get(op.map) ?? []), op]);
+  for (const op of operations) {
+    if (op.kind !== 'add_allow_entry' && op.kind !== 'delete_allow_entry') continue;
+    // Appended in place: a copy per operation is quadratic (lists on 5000 clusters are 85 000 operations).
+    const ops = byMap.get(op.map);
+    if (ops) ops.push(op);
+    else byMap.set(op.map, [op]);
+  }
   for (const [map, ops] of byMap) {
     allow.follow(current.state.maps?.find((m) => m.name === map)?.entries ?? new Map());
     const steps = allow.runtimeSteps(map, ops);
