@@ -91,6 +91,25 @@ const temporaryPrefix = (path: string) => `.${basename(path)}.`;
 const swept = new Map<string, Promise<unknown>>();
 
 /**
+ * Each folder's names as this process first listed them: every temporary a killed writer left is in it
+ * (this process's own are renamed or removed before their write returns). Listed once, not once per file:
+ * thousands of files written in one folder (the slots' allow maps) listed it thousands of times, each
+ * listing as long as the folder (9 s for 5700 new files, `bench/networks.ts`).
+ */
+const listings = new Map<string, Promise<string[]>>();
+
+function listing(dir: string): Promise<string[]> {
+  const key = resolve(dir);
+  let names = listings.get(key);
+  if (!names) {
+    names = readdir(dir);
+    listings.set(key, names);
+    names.catch(() => listings.delete(key));
+  }
+  return names;
+}
+
+/**
  * Removes the temporary files `prepareFileAtomic` left beside `path` when its process was killed between
  * writing one and renaming it, and returns their names. Call it only where no write to `path` can be under
  * way (before the first); `AtomicFile.open` does, and a first write does if nothing did.
@@ -108,7 +127,7 @@ async function sweepTemporaries(path: string): Promise<string[]> {
   const prefix = temporaryPrefix(path);
   let names: string[];
   try {
-    names = await readdir(dirname(path));
+    names = await listing(dirname(path));
   } catch {
     return [];
   }

@@ -125,13 +125,19 @@ export async function writeAllowMaps(
     const entries = to.maps?.find((m) => m.name === name)?.entries ?? new Map<string, string>();
     const before = from.maps?.find((m) => m.name === name)?.entries;
     allow.follow(entries, before ? { from: before, keys } : undefined);
-    for (const slot of new Set(keys.map(slotOfKey))) {
-      const path = mapPath(mapDirOf(s), slotAllowMapName(name, slot));
-      const text = `${ALLOW_HEADER}\n${allow.text(slot)}`;
-      await writeFileAtomic(path, text, OWNED_FILE_MODE);
-      seen.set(path, text);
-      s.traffic?.bytes('sent', Buffer.byteLength(text));
-    }
+    const slots = [...new Set(keys.map(slotOfKey))];
+    let next = 0;
+    const lane = async () => {
+      while (next < slots.length) {
+        const slot = slots[next++] as string;
+        const path = mapPath(mapDirOf(s), slotAllowMapName(name, slot));
+        const text = `${ALLOW_HEADER}\n${allow.text(slot)}`;
+        await writeFileAtomic(path, text, OWNED_FILE_MODE);
+        seen.set(path, text);
+        s.traffic?.bytes('sent', Buffer.byteLength(text));
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(SLOT_WRITERS, slots.length) }, lane));
   }
 }
 
