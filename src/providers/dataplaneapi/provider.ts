@@ -1,8 +1,7 @@
 import { PERSIST_DELAY_MS } from '../../config/settings.js';
 import { SlotAllowIndex } from '../../haproxy/allow-file.js';
-import { slotOfKey } from '../../haproxy/allow-keys.js';
 import type { HaproxyState } from '../../haproxy/model.js';
-import { type SlotMapOp, slotAllowMapName } from '../../haproxy/slot-allow.js';
+import { slotAllowMapName } from '../../haproxy/slot-allow.js';
 import { ConcurrentChangeError, errorText, TerminalError } from '../../model/errors.js';
 import { allowMapNameFor, sniMapNameFor } from '../../naming/names.js';
 import { isAllowOperation } from '../../plan/operations.js';
@@ -11,7 +10,6 @@ import type { Reading } from '../../plan/reading.js';
 import { systemClock } from '../../timing/clock.js';
 import { Lane } from '../lane.js';
 import type { ApplyReport, Change, CloseOptions, Provider, ProviderInfo, RawRead } from '../provider.js';
-import type { RuntimeOp } from '../runtime-steps.js';
 import { checkApi } from './api-check.js';
 import type { Capabilities } from './capability.js';
 import { changedSections, touchedBy } from './changes.js';
@@ -22,6 +20,7 @@ import { type DataplaneProviderOptions, RUNTIME_MAX_REQUESTS } from './config.js
 import { lineTagsFor, type SlotGuards } from './config-text.js';
 import { translate } from './errors.js';
 import { Files } from './files.js';
+import { slotStepsOf, touchedSlotMaps } from './lists.js';
 import { MapNames } from './map-names.js';
 import { MapFiles } from './maps.js';
 import { type Pending, Persistence } from './persist.js';
@@ -181,18 +180,8 @@ export class DataplaneProvider implements Provider {
     const target = change.to.state;
     const maps = new Set<string>();
     try {
-      const writes: Array<[string, string]> = [];
-      for (const name of new Set(ops.map((o) => o.map))) {
-        const entries = target.maps?.find((m) => m.name === name)?.entries ?? new Map<string, string>();
-        const from = change.from.state.maps?.find((m) => m.name === name)?.entries;
-        const keys = ops.filter((o) => o.map === name).map((o) => o.key);
-        this.allow.follow(entries, from ? { from, keys } : undefined);
-        for (const slot of new Set(keys.map(slotOfKey))) {
-          const map = slotAllowMapName(name, slot);
-          maps.add(map);
-          writes.push([map, this.allow.text(slot)]);
-        }
-      }
+      const writes = touchedSlotMaps(this.allow, change, ops);
+      for (const [map] of writes) maps.add(map);
       await this.maps.writeMany(writes, signal, counter);
       this.persistence.follow(target);
     } catch (err) {
@@ -385,7 +374,7 @@ export class DataplaneProvider implements Provider {
         path.steps,
         signal,
         counter,
-        this.slotSteps(path.steps, change),
+        slotStepsOf(this.allow, path.steps, change),
       );
       for (const key of draining) this.draining.add(key);
       if (busy.length > 0) {
@@ -413,29 +402,6 @@ export class DataplaneProvider implements Provider {
       };
     }
     return this.fileWriters.run(() => this.sendFiles(path, change, signal, counter));
-  }
-
-  /** Each allow-map key's changes of its slot's own map, from the change's starting state. */
-  private slotSteps(steps: readonly RuntimeOp[], change: Change): Map<RuntimeOp, SlotMapOp[]> {
-    const out = new Map<RuntimeOp, SlotMapOp[]>();
-    const lists = steps.filter(isAllowOperation);
-    for (const map of new Set(lists.map((op) => op.map))) {
-      const ops = lists.filter((op) => op.map === map);
-      this.allow.follow(change.from.state.maps?.find((m) => m.name === map)?.entries ?? new Map());
-      const each = this.guardSync(() => this.allow.runtimeSteps(map, ops));
-      ops.forEach((op, i) => {
-        out.set(op, each[i] ?? []);
-      });
-    }
-    return out;
-  }
-
-  private guardSync<T>(f: () => T): T {
-    try {
-      return f();
-    } catch (err) {
-      throw err instanceof TerminalError ? err : new TerminalError(errorText(err));
-    }
   }
 
   /** A change through the files (a reload, moves in place, a structure written): one writer of them. */
