@@ -4,7 +4,7 @@ import type { BackendState, HaproxyState } from '../../haproxy/model.js';
 import { slotAllowMapName } from '../../haproxy/slot-allow.js';
 import { checkedName, checkedPort, checkedServerAddress } from './checked.js';
 import type { Move } from './choose.js';
-import { type DataplaneClient, versionOf } from './client.js';
+import { type DataplaneClient, DataplaneUnreachableError, versionOf } from './client.js';
 import {
   backendLines,
   frontendLines,
@@ -58,6 +58,8 @@ export interface FilesDeps {
   timeoutMs: number;
   reloadTimeoutMs: number;
   logger: Logger;
+  /** A push of the file at `version` the API went away during: it may leave the transaction it opened. */
+  interrupted?: (version: number) => void;
 }
 
 /** `X-Runtime-Actions` of one push stay well under the API's header limit. */
@@ -89,6 +91,28 @@ export class Files {
       } catch {
         // Left to the write.
       }
+    }
+  }
+
+  /** One push of the configuration's text at `version` (the API opens a transaction for it: `interrupted`). */
+  private async push(
+    text: string,
+    version: number,
+    w: FileWrite,
+    actions: string | undefined,
+    signal: AbortSignal,
+  ) {
+    try {
+      return await this.d.client.POST('/services/haproxy/configuration/raw', {
+        params: { query: { version, ...(w.reload ? { force_reload: true } : { skip_reload: true }) } },
+        body: text,
+        ...(actions !== undefined ? { headers: { 'X-Runtime-Actions': actions } } : {}),
+        ...(w.reload ? { timeoutMs: this.d.reloadTimeoutMs + this.d.timeoutMs } : {}),
+        signal,
+      });
+    } catch (err) {
+      if (err instanceof DataplaneUnreachableError) this.d.interrupted?.(version);
+      throw err;
     }
   }
 
@@ -181,13 +205,7 @@ export class Files {
     let version = config.version;
     for (const actions of parts) {
       counter.requests++;
-      const pushed = await this.d.client.POST('/services/haproxy/configuration/raw', {
-        params: { query: { version, ...(w.reload ? { force_reload: true } : { skip_reload: true }) } },
-        body: text,
-        ...(actions !== undefined ? { headers: { 'X-Runtime-Actions': actions } } : {}),
-        ...(w.reload ? { timeoutMs: this.d.reloadTimeoutMs + this.d.timeoutMs } : {}),
-        signal,
-      });
+      const pushed = await this.push(text, version, w, actions, signal);
       this.d.reads.wrote(versionOf(pushed.headers), text);
       version = versionOf(pushed.headers) ?? version + 1;
     }

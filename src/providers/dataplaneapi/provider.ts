@@ -15,7 +15,7 @@ import type { Capabilities } from './capability.js';
 import { changedSections, touchedBy } from './changes.js';
 import { checkedName } from './checked.js';
 import { choosePath, type Path } from './choose.js';
-import { createClient, type DataplaneClient, DataplaneUnreachableError } from './client.js';
+import { createClient, type DataplaneClient } from './client.js';
 import { type DataplaneProviderOptions, RUNTIME_MAX_REQUESTS } from './config.js';
 import { lineTagsFor, type SlotGuards } from './config-text.js';
 import { translate } from './errors.js';
@@ -82,8 +82,8 @@ export class DataplaneProvider implements Provider {
   private readonly allow = new SlotAllowIndex((detail) => new TerminalError(detail));
   /** The owner's allow map, and where the storage keeps each slot's own. */
   private readonly guards: SlotGuards;
-  /** The API was unreachable since the last sweep of transactions (`sweepAfterWrite`). */
-  private sweepDue = false;
+  /** Versions of pushes of ours the API went away during (`sweepAfterWrite`). */
+  private readonly interruptedPushes = new Set<number>();
   /** The one allow map of releases before per-slot maps was deleted from the storage (after a reload). */
   private oldAllowMapGone = false;
 
@@ -121,6 +121,7 @@ export class DataplaneProvider implements Provider {
       workers: this.workers,
       slots,
       lines: () => lineTagsFor(this.capabilities),
+      interrupted: (version) => this.interruptedPushes.add(version),
       timeoutMs: o.timeoutMs,
       reloadTimeoutMs: o.reloadTimeoutMs,
       logger: o.logger,
@@ -265,8 +266,6 @@ export class DataplaneProvider implements Provider {
       stats?.catch(() => undefined); // awaited by `withRunning`, unless a read of the files throws first
       const config = await this.reads.read(signal, counter);
       const raw = this.storage ? await this.storage.merge(config.state(), signal, counter) : config.state();
-      // A full read follows a restart of HAProxy or of the API (a kill mid-push leaves its transaction).
-      this.sweepDue = true;
       const running = await withRunning(this.client, raw, runtime, this.known, signal, counter, stats);
       this.drift = running.drift;
       this.draining = running.draining;
@@ -504,21 +503,20 @@ export class DataplaneProvider implements Provider {
   }
 
   private translate(err: unknown): unknown {
-    // The API gone (killed, restarted) may have been pushing a file of ours: the transaction the API opens
-    // for a push stays open, and is swept once the configuration has moved past it (`sweepAfterWrite`).
-    if (err instanceof DataplaneUnreachableError) this.sweepDue = true;
     return translate(err, this.client.url, (why) => this.workers.distrust(why));
   }
 
   /**
-   * Once a write has moved the configuration past what the API held when it went away, the transactions
-   * an interrupted push of ours left are outdated: swept (best effort; the next start sweeps too).
+   * The transaction the API opened for a push of ours and left when it went away (killed, restarted with
+   * its container), deleted once a write has moved the configuration past its version: only those of the
+   * versions such pushes were made at (best effort; the next start sweeps too).
    */
   private async sweepAfterWrite(signal: AbortSignal): Promise<void> {
-    if (!this.sweepDue) return;
-    this.sweepDue = false;
-    await sweepTransactions(this.client, undefined, this.o.logger, signal).catch((err) => {
-      this.sweepDue = true;
+    if (this.interruptedPushes.size === 0) return;
+    const versions = new Set(this.interruptedPushes);
+    this.interruptedPushes.clear();
+    await sweepTransactions(this.client, undefined, this.o.logger, signal, versions).catch((err) => {
+      for (const v of versions) this.interruptedPushes.add(v);
       this.o.logger.warn({ err: errorText(err) }, 'could not sweep transactions after the API came back');
     });
   }

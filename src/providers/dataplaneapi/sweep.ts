@@ -18,6 +18,8 @@ export async function sweepTransactions(
   ledgerFile: string | undefined,
   logger: Logger,
   signal: AbortSignal,
+  /** Only transactions of these versions (those the API opened for pushes of ours it was killed during). */
+  only?: ReadonlySet<number>,
 ): Promise<void> {
   const ledgered = ledgerFile ? await readLedger(ledgerFile) : [];
   const { data: version } = await client.GET('/services/haproxy/configuration/version', { signal });
@@ -28,6 +30,7 @@ export async function sweepTransactions(
     if (!id || t.status !== 'in_progress') continue;
     const outdated = typeof t._version === 'number' && t._version < version;
     if (!outdated && !ledgered.includes(id)) continue;
+    if (only && !(typeof t._version === 'number' && only.has(t._version))) continue;
     try {
       await client.DELETE('/services/haproxy/transactions/{id}', { params: { path: { id } }, signal });
       gone.push(id);
