@@ -8,11 +8,12 @@ import { renderDesired } from '../../src/haproxy/render.js';
 import { ConcurrentChangeError, ReloadFailedError, TerminalError } from '../../src/model/errors.js';
 import { plan } from '../../src/plan/plan.js';
 import type { Reading } from '../../src/plan/reading.js';
+import { createClient } from '../../src/providers/dataplaneapi/client.js';
 import {
   DataplaneProvider,
   type DataplaneProviderOptions,
 } from '../../src/providers/dataplaneapi/provider.js';
-import { LEDGER_FILE } from '../../src/providers/dataplaneapi/sweep.js';
+import { LEDGER_FILE, sweepTransactions } from '../../src/providers/dataplaneapi/sweep.js';
 import { OwnedProvider } from '../../src/registry/owned-provider.js';
 import { type RouteClaim, resolveRoutes } from '../../src/routes/route.js';
 import { type FakeVersion, startFakeDataplaneApi } from '../support/fake-dataplaneapi.js';
@@ -308,6 +309,9 @@ describe('Data Plane API provider, against a fake API checked by its OpenAPI doc
   });
 });
 
+const clientOf = (fake: { url: string; username: string; password: string }) =>
+  createClient({ url: fake.url, username: fake.username, password: fake.password, timeoutMs: 5_000 });
+
 describe('Data Plane API provider at start', () => {
   let dir: string;
   beforeEach(() => {
@@ -330,6 +334,27 @@ describe('Data Plane API provider at start', () => {
     expect(fake.transactions.map((t) => t.id)).toEqual(['another-tool-at-work']);
     expect(existsSync(join(dir, LEDGER_FILE))).toBe(false);
     await provider.close();
+    await fake.close();
+  });
+
+  it('after an API that went away mid-push, deletes only the transactions of that push once past them', async () => {
+    const fake = await startFakeDataplaneApi();
+    fake.reset(FOREIGN_TEXT);
+    const now = fake.version();
+    // What a kill of the API mid-push leaves (a transaction of the version pushed at), and another tool's.
+    fake.transactions = [
+      { id: 'left-by-our-push', _version: now, status: 'in_progress' },
+      { id: 'another-tool-older', _version: now - 1, status: 'in_progress' },
+    ];
+    const client = clientOf(fake);
+    await sweepTransactions(client, undefined, pino({ level: 'silent' }), signal(), new Set([now]));
+    // Not outdated yet: nothing goes.
+    expect(fake.transactions.map((t) => t.id)).toEqual(['left-by-our-push', 'another-tool-older']);
+    fake.write(`${FOREIGN_TEXT}\n# moved on\n`);
+    await sweepTransactions(client, undefined, pino({ level: 'silent' }), signal(), new Set([now]));
+    client.close();
+    // Ours, now outdated, goes; the other tool's outdated one is not ours to judge here (the start's sweep is).
+    expect(fake.transactions.map((t) => t.id)).toEqual(['another-tool-older']);
     await fake.close();
   });
 
