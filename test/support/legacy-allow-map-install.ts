@@ -1,6 +1,5 @@
-import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { LegacyMapPlace } from './legacy-map-install.js';
+import { type LegacyMapPlace, writeFixtureInstall } from './legacy-map-install.js';
 
 const FIXTURES = join(import.meta.dirname, '../fixtures/legacy-allow-map');
 /** What test/fixtures/legacy-allow-map/make.sh fixed, for the test's own to take their place. */
@@ -25,25 +24,5 @@ export const LEGACY_ALLOW_CLUSTERS = [
  * caller loads it).
  */
 export function writeLegacyAllowMapInstall(place: LegacyMapPlace): string {
-  const swap = (text: string) =>
-    text
-      .replaceAll(MADE.dir, place.dir)
-      .replaceAll(`127.0.0.1:${MADE.sni}`, `127.0.0.1:${place.sniPort}`)
-      .replaceAll(`127.0.0.1:${MADE.alpha}`, `127.0.0.1:${place.ports.alpha}`)
-      .replaceAll(`127.0.0.1:${MADE.beta}`, `127.0.0.1:${place.ports.beta}`)
-      .replaceAll(`"nodePort":${MADE.alpha}`, `"nodePort":${place.ports.alpha}`)
-      .replaceAll(`"nodePort":${MADE.beta}`, `"nodePort":${place.ports.beta}`);
-  for (const file of readdirSync(FIXTURES).filter((f) => f.endsWith('.map')))
-    writeFileSync(join(place.dir, file), swap(readFileSync(join(FIXTURES, file), 'utf8')));
-  // The store as that release left it: `clusters.json` and its journal, whichever it had written.
-  for (const file of readdirSync(FIXTURES).filter((f) => f.startsWith('clusters.json')))
-    writeFileSync(
-      `${place.stateFile}${file.slice('clusters.json'.length)}`,
-      swap(readFileSync(join(FIXTURES, file), 'utf8')),
-    );
-  const owned = swap(readFileSync(join(FIXTURES, 'kubebyon.cfg'), 'utf8'));
-  for (const [what, port] of Object.entries(MADE))
-    if (what !== 'dir' && owned.includes(`:${port}`)) throw new Error(`${port} left in the owned file`);
-  if (owned.includes(MADE.dir)) throw new Error(`${MADE.dir} left in the owned file`);
-  return owned;
+  return writeFixtureInstall(FIXTURES, MADE, place);
 }

@@ -28,24 +28,42 @@ export interface LegacyMapPlace {
  * and servers' ports instead of those it was made with. Returns the owned file's text (the caller loads it).
  */
 export function writeLegacyMapInstall(place: LegacyMapPlace): string {
+  return writeFixtureInstall(FIXTURES, MADE, place);
+}
+
+/** The folder, SNI port and servers' ports a fixture's make.sh fixed. */
+export interface MadeAt {
+  dir: string;
+  sni: number;
+  alpha: number;
+  beta: number;
+}
+
+/**
+ * Puts the install a fixture folder holds (an owned file `kubebyon.cfg`, its `*.map` files, the store's
+ * `clusters.json*`) in `place`, with `place`'s folder and ports in place of those it was `made` with.
+ * Returns the owned file's text (the caller loads it).
+ */
+export function writeFixtureInstall(fixtures: string, made: MadeAt, place: LegacyMapPlace): string {
   const swap = (text: string) =>
     text
-      .replaceAll(MADE.dir, place.dir)
-      .replaceAll(`127.0.0.1:${MADE.sni}`, `127.0.0.1:${place.sniPort}`)
-      .replaceAll(`127.0.0.1:${MADE.alpha}`, `127.0.0.1:${place.ports.alpha}`)
-      .replaceAll(`127.0.0.1:${MADE.beta}`, `127.0.0.1:${place.ports.beta}`)
-      .replaceAll(`"nodePort":${MADE.alpha}`, `"nodePort":${place.ports.alpha}`)
-      .replaceAll(`"nodePort":${MADE.beta}`, `"nodePort":${place.ports.beta}`);
-  for (const file of readdirSync(FIXTURES).filter((f) => f.endsWith('.map')))
-    writeFileSync(join(place.dir, file), swap(readFileSync(join(FIXTURES, file), 'utf8')));
+      .replaceAll(made.dir, place.dir)
+      .replaceAll(`127.0.0.1:${made.sni}`, `127.0.0.1:${place.sniPort}`)
+      .replaceAll(`127.0.0.1:${made.alpha}`, `127.0.0.1:${place.ports.alpha}`)
+      .replaceAll(`127.0.0.1:${made.beta}`, `127.0.0.1:${place.ports.beta}`)
+      .replaceAll(`"nodePort":${made.alpha}`, `"nodePort":${place.ports.alpha}`)
+      .replaceAll(`"nodePort":${made.beta}`, `"nodePort":${place.ports.beta}`);
+  for (const file of readdirSync(fixtures).filter((f) => f.endsWith('.map')))
+    writeFileSync(join(place.dir, file), swap(readFileSync(join(fixtures, file), 'utf8')));
   // The store as that release left it: `clusters.json` and its journal, whichever it had written.
-  for (const file of readdirSync(FIXTURES).filter((f) => f.startsWith('clusters.json')))
+  for (const file of readdirSync(fixtures).filter((f) => f.startsWith('clusters.json')))
     writeFileSync(
       `${place.stateFile}${file.slice('clusters.json'.length)}`,
-      swap(readFileSync(join(FIXTURES, file), 'utf8')),
+      swap(readFileSync(join(fixtures, file), 'utf8')),
     );
-  const owned = swap(readFileSync(join(FIXTURES, 'kubebyon.cfg'), 'utf8'));
-  for (const [what, port] of Object.entries(MADE))
+  const owned = swap(readFileSync(join(fixtures, 'kubebyon.cfg'), 'utf8'));
+  for (const [what, port] of Object.entries(made))
     if (what !== 'dir' && owned.includes(`:${port}`)) throw new Error(`${port} left in the owned file`);
+  if (owned.includes(made.dir)) throw new Error(`${made.dir} left in the owned file`);
   return owned;
 }
