@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { allowKeys, isAllowKey } from '../../src/haproxy/allow-keys.js';
+import { allowKeys, isAllowKey, isAllowNetwork } from '../../src/haproxy/allow-keys.js';
 import {
   type Edge,
   edgeLines,
@@ -11,6 +11,7 @@ import {
   readSlotGuard,
   slotGuardLines,
 } from '../../src/haproxy/edge.js';
+import { formatAddress, parseNetwork } from '../../src/routes/networks.js';
 import { PROPERTY_TIMEOUT_MS } from '../support/property.js';
 
 const FILES = { sniMap: '/etc/haproxy/o.sni.map' };
@@ -193,6 +194,47 @@ describe('the SNI frontend guard', () => {
     ])
       expect(isAllowKey(bad), JSON.stringify(bad)).toBe(false);
   });
+
+  it(
+    'judges an IPv4 network by its digits as parsing it and writing it back would',
+    () => {
+      // The reference: canonical when parsing and writing back gives the very text (the check before the digits).
+      const canonical = (net: string) => {
+        const p = parseNetwork(net);
+        return (
+          p.ok && p.network.family === 4 && `${formatAddress(4, p.network.bits)}/${p.network.prefix}` === net
+        );
+      };
+      const octet = fc.oneof(
+        fc.integer({ min: 0, max: 300 }).map(String),
+        fc.constantFrom('00', '01', '007', ''),
+      );
+      const net = fc
+        .tuple(fc.array(octet, { minLength: 4, maxLength: 4 }), fc.integer({ min: 0, max: 40 }), fc.boolean())
+        .map(([o, prefix, aligned]) => {
+          if (!aligned) return `${o.join('.')}/${prefix}`;
+          // Host bits cleared where the octets are bytes: most draws are then canonical, not only refusals.
+          const bytes = o.map((x) => Math.min(255, Number(x) || 0));
+          const value = bytes.reduce((a, b) => a * 256 + b, 0);
+          const bits = value - (value % 2 ** (32 - Math.min(prefix, 32)));
+          return `${[24, 16, 8, 0].map((s) => Math.floor(bits / 2 ** s) % 256).join('.')}/${prefix}`;
+        });
+      let accepted = 0;
+      fc.assert(
+        fc.property(net, (n) => {
+          const want = canonical(n);
+          if (want) accepted++;
+          expect(isAllowKey(`${n}|kubebyon_slot_00001`), n).toBe(want);
+          expect(isAllowNetwork(n), n).toBe(want);
+        }),
+        { numRuns: 3000 },
+      );
+      // Both verdicts were drawn often.
+      expect(accepted).toBeGreaterThan(300);
+      expect(accepted).toBeLessThan(2700);
+    },
+    PROPERTY_TIMEOUT_MS,
+  );
 
   it('reads the refusals table as 2.6 and 3.x list it', () => {
     const answer = [
