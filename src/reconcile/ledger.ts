@@ -52,6 +52,23 @@ export class PassLedger {
     return clusterStatuses(this.o.store.list(), this.last, this.appliedAt, this.o.publicPort);
   }
 
+  /**
+   * The clusters whose backend `counts` names (backend -> count: the refusals table), with their host and
+   * count: the `backend` of their `statuses()`, without every cluster's status built (35 % of a `/metrics`
+   * scrape at 5000 clusters, a CPU profile).
+   */
+  countsByCluster(
+    counts: ReadonlyMap<string, number>,
+  ): Array<{ cluster: string; host: string; count: number }> {
+    const backends = this.last?.backends;
+    if (!backends || counts.size === 0) return [];
+    return this.o.store.list().flatMap((record) => {
+      const backend = backends.get(record.name)?.backend;
+      const count = backend === undefined ? undefined : counts.get(backend);
+      return count === undefined ? [] : [{ cluster: record.name, host: record.host, count }];
+    });
+  }
+
   /** One cluster's status, or undefined when the store has no such cluster. */
   status(name: string): ClusterStatus | undefined {
     const record = this.o.store.get(name);

@@ -166,11 +166,7 @@ export class Reconciler implements Loop {
    */
   async refusals(signal: AbortSignal): Promise<Array<{ cluster: string; host: string; count: number }>> {
     const counts = await this.o.provider.refusals(refusalsBackendFor(this.o.render.namePrefix), signal);
-    if (counts.size === 0) return [];
-    return this.statuses().flatMap((s) => {
-      const count = s.backend === null ? undefined : counts.get(s.backend);
-      return count === undefined ? [] : [{ cluster: s.name, host: s.host, count }];
-    });
+    return this.ledger.countsByCluster(counts);
   }
 
   /** What the next pass would apply, without applying it, and which backend would serve each cluster after. */

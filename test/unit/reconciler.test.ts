@@ -122,6 +122,41 @@ describe('Reconciler', () => {
     expect(provider.applies).toHaveLength(2);
   });
 
+  it("joins HAProxy's refusals by backend to the clusters each status names", async () => {
+    const r = make();
+    await demo();
+    await store.upsert({ name: 'other', host: 'api.other.example.com', target: { nodePort: 30444 } });
+    await store.upsert({ name: 'third', host: 'api.third.example.com', target: { nodePort: 30445 } });
+    await settle(r.request('start'));
+    const backendOf = (name: string) => r.statuses().find((s) => s.name === name)?.backend ?? null;
+    const demoBackend = backendOf('demo');
+    const otherBackend = backendOf('other');
+    expect(demoBackend).not.toBeNull();
+    expect(otherBackend).not.toBeNull();
+    // The refusals table as HAProxy counts it: two routed slots, and one no cluster holds.
+    const table = new Map([
+      [demoBackend as string, 3],
+      [otherBackend as string, 0],
+      ['kubebyon_slot_99999', 7],
+    ]);
+    (provider as MemoryProvider & { refusals: () => Promise<Map<string, number>> }).refusals = async () =>
+      table;
+    const rows = await r.refusals(AbortSignal.timeout(5_000));
+    // What every cluster's status says, joined by hand.
+    const expected = r
+      .statuses()
+      .flatMap((s) =>
+        s.backend !== null && table.has(s.backend)
+          ? [{ cluster: s.name, host: s.host, count: table.get(s.backend) }]
+          : [],
+      );
+    expect(rows).toEqual(expected);
+    expect(rows).toEqual([
+      { cluster: 'demo', host: 'api.demo.example.com', count: 3 },
+      { cluster: 'other', host: 'api.other.example.com', count: 0 },
+    ]);
+  });
+
   it('applies nothing when HAProxy already matches', async () => {
     const r = make();
     await demo();
