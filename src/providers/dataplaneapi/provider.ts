@@ -20,7 +20,6 @@ import { type DataplaneProviderOptions, RUNTIME_MAX_REQUESTS } from './config.js
 import { lineTagsFor, type SlotGuards } from './config-text.js';
 import { translate } from './errors.js';
 import { Files } from './files.js';
-import { slotStepsOf, touchedSlotMaps } from './lists.js';
 import { MapNames } from './map-names.js';
 import { MapFiles } from './maps.js';
 import { type Pending, Persistence } from './persist.js';
@@ -181,7 +180,9 @@ export class DataplaneProvider implements Provider {
     const target = change.to.state;
     const maps = new Set<string>();
     try {
-      const writes = touchedSlotMaps(this.allow, change, ops);
+      const writes = this.allow
+        .touchedMaps(ops, change.from.state, target)
+        .map(({ map, text }): [string, string] => [map, text]);
       for (const [map] of writes) maps.add(map);
       await this.maps.writeMany(writes, signal, counter);
       this.persistence.follow(target);
@@ -373,7 +374,7 @@ export class DataplaneProvider implements Provider {
         path.steps,
         signal,
         counter,
-        slotStepsOf(this.allow, path.steps, change),
+        this.allow.stepsFrom(path.steps, change.from.state),
       );
       for (const key of draining) this.draining.add(key);
       if (busy.length > 0) {

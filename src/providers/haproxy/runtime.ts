@@ -46,7 +46,7 @@ export async function applyAtRuntime(
   allow: SlotAllowIndex,
 ): Promise<void> {
   const started = Date.now();
-  const change = new RuntimeChange(s, current, signal, slotSteps(operations, current, allow));
+  const change = new RuntimeChange(s, current, signal, allow.stepsFrom(operations, current.state));
   try {
     for (let i = 0; i < operations.length; i++) {
       const op = operations[i] as Operation;
@@ -73,31 +73,6 @@ export async function applyAtRuntime(
     { operations: operations.length, ms: Date.now() - started },
     'changed through the runtime API, no reload',
   );
-}
-
-/** Each allow-map operation's changes of the slots' maps (`SlotAllowIndex.runtimeSteps`). */
-function slotSteps(
-  operations: readonly Operation[],
-  current: Reading,
-  allow: SlotAllowIndex,
-): Map<Operation, SlotMapOp[]> {
-  const out = new Map<Operation, SlotMapOp[]>();
-  const byMap = new Map<string, AllowEntry[]>();
-  for (const op of operations) {
-    if (op.kind !== 'add_allow_entry' && op.kind !== 'delete_allow_entry') continue;
-    // Appended in place: a copy per operation is quadratic (lists on 5000 clusters are 85 000 operations).
-    const ops = byMap.get(op.map);
-    if (ops) ops.push(op);
-    else byMap.set(op.map, [op]);
-  }
-  for (const [map, ops] of byMap) {
-    allow.follow(current.state.maps?.find((m) => m.name === map)?.entries ?? new Map());
-    const steps = allow.runtimeSteps(map, ops);
-    ops.forEach((op, i) => {
-      out.set(op, steps[i] ?? []);
-    });
-  }
-  return out;
 }
 
 /** One apply's runtime commands, and what undoes those that ran. */
