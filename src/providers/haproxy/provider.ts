@@ -150,8 +150,8 @@ export class StockHaproxyProvider implements Provider {
 
   private async revisionNow(signal: AbortSignal): Promise<string> {
     const edges = this.persistEdges;
-    const g = await workerGeneration(this.session, signal);
-    const { text } = await this.owned.read();
+    // Independent facts, asked together: a list change waits for this before its runtime commands.
+    const [g, { text }] = await Promise.all([workerGeneration(this.session, signal), this.owned.read()]);
     const ours =
       text === this.fileSeen ||
       (this.persisting && (text === this.persisting.from || text === this.persisting.to)) ||
