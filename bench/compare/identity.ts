@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { connect, createServer, type Server, type TLSSocket } from 'node:tls';
+import { connect, createSecureContext, createServer, type Server, type TLSSocket } from 'node:tls';
 import { testKeyPair } from '../../test/support/tls.js';
 import { tsWorker } from './thread.js';
 
@@ -85,32 +85,63 @@ export function sources(count: number, prefix = '127.0.1.'): ProbeSource {
   return () => `${prefix}${1 + (i++ % Math.min(count, 254))}`;
 }
 
+/**
+ * One client context for every probe: `connect` without one builds a context per handshake, a third of a
+ * refused probe's time and a tenth of a full one's on this machine (`bench/networks.ts`, where the proofs'
+ * own CPU competes with the service for two cores).
+ */
+let probeContext: ReturnType<typeof createSecureContext> | undefined;
+
 /** One TLS handshake to HAProxy with `host` as SNI: the identity line that came back, or null. */
-export function probe(
+export async function probe(
   port: number,
   host: string,
   timeoutMs = 2_000,
   localAddress?: string,
 ): Promise<string | null> {
+  return (await probeTimed(port, host, timeoutMs, localAddress)).answer;
+}
+
+/**
+ * `probe`, with when its outcome was known (`performance.now()`): for an answer, when the client finished
+ * its handshake with the server that then sent it (the server's whole first flight had arrived, so HAProxy
+ * had let the connection through; the line, a round trip later, says which server it was); for a refusal,
+ * when the connection was closed.
+ */
+export function probeTimed(
+  port: number,
+  host: string,
+  timeoutMs = 2_000,
+  localAddress?: string,
+  /** Let in is all the caller asks: the answer is '' once the handshake is done, the line not awaited. */
+  handshakeOnly = false,
+): Promise<{ answer: string | null; at: number }> {
   return new Promise((resolve) => {
     let data = '';
     let settled = false;
+    let handshaken: number | undefined;
     const socket = connect({
       host: '127.0.0.1',
       port,
       servername: host,
       rejectUnauthorized: false,
+      secureContext: (probeContext ??= createSecureContext({})),
       ...(localAddress ? { localAddress } : {}),
     });
     const done = (answer: string | null) => {
       if (settled) return;
       settled = true;
+      const now = performance.now();
       clearTimeout(timer);
       socket.destroy();
-      resolve(answer);
+      resolve({ answer, at: answer !== null && handshaken !== undefined ? handshaken : now });
     };
     const timer = setTimeout(() => done(null), timeoutMs);
     socket.setEncoding('utf8');
+    socket.once('secureConnect', () => {
+      handshaken = performance.now();
+      if (handshakeOnly) done('');
+    });
     socket.on('data', (chunk: string) => {
       data += chunk;
       if (data.includes('\n')) done(data.trim());
@@ -141,7 +172,8 @@ export function until(
 
 /**
  * Handshakes one after another (at most 20 000) until one's answer is what `proves` wants: the time it took
- * (ms since `since`), or null once `deadline` (epoch ms) has passed. `pauseMs` (of the ms elapsed) spaces them.
+ * (ms since `since` to when that answer was known, `probeTimed`), or null once `deadline` (epoch ms) has
+ * passed. `pauseMs` (of the ms elapsed) spaces them.
  */
 export async function probeUntil(
   port: number,
@@ -149,11 +181,12 @@ export async function probeUntil(
   proves: (answer: string | null) => boolean,
   since: number,
   deadline: number,
-  o: { from?: ProbeSource; pauseMs: (elapsed: number) => number },
+  o: { from?: ProbeSource; pauseMs: (elapsed: number) => number; handshakeOnly?: boolean },
 ): Promise<number | null> {
   const from = o.from ?? systemSource;
   for (let i = 0; i < 20_000; i++) {
-    if (proves(await probe(port, host, 1_000, from()))) return performance.now() - since;
+    const { answer, at } = await probeTimed(port, host, 1_000, from(), o.handshakeOnly);
+    if (proves(answer)) return at - since;
     if (Date.now() > deadline) return null;
     await sleep(o.pauseMs(performance.now() - since));
   }

@@ -28,7 +28,11 @@ parentPort?.on('message', async (m: ProofRequest) => {
   const since = performance.now() - Number(process.hrtime.bigint() - m.start) / 1e6;
   const [allowed, refused] = await Promise.all([
     probeUntil(m.port, m.host, (answer) => answer === m.expected, since, m.deadline, tight(m.inside)),
-    probeUntil(m.port, m.host, (answer) => answer === null, since, m.deadline, tight(m.outside)),
+    // Waiting for a refusal, a connection let in needs no identity line: it is closed once its handshake is.
+    probeUntil(m.port, m.host, (answer) => answer === null, since, m.deadline, {
+      ...tight(m.outside),
+      handshakeOnly: true,
+    }),
   ]);
   parentPort?.postMessage({ allowed, refused } satisfies ProofAnswer);
 });
