@@ -91,6 +91,10 @@ export function sources(count: number, prefix = '127.0.1.'): ProbeSource {
  * own CPU competes with the service for two cores).
  */
 let probeContext: ReturnType<typeof createSecureContext> | undefined;
+const clientContext = () => {
+  probeContext ??= createSecureContext({});
+  return probeContext;
+};
 
 /** One TLS handshake to HAProxy with `host` as SNI: the identity line that came back, or null. */
 export async function probe(
@@ -125,7 +129,7 @@ export function probeTimed(
       port,
       servername: host,
       rejectUnauthorized: false,
-      secureContext: (probeContext ??= createSecureContext({})),
+      secureContext: clientContext(),
       ...(localAddress ? { localAddress } : {}),
     });
     const done = (answer: string | null) => {
