@@ -1,4 +1,5 @@
-import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
+import { Counter, collectDefaultMetrics, Gauge, Histogram } from 'prom-client';
+import { CachedLinesGauge, cachingRegistry } from './cached-lines.js';
 
 const NS = 'kubebyon_haproxy_adapter';
 
@@ -10,7 +11,7 @@ const NS = 'kubebyon_haproxy_adapter';
  * `perInstance` leaves their zero series to each instance's view (`instance-metrics.ts`).
  */
 export function createMetrics(options: { perInstance?: boolean } = {}) {
-  const registry = new Registry();
+  const registry = cachingRegistry();
   collectDefaultMetrics({ register: registry });
   const metrics = {
     registry,
@@ -95,7 +96,7 @@ export function createMetrics(options: { perInstance?: boolean } = {}) {
     }),
     // One series per routed cluster: bounded by the clusters the service holds, and reset every pass so a
     // deleted cluster's series goes with it. Slot backends name no cluster: this says which serves which.
-    routeBackendInfo: new Gauge({
+    routeBackendInfo: new CachedLinesGauge({
       name: `${NS}_route_backend_info`,
       help: 'Which HAProxy backend serves each routed cluster (value 1): cluster, host (the SNI) and backend.',
       labelNames: ['cluster', 'host', 'backend', 'haproxy'] as const,
