@@ -111,9 +111,8 @@ function startProver() {
 function niceBench(): () => void {
   const nice = Number(process.env.BENCH_NICE ?? '10');
   if (!Number.isInteger(nice) || nice <= 0) return () => {};
-  const tasks = () => readdirSync(`/proc/${process.pid}/task`).map(Number);
   const before = new Map<number, number>();
-  for (const t of tasks()) {
+  for (const t of readdirSync(`/proc/${process.pid}/task`).map(Number)) {
     try {
       before.set(t, getPriority(t));
       setPriority(t, Math.min(19, nice));
@@ -191,7 +190,7 @@ export async function runNetworks(
   const env = benchRunEnv(target, kube.kubeconfig, dir);
   const svc = await startService(env, secret);
   const prover = startProver();
-  // Undone in `finally` too: a service spawned while the bench is held would be held with it.
+  // Undone in `finally` too: a service spawned while the bench is niced would be niced with it.
   let unnice = () => {};
   const port = target.sniPort;
   const ports = o.servers.ports;
