@@ -8,9 +8,10 @@
  * Per provider, on a fresh HAProxy: N clusters open to all in one request, memory; the same N with a list of
  * `entries` networks each (/32s of 198.18.0.0/15: only map keys to HAProxy), memory; then one list change at
  * a time, round `probed` clusters whose lists also hold one of two loopback sources (127.0.0.10 and up): from
- * the signed `PUT /v1/clusters/{name}?wait=true` being sent (handshakes from both sources run from then on)
- * to the first handshake from the source the new list adds that reaches the API server, to the first from
- * the source it drops that is refused, and to the answer (the acknowledgement); HAProxy's reload
+ * the signed `PUT /v1/clusters/{name}?wait=true` being sent (probes from both sources run from then on)
+ * to the first handshake from the source the new list adds that reaches the API server (when the server saw
+ * HAProxy's connection, and when the client's handshake was done), to the first ClientHello from the source it
+ * drops that is refused, and to the answer (the acknowledgement); HAProxy's reload
  * count (master `show proc`) around the changes. Every loop has a count and a deadline. Writes
  * <out>/networks.json and networks.md after every provider. Build first (`npm run build`).
  */

@@ -1,3 +1,4 @@
+import type { Socket } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { connect, createSecureContext, createServer, type Server, type TLSSocket } from 'node:tls';
 import { testKeyPair } from '../../test/support/tls.js';
@@ -5,9 +6,11 @@ import { tsWorker } from './thread.js';
 
 /**
  * The stand-in vCluster API servers: a few TLS servers on each node address (127.0.0.2, 127.0.0.3), all at
- * the same ports, that answer every connection with `<address>:<port> <SNI>` and keep it open until the
- * client closes. Many routes share one server; the SNI in the answer proves which route HAProxy took, the
- * address and port which server (before and after a node address change).
+ * the same ports, that answer every connection with `<address>:<port> <SNI>` and, on a second line, when the
+ * connection from HAProxy arrived (`process.hrtime.bigint()`, ns: the process's monotonic clock, which the
+ * probing threads share), and keep it open until the client closes. Many routes share one server; the SNI in
+ * the answer proves which route HAProxy took, the address and port which server (before and after a node
+ * address change).
  */
 export interface IdentityServers {
   addresses: string[];
@@ -58,9 +61,18 @@ export async function listenIdentityServers(addresses: string[], count: number):
 }
 
 function listen(address: string, port: number): Promise<Server> {
+  // When HAProxy's connection arrived, by its address and port: the moment HAProxy had let a client through.
+  const arrivals = new Map<string, bigint>();
+  const peer = (s: Socket) => `${s.remoteAddress}:${s.remotePort}`;
   const server = createServer(testKeyPair(), (socket: TLSSocket) => {
     socket.on('error', () => {});
-    socket.write(`${address}:${port} ${socket.servername || '-'}\n`);
+    const arrived = arrivals.get(peer(socket));
+    socket.write(`${address}:${port} ${socket.servername || '-'}\n${arrived ?? ''}\n`);
+  });
+  server.on('connection', (raw: Socket) => {
+    const key = peer(raw);
+    arrivals.set(key, process.hrtime.bigint());
+    raw.once('close', () => arrivals.delete(key));
   });
   server.on('tlsClientError', () => {});
   return new Promise((resolve, reject) => {
@@ -110,16 +122,14 @@ export async function probe(
  * `probe`, with when its outcome was known (`performance.now()`): for an answer, when the client finished
  * its handshake with the server that then sent it (the server's whole first flight had arrived, so HAProxy
  * had let the connection through; the line, a round trip later, says which server it was); for a refusal,
- * when the connection was closed.
+ * when the connection was closed. `arrived`: when the server saw HAProxy's connection (its second line).
  */
 export function probeTimed(
   port: number,
   host: string,
   timeoutMs = 2_000,
   localAddress?: string,
-  /** Let in is all the caller asks: the answer is '' once the handshake is done, the line not awaited. */
-  handshakeOnly = false,
-): Promise<{ answer: string | null; at: number }> {
+): Promise<{ answer: string | null; at: number; arrived?: number }> {
   return new Promise((resolve) => {
     let data = '';
     let settled = false;
@@ -132,28 +142,33 @@ export function probeTimed(
       secureContext: clientContext(),
       ...(localAddress ? { localAddress } : {}),
     });
-    const done = (answer: string | null) => {
+    const done = (answer: string | null, stamp?: string) => {
       if (settled) return;
       settled = true;
       const now = performance.now();
       clearTimeout(timer);
       socket.destroy();
-      resolve({ answer, at: answer !== null && handshaken !== undefined ? handshaken : now });
+      const at = answer !== null && handshaken !== undefined ? handshaken : now;
+      resolve(stamp ? { answer, at, arrived: onThisClock(BigInt(stamp), now) } : { answer, at });
     };
     const timer = setTimeout(() => done(null), timeoutMs);
     socket.setEncoding('utf8');
     socket.once('secureConnect', () => {
       handshaken = performance.now();
-      if (handshakeOnly) done('');
     });
     socket.on('data', (chunk: string) => {
       data += chunk;
-      if (data.includes('\n')) done(data.trim());
+      const [line, stamp, rest] = data.split('\n', 3);
+      if (rest !== undefined) done(line as string, stamp);
     });
     socket.on('error', () => done(null));
     socket.on('close', () => done(null));
   });
 }
+
+/** A `process.hrtime.bigint()` reading as this thread's `performance.now()`, given the latter's `now`. */
+export const onThisClock = (ns: bigint, now = performance.now()) =>
+  now - Number(process.hrtime.bigint() - ns) / 1e6;
 
 /**
  * Probes until `host` answers with `expected`; resolves with the time it took (ms since `since`), or null
@@ -185,11 +200,11 @@ export async function probeUntil(
   proves: (answer: string | null) => boolean,
   since: number,
   deadline: number,
-  o: { from?: ProbeSource; pauseMs: (elapsed: number) => number; handshakeOnly?: boolean },
+  o: { from?: ProbeSource; pauseMs: (elapsed: number) => number },
 ): Promise<number | null> {
   const from = o.from ?? systemSource;
   for (let i = 0; i < 20_000; i++) {
-    const { answer, at } = await probeTimed(port, host, 1_000, from(), o.handshakeOnly);
+    const { answer, at } = await probeTimed(port, host, 1_000, from());
     if (proves(answer)) return at - since;
     if (Date.now() > deadline) return null;
     await sleep(o.pauseMs(performance.now() - since));

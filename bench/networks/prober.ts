@@ -1,6 +1,8 @@
-// The change proofs' thread (`run.ts`): both sources' handshakes for one change, away from the bench's heap.
+// The change proofs' thread (`run.ts`): both sources' probes for one change, away from the bench's heap.
+import { setTimeout as sleep } from 'node:timers/promises';
 import { parentPort } from 'node:worker_threads';
-import { probeUntil } from '../compare/identity.js';
+import { onThisClock, probeTimed } from '../compare/identity.js';
+import { untilHelloRefused } from './hello.js';
 
 /** One change's proofs; `start` is `process.hrtime.bigint()` in the bench's thread when the change is sent. */
 export interface ProofRequest {
@@ -14,25 +16,50 @@ export interface ProofRequest {
   deadline: number;
 }
 
-/** Ms from `start` to the first handshake from `inside` that reaches the API server, and from `outside` refused. */
+/**
+ * Ms from `start`: to the first connection from `inside` that reached the API server (`allowed`, when that
+ * server saw it; `allowedHandshake`, when the client had finished its handshake), and to the first from
+ * `outside` refused.
+ */
 export interface ProofAnswer {
   allowed: number | null;
+  allowedHandshake: number | null;
   refused: number | null;
+  /** After the proofs, a whole handshake from `outside` was refused too (the hello's verdict checked). */
+  refusalConfirmed: boolean;
 }
 
-/** Handshakes from one source, 1 ms apart: a proof is timed to a handshake, not to a poll interval. */
-const tight = (source: string) => ({ from: () => source, pauseMs: () => 1 });
+const PAUSE_MS = 1;
+
+/**
+ * Whole handshakes from `source`, `PAUSE_MS` apart, until one's identity line is `expected` (it names the API
+ * server reached): timed when that server saw HAProxy's connection, HAProxy having let the source in by then,
+ * and when the client had finished its own handshake, which comes later. Null once `deadline` has passed.
+ */
+async function untilLetIn(m: ProofRequest, since: number) {
+  for (let i = 0; i < 20_000; i++) {
+    const { answer, at, arrived } = await probeTimed(m.port, m.host, 1_000, m.inside);
+    if (answer === m.expected && arrived !== undefined)
+      return { allowed: arrived - since, allowedHandshake: at - since };
+    if (Date.now() > m.deadline) break;
+    await sleep(PAUSE_MS);
+  }
+  return { allowed: null, allowedHandshake: null };
+}
 
 parentPort?.on('message', async (m: ProofRequest) => {
   // `start` on this thread's clock: the monotonic clock is the process's, `performance.now()` the thread's.
-  const since = performance.now() - Number(process.hrtime.bigint() - m.start) / 1e6;
+  const since = onThisClock(m.start);
   const [allowed, refused] = await Promise.all([
-    probeUntil(m.port, m.host, (answer) => answer === m.expected, since, m.deadline, tight(m.inside)),
-    // Waiting for a refusal, a connection let in needs no identity line: it is closed once its handshake is.
-    probeUntil(m.port, m.host, (answer) => answer === null, since, m.deadline, {
-      ...tight(m.outside),
-      handshakeOnly: true,
-    }),
+    untilLetIn(m, since),
+    // A ClientHello closed with no byte back (`hello.ts`), timed at the close.
+    untilHelloRefused(m.port, m.host, m.outside, since, m.deadline, PAUSE_MS),
   ]);
-  parentPort?.postMessage({ allowed, refused } satisfies ProofAnswer);
+  // Once proven, outside any timing: a real handshake from the dropped source must be refused as well.
+  const confirm = refused === null ? undefined : await probeTimed(m.port, m.host, 1_000, m.outside);
+  parentPort?.postMessage({
+    ...allowed,
+    refused,
+    refusalConfirmed: confirm?.answer === null,
+  } satisfies ProofAnswer);
 });

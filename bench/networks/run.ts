@@ -37,15 +37,19 @@ export interface NetworksResult {
     count: number;
     /** The signed `PUT ?wait=true` answered: HAProxy enforces the list, and the files hold it. */
     answered: Latencies;
-    /** The source the new list adds: its first handshake that reaches the API server. */
+    /** The source the new list adds: its first connection to reach the API server, when the server saw it. */
     allowed: Latencies;
-    /** The source the new list drops: its first handshake refused. */
+    /** The same connection, when the client had finished its handshake (the proof's own cost included). */
+    allowedHandshake: Latencies;
+    /** The source the new list drops: its first ClientHello refused. */
     refused: Latencies;
     /** Alternating: even changes proven by the allowed source, odd ones by the refused one. */
     firstProof: Latencies;
     /** Both proven. */
     both: Latencies;
     reloads: number;
+    /** Changes whose dropped source, refused at its hello, then got through a whole handshake (must be 0). */
+    refusalsContradicted: number;
     /**
      * Connections the :443 guard refused during the changes (the frontend's `dcon`): the probes' own sources
      * must never meet the per-source limits, or a refusal would prove nothing. Null if unread.
@@ -279,6 +283,8 @@ export async function runNetworks(
     const state = new Array<0 | 1>(o.probed).fill(0);
     const answered: number[] = [];
     const allowed: Array<number | null> = [];
+    const allowedHandshake: Array<number | null> = [];
+    let contradicted = 0;
     const refused: Array<number | null> = [];
     const first: Array<number | null> = [];
     const both: Array<number | null> = [];
@@ -309,7 +315,7 @@ export async function runNetworks(
         start,
         deadline: Date.now() + 30_000,
       });
-      const [ms, { allowed: a, refused: x }] = await Promise.all([
+      const [ms, { allowed: a, allowedHandshake: h, refused: x, refusalConfirmed }] = await Promise.all([
         call('PUT', `/v1/clusters/${name(k)}?wait=true&change=${c}`, body(k, networks)).then(
           () => Number(process.hrtime.bigint() - start) / 1e6,
         ),
@@ -318,6 +324,8 @@ export async function runNetworks(
       answered.push(ms);
       state[k] = to;
       allowed.push(a);
+      allowedHandshake.push(h);
+      if (x !== null && !refusalConfirmed) contradicted++;
       refused.push(x);
       first.push(c % 2 === 0 ? a : x);
       both.push(a === null || x === null ? null : Math.max(a, x));
@@ -334,10 +342,12 @@ export async function runNetworks(
       count: o.changes,
       answered: latencies(answered, reloads),
       allowed: latencies(allowed, reloads),
+      allowedHandshake: latencies(allowedHandshake, reloads),
       refused: latencies(refused, reloads),
       firstProof: latencies(first, reloads),
       both: latencies(both, reloads),
       reloads,
+      refusalsContradicted: contradicted,
       guardRefused: dconBefore === null || dconAfter === null ? null : dconAfter - dconBefore,
       majorGc:
         gcBefore && gcAfter
