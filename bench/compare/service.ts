@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { request } from 'node:http';
+import type { Socket } from 'node:net';
 import { join, resolve } from 'node:path';
 import { sign } from '../../src/webhook/auth.js';
 import { type ServiceProcess, startServiceProcess } from '../../test/support/service-process.js';
@@ -17,8 +18,16 @@ export interface Resources {
 
 /** The service as the comparison runs it: the shared service process, and what the bench reads of it. */
 export interface BenchService extends ServiceProcess {
-  /** A signed webhook call (HMAC, as kubebyon-api sends it), without a client-side timeout. */
-  call(method: string, path: string, body?: unknown): Promise<{ status: number; body: string }>;
+  /**
+   * A signed webhook call (HMAC, as kubebyon-api sends it), without a client-side timeout. `sent` hears
+   * when the request went to the socket (`process.hrtime.bigint()`, read as the request is flushed).
+   */
+  call(
+    method: string,
+    path: string,
+    body?: unknown,
+    sent?: (at: bigint) => void,
+  ): Promise<{ status: number; body: string }>;
   metrics(): Promise<Map<string, number>>;
   resources(): Resources;
 }
@@ -64,7 +73,7 @@ export async function startService(env: Record<string, string>, secret: string):
   });
   const { url, pid } = service;
 
-  const call = (method: string, path: string, body?: unknown) =>
+  const call = (method: string, path: string, body?: unknown, sent?: (at: bigint) => void) =>
     new Promise<{ status: number; body: string }>((resolve, reject) => {
       const raw = body === undefined ? Buffer.alloc(0) : Buffer.from(JSON.stringify(body));
       const timestamp = String(Math.floor(Date.now() / 1000));
@@ -91,8 +100,19 @@ export async function startService(env: Record<string, string>, secret: string):
         },
       );
       req.on('error', reject);
+      if (sent) req.once('socket', (socket) => stampFlush(socket, sent));
       req.end(raw);
     });
+
+  /** The time of the socket's first write, read just before it is made: the request going out. */
+  const stampFlush = (socket: Socket, sent: (at: bigint) => void) => {
+    const write = socket.write;
+    socket.write = function (this: Socket, ...args: Parameters<Socket['write']>) {
+      socket.write = write;
+      sent(process.hrtime.bigint());
+      return write.apply(this, args);
+    } as Socket['write'];
+  };
 
   const metrics = async () => {
     const text = await (await fetch(`${url}/metrics`)).text();

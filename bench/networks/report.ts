@@ -1,8 +1,13 @@
 import type { Latencies } from '../zero-reload/run.js';
 import type { Memory, NetworksResult } from './run.js';
 
-/** Issue 34's bounds: a list change to enforced, p50 and p99, per provider; and no reload. */
+/**
+ * Issue 34's bounds for a list change to enforced, "the same targets as a new route": issue 21's p50 (20 ms
+ * stock, 40 ms through the Data Plane API) and p99 (100 ms), and no reload. The strict reading, the p50's
+ * bound on the p99 as well, is reported beside them.
+ */
 export const TARGET_MS: Record<string, number> = { haproxy: 20, dataplaneapi: 40 };
+export const TARGET_P99_MS = 100;
 
 const v = (x: number | null | undefined) => (x === null || x === undefined ? '—' : String(x));
 const lat = (l: Latencies | undefined) =>
@@ -22,12 +27,11 @@ export function networksMarkdown(
   const head = rs.map((r) => `${r.provider}${r.slots ? ` (slots: ${r.slots})` : ''}, N = ${r.n}`);
   const row = (what: string, f: (r: NetworksResult) => string) => `| ${what} | ${rs.map(f).join(' | ')} |`;
   const target = (r: NetworksResult) => TARGET_MS[r.provider] ?? 20;
-  const meets = (r: NetworksResult) => {
+  const meets = (r: NetworksResult, p99: (r: NetworksResult) => number) => {
     const l = r.changes?.firstProof;
     if (!l || l.p50 === null || l.p99 === null) return '—';
-    const t = target(r);
-    const ok = l.p50 <= t && l.p99 <= t && l.missing === 0 && r.changes.reloads === 0;
-    return `${ok ? 'met' : 'missed'} (≤ ${t} ms, 0 reloads)`;
+    const ok = l.p50 <= target(r) && l.p99 <= p99(r) && l.missing === 0 && r.changes.reloads === 0;
+    return `${ok ? 'met' : 'missed'} (p50 ≤ ${target(r)}, p99 ≤ ${p99(r)} ms, 0 reloads)`;
   };
   const keys = (r: NetworksResult) => r.n * (r.entries + 1);
   const perKey = (r: NetworksResult, a: number | null | undefined, b: number | null | undefined) =>
@@ -37,9 +41,9 @@ export function networksMarkdown(
     '',
     `machine: ${machine}`,
     '',
-    'Latencies in ms, p50 / p99 (max), from the signed `PUT /v1/clusters/{name}?wait=true` with a new list being',
-    'sent to the first connection by SNI that proves it, the probes running (1 ms apart) from the moment it is',
-    'sent: from the loopback source the new list adds, a TLS handshake that reaches the stand-in API server, timed',
+    'Latencies in ms, p50 / p99 (max), from the signed `PUT /v1/clusters/{name}?wait=true` with a new list going',
+    'to the socket to the first connection by SNI that proves it, the probes running (1 ms apart) from before it',
+    'is sent: from the loopback source the new list adds, a TLS handshake that reaches the stand-in API server, timed',
     "when that server saw HAProxy's connection (its stamp on the process's monotonic clock; the identity line",
     "names the server); from the source it drops, a ClientHello for the host (captured from Node's TLS client)",
     'closed by HAProxy with no byte back, timed at the close (let in, it gets the ServerHello). "first proof"',
@@ -55,12 +59,16 @@ export function networksMarkdown(
     `| --- | ${rs.map(() => '---').join(' | ')} |`,
     row('list changes measured', (r) => v(r.changes?.count)),
     row('**list change → enforced, first proof**', (r) => `**${lat(r.changes?.firstProof)}**`),
-    row('target', meets),
+    row("target: a new route's (issue 21)", (r) => meets(r, () => TARGET_P99_MS)),
+    row('strict reading: the p99 within the p50 bound too', (r) => meets(r, target)),
     row('newly allowed source gets in', (r) => lat(r.changes?.allowed)),
     row("… and the client's handshake with the API server is done", (r) => lat(r.changes?.allowedHandshake)),
     row('newly excluded source refused', (r) => lat(r.changes?.refused)),
     row('both proven', (r) => lat(r.changes?.both)),
     row('acknowledged (`?wait=true` answered)', (r) => lat(r.changes?.answered)),
+    row("the bench's own time before each request went out (not counted above)", (r) =>
+      lat(r.changes?.sending),
+    ),
     row('**reloads during the list changes**', (r) => `**${v(r.changes?.reloads)}**`),
     row('refusals a whole handshake from the dropped source then contradicted (must be 0)', (r) =>
       v(r.changes?.refusalsContradicted),

@@ -37,6 +37,11 @@ export interface NetworksResult {
     count: number;
     /** The signed `PUT ?wait=true` answered: HAProxy enforces the list, and the files hold it. */
     answered: Latencies;
+    /**
+     * From the bench deciding to send a change to its request going to the socket: the bench's own time
+     * (the body signed, a connection opened, its thread scheduled at nice 10), not counted in the others.
+     */
+    sending: Latencies;
     /** The source the new list adds: its first connection to reach the API server, when the server saw it. */
     allowed: Latencies;
     /** The same connection, when the client had finished its handshake (the proof's own cost included). */
@@ -215,8 +220,8 @@ export async function runNetworks(
     );
     return i < o.probed ? [...fill, `${sourcesOf(i)[s]}/32`] : fill;
   };
-  const call = async (method: string, path: string, b?: unknown) => {
-    const res = await svc.call(method, path, b);
+  const call = async (method: string, path: string, b?: unknown, sent?: (at: bigint) => void) => {
+    const res = await svc.call(method, path, b, sent);
     if (res.status < 200 || res.status >= 300)
       throw new Error(`${method} ${path}: ${res.status} ${res.body.slice(0, 300)}`);
   };
@@ -282,6 +287,7 @@ export async function runNetworks(
     // One list change at a time, round the probed clusters: the loopback source swaps (and one filler).
     const state = new Array<0 | 1>(o.probed).fill(0);
     const answered: number[] = [];
+    const sending: number[] = [];
     const allowed: Array<number | null> = [];
     const allowedHandshake: Array<number | null> = [];
     let contradicted = 0;
@@ -301,11 +307,13 @@ export async function runNetworks(
       const [s0, s1] = sourcesOf(k);
       const [inside, outside] = to === 1 ? [s1, s0] : [s0, s1];
       const start = process.hrtime.bigint();
-      // The proofs run from the moment the request is sent, not from its answer: HAProxy enforces a list at
+      let sentAt: bigint | undefined;
+      // The proofs run from before the request is sent, not from its answer: HAProxy enforces a list at
       // runtime, and the service acknowledges it only once the allow map is on disk as well (`answered`).
       // They run in their own thread (`prober.ts`), as the stand-in servers do: this thread's collections
-      // would stop them. A distinct query per change: the same signed request twice within a second is a
-      // replay (401), and every 2 × probed changes send the same list again.
+      // would stop them. Every time is then counted from the request going to the socket (`sending` is the
+      // bench's own part before it). A distinct query per change: the same signed request twice within a
+      // second is a replay (401), and every 2 × probed changes send the same list again.
       const proofs = prover.prove({
         port,
         host: host(k),
@@ -315,17 +323,26 @@ export async function runNetworks(
         start,
         deadline: Date.now() + 30_000,
       });
-      const [ms, { allowed: a, allowedHandshake: h, refused: x, refusalConfirmed }] = await Promise.all([
-        call('PUT', `/v1/clusters/${name(k)}?wait=true&change=${c}`, body(k, networks)).then(
-          () => Number(process.hrtime.bigint() - start) / 1e6,
-        ),
+      const [answeredAt, proven] = await Promise.all([
+        call('PUT', `/v1/clusters/${name(k)}?wait=true&change=${c}`, body(k, networks), (at) => {
+          sentAt = at;
+        }).then(() => process.hrtime.bigint()),
         proofs,
       ]);
-      answered.push(ms);
+      if (sentAt === undefined) throw new Error(`change ${c}: the request was answered but never written`);
+      const before = Number(sentAt - start) / 1e6;
+      const fromSent = (ms: number | null) => (ms === null ? null : Math.round((ms - before) * 1000) / 1000);
+      const [a, h, x] = [
+        fromSent(proven.allowed),
+        fromSent(proven.allowedHandshake),
+        fromSent(proven.refused),
+      ];
+      if (x !== null && !proven.refusalConfirmed) contradicted++;
+      sending.push(before);
+      answered.push(Number(answeredAt - sentAt) / 1e6);
       state[k] = to;
       allowed.push(a);
       allowedHandshake.push(h);
-      if (x !== null && !refusalConfirmed) contradicted++;
       refused.push(x);
       first.push(c % 2 === 0 ? a : x);
       both.push(a === null || x === null ? null : Math.max(a, x));
@@ -341,6 +358,7 @@ export async function runNetworks(
     result.changes = {
       count: o.changes,
       answered: latencies(answered, reloads),
+      sending: latencies(sending, reloads),
       allowed: latencies(allowed, reloads),
       allowedHandshake: latencies(allowedHandshake, reloads),
       refused: latencies(refused, reloads),
