@@ -190,9 +190,28 @@ export function until(
 }
 
 /**
- * Handshakes one after another (at most 20 000) until one's answer is what `proves` wants: the time it took
- * (ms since `since` to when that answer was known, `probeTimed`), or null once `deadline` (epoch ms) has
- * passed. `pauseMs` (of the ms elapsed) spaces them.
+ * Probes one after another (at most 20 000), `pauseMs` (of the ms since `since`) apart, until one's outcome
+ * is what `proves` wants: that outcome, or null once `deadline` (epoch ms) has passed.
+ */
+export async function firstProbe<T>(
+  next: () => Promise<T>,
+  proves: (outcome: T) => boolean,
+  since: number,
+  deadline: number,
+  pauseMs: (elapsed: number) => number,
+): Promise<T | null> {
+  for (let i = 0; i < 20_000; i++) {
+    const outcome = await next();
+    if (proves(outcome)) return outcome;
+    if (Date.now() > deadline) return null;
+    await sleep(pauseMs(performance.now() - since));
+  }
+  return null;
+}
+
+/**
+ * Handshakes (`firstProbe`) until one's answer is what `proves` wants: the time it took (ms since `since` to
+ * when that answer was known, `probeTimed`), or null once `deadline` (epoch ms) has passed.
  */
 export async function probeUntil(
   port: number,
@@ -203,13 +222,14 @@ export async function probeUntil(
   o: { from?: ProbeSource; pauseMs: (elapsed: number) => number },
 ): Promise<number | null> {
   const from = o.from ?? systemSource;
-  for (let i = 0; i < 20_000; i++) {
-    const { answer, at } = await probeTimed(port, host, 1_000, from());
-    if (proves(answer)) return at - since;
-    if (Date.now() > deadline) return null;
-    await sleep(o.pauseMs(performance.now() - since));
-  }
-  return null;
+  const first = await firstProbe(
+    () => probeTimed(port, host, 1_000, from()),
+    (p) => proves(p.answer),
+    since,
+    deadline,
+    o.pauseMs,
+  );
+  return first && first.at - since;
 }
 
 /**

@@ -3,8 +3,8 @@
 // ServerHello. The client then need not finish a handshake, nor wait for one, to learn which it was.
 import { connect as netConnect } from 'node:net';
 import { Duplex } from 'node:stream';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { connect } from 'node:tls';
+import { firstProbe } from '../compare/identity.js';
 
 const hellos = new Map<string, Promise<Buffer>>();
 
@@ -71,7 +71,7 @@ export function helloProbe(
 }
 
 /**
- * Hellos from `source` for `host`, `pauseMs` apart (at most 20 000), until one is refused: ms since `since`
+ * Hellos from `source` for `host`, `pauseMs` apart (`firstProbe`), until one is refused: ms since `since`
  * (`performance.now()`) to that close, or null once `deadline` (epoch ms) has passed.
  */
 export async function untilHelloRefused(
@@ -83,11 +83,12 @@ export async function untilHelloRefused(
   pauseMs = 1,
 ): Promise<number | null> {
   const hello = await clientHello(host);
-  for (let i = 0; i < 20_000; i++) {
-    const { outcome, at } = await helloProbe(port, hello, source);
-    if (outcome === 'refused') return at - since;
-    if (Date.now() > deadline) return null;
-    await sleep(pauseMs);
-  }
-  return null;
+  const first = await firstProbe(
+    () => helloProbe(port, hello, source),
+    (p) => p.outcome === 'refused',
+    since,
+    deadline,
+    () => pauseMs,
+  );
+  return first && first.at - since;
 }

@@ -1,7 +1,6 @@
 // The change proofs' thread (`run.ts`): both sources' probes for one change, away from the bench's heap.
-import { setTimeout as sleep } from 'node:timers/promises';
 import { parentPort } from 'node:worker_threads';
-import { onThisClock, probeTimed } from '../compare/identity.js';
+import { firstProbe, onThisClock, probeTimed } from '../compare/identity.js';
 import { untilHelloRefused } from './hello.js';
 
 /** One change's proofs; `start` is `process.hrtime.bigint()` in the bench's thread when the change is sent. */
@@ -37,14 +36,16 @@ const PAUSE_MS = 1;
  * and when the client had finished its own handshake, which comes later. Null once `deadline` has passed.
  */
 async function untilLetIn(m: ProofRequest, since: number) {
-  for (let i = 0; i < 20_000; i++) {
-    const { answer, at, arrived } = await probeTimed(m.port, m.host, 1_000, m.inside);
-    if (answer === m.expected && arrived !== undefined)
-      return { allowed: arrived - since, allowedHandshake: at - since };
-    if (Date.now() > m.deadline) break;
-    await sleep(PAUSE_MS);
-  }
-  return { allowed: null, allowedHandshake: null };
+  const first = await firstProbe(
+    () => probeTimed(m.port, m.host, 1_000, m.inside),
+    (p) => p.answer === m.expected && p.arrived !== undefined,
+    since,
+    m.deadline,
+    () => PAUSE_MS,
+  );
+  return first?.arrived === undefined
+    ? { allowed: null, allowedHandshake: null }
+    : { allowed: first.arrived - since, allowedHandshake: first.at - since };
 }
 
 parentPort?.on('message', async (m: ProofRequest) => {
