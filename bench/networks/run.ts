@@ -331,12 +331,11 @@ export async function runNetworks(
       ]);
       if (sentAt === undefined) throw new Error(`change ${c}: the request was answered but never written`);
       const before = Number(sentAt - start) / 1e6;
-      const fromSent = (ms: number | null) => (ms === null ? null : Math.round((ms - before) * 1000) / 1000);
-      const [a, h, x] = [
-        fromSent(proven.allowed),
-        fromSent(proven.allowedHandshake),
-        fromSent(proven.refused),
-      ];
+      // `latencies` rounds each sample.
+      const fromSent = (ms: number | null) => (ms === null ? null : ms - before);
+      const a = fromSent(proven.allowed);
+      const h = fromSent(proven.allowedHandshake);
+      const x = fromSent(proven.refused);
       if (x !== null && !proven.refusalConfirmed) contradicted++;
       sending.push(before);
       answered.push(Number(answeredAt - sentAt) / 1e6);
